@@ -1,0 +1,126 @@
+//! Argument types shared by the `ingero` subcommands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::ingest::Limits;
+use crate::serve::ServeConfig;
+use crate::store::commit::CommitConfig;
+use crate::store::url::DEFAULT_STORE;
+use crate::store::{StoreOptions, StoreUrl};
+
+/// Parses sizes such as `64MiB`, `512k`, `1000000`.
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 64MiB)"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("unknown size unit `{other}` in `{s}` (use B, KiB, MiB or GiB)")),
+    };
+    n.checked_mul(mult).filter(|&v| v > 0).ok_or_else(|| format!("`{s}` is out of range"))
+}
+
+fn parse_store(s: &str) -> Result<StoreUrl, String> {
+    StoreUrl::parse(s).map_err(|e| e.to_string())
+}
+
+/// Where data lives: shared by every command that reads or writes the dataset.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// Dataset location: file:///path (or a plain path), s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
+    /// S3 credentials come from the standard AWS_* environment variables.
+    #[arg(long, env = "INGERO_STORE", default_value = DEFAULT_STORE, value_parser = parse_store)]
+    pub store: StoreUrl,
+    /// Endpoint of an S3-compatible server (MinIO, SeaweedFS, Ceph), e.g. http://127.0.0.1:8333.
+    #[arg(long, env = "INGERO_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+}
+
+impl StoreArgs {
+    pub fn options(&self) -> StoreOptions {
+        StoreOptions { s3_endpoint: self.s3_endpoint.clone() }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// gRPC address for the ingest and query services.
+    #[arg(long, env = "INGERO_LISTEN", default_value = "0.0.0.0:7070")]
+    pub listen: SocketAddr,
+    /// HTTP address for /metrics, /healthz, /readyz and /api/v1/*.
+    #[arg(long, env = "INGERO_HTTP_LISTEN", default_value = "0.0.0.0:7071")]
+    pub http_listen: SocketAddr,
+    /// Write-ahead log directory (local disk): batches are acknowledged once fsynced here.
+    #[arg(long, env = "INGERO_WAL_DIR", default_value = "./ingero-wal")]
+    pub wal_dir: PathBuf,
+    /// Flush buffered rows to Parquet when this many are buffered.
+    #[arg(long, env = "INGERO_FLUSH_ROWS", default_value_t = 500_000)]
+    pub flush_rows: usize,
+    /// Flush buffered rows when the oldest is this old (e.g. 30s, 2m).
+    #[arg(long, env = "INGERO_FLUSH_AGE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub flush_age: Duration,
+    /// Largest accepted ingest message (e.g. 64MiB); larger ones get RESOURCE_EXHAUSTED.
+    #[arg(long, env = "INGERO_MAX_MESSAGE_SIZE", default_value = "64MiB", value_parser = parse_bytes)]
+    pub max_message_size: usize,
+    /// Largest accepted row count of one batch after decompression.
+    #[arg(long, env = "INGERO_MAX_BATCH_ROWS", default_value_t = 4_000_000)]
+    pub max_batch_rows: usize,
+    /// Refuse windows that start further in the past (spooled data arrives late).
+    #[arg(long, env = "INGERO_MAX_AGE", default_value = "7days", value_parser = humantime::parse_duration)]
+    pub max_age: Duration,
+    /// Refuse windows that start further in the future (clock skew allowance).
+    #[arg(long, env = "INGERO_MAX_FUTURE", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub max_future: Duration,
+}
+
+impl ServeArgs {
+    pub fn config(&self) -> Result<ServeConfig, String> {
+        if self.flush_rows == 0 {
+            return Err("--flush-rows must be > 0".into());
+        }
+        if self.flush_age.is_zero() {
+            return Err("--flush-age must be > 0".into());
+        }
+        if self.max_batch_rows == 0 {
+            return Err("--max-batch-rows must be > 0".into());
+        }
+        Ok(ServeConfig {
+            store: self.store.store.clone(),
+            store_options: self.store.options(),
+            listen: self.listen,
+            http_listen: self.http_listen,
+            commit: CommitConfig { wal_dir: self.wal_dir.clone(), flush_rows: self.flush_rows, flush_age: self.flush_age },
+            limits: Limits {
+                max_message_bytes: self.max_message_size,
+                max_rows: self.max_batch_rows,
+                max_future: self.max_future,
+                max_age: self.max_age,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("512k"), Ok(512 << 10));
+        assert_eq!(parse_bytes("100"), Ok(100));
+        assert!(parse_bytes("12parsecs").unwrap_err().contains("unknown size unit"));
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("0").is_err());
+    }
+}

@@ -1,0 +1,42 @@
+//! The aggregator library's error type.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("bad store URL `{url}`: {reason}")]
+    StoreUrl { url: String, reason: String },
+    #[error("object store: {0}")]
+    ObjectStore(#[from] object_store::Error),
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Proto(#[from] ingero_proto::Error),
+    #[error("write-ahead log {path}: {reason}")]
+    Wal { path: String, reason: String },
+    #[error("state file: {0}")]
+    State(String),
+    #[error("query: {0}")]
+    Query(String),
+    #[error("the aggregator is shutting down")]
+    ShuttingDown,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Adds a context line to an `io::Error`.
+pub(crate) trait IoContext<T> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::Io { context: context(), source })
+    }
+}

@@ -1,0 +1,149 @@
+//! gRPC `Ingest` service: validate a pushed batch, hand it to the committer,
+//! acknowledge once durable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use ingero_proto::pb::ingest_server::Ingest;
+use ingero_proto::pb::{PushRequest, PushResponse};
+use ingero_proto::{ipc, Table};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::store::commit::{Accepted, Committer};
+
+/// Limits applied to every pushed batch.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest accepted request (encoded protobuf bytes).
+    pub max_message_bytes: usize,
+    /// Largest decoded row count of one request.
+    pub max_rows: usize,
+    /// How far in the future a window may start (clock skew allowance).
+    pub max_future: Duration,
+    /// How far in the past a window may start (spooled data arrives late).
+    pub max_age: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: 64 << 20,
+            max_rows: 4_000_000,
+            max_future: Duration::from_secs(600),
+            max_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+pub struct IngestService {
+    pub committer: Committer,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+}
+
+#[tonic::async_trait]
+impl Ingest for IngestService {
+    async fn push(&self, request: Request<PushRequest>) -> Result<Response<PushResponse>, Status> {
+        let req = request.into_inner();
+        let accepted = match validate(req, &self.limits) {
+            Ok(a) => a,
+            Err(status) => {
+                let reason = match status.code() {
+                    tonic::Code::ResourceExhausted => "too_large",
+                    _ => "invalid_argument",
+                };
+                self.metrics.reject(reason);
+                tracing::debug!(reason, message = status.message(), "batch refused");
+                return Err(status);
+            }
+        };
+        match self.committer.push(accepted).await {
+            Ok(ack) => Ok(Response::new(PushResponse { duplicate: ack.duplicate, rows: ack.rows })),
+            Err(e @ Error::ShuttingDown) => Err(Status::unavailable(e.to_string())),
+            Err(e) => Err(Status::unavailable(format!("batch not stored, retry later: {e}"))),
+        }
+    }
+}
+
+/// Checks a request against the contract; every refusal names the problem.
+pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
+    let size = req.encoded_len();
+    if size > limits.max_message_bytes {
+        return Err(Status::resource_exhausted(format!(
+            "batch is {size} bytes, the limit is {} bytes (--max-message-size)",
+            limits.max_message_bytes
+        )));
+    }
+    if req.node.is_empty() || req.node.len() > 253 || req.node.chars().any(|c| c.is_control()) {
+        return Err(Status::invalid_argument("`node` must be 1-253 printable characters"));
+    }
+    if req.sequence == 0 {
+        return Err(Status::invalid_argument("`sequence` must be > 0"));
+    }
+    if req.tables.is_empty() {
+        return Err(Status::invalid_argument("batch has no tables"));
+    }
+    let now_us = chrono::Utc::now().timestamp_micros();
+    let lo = now_us - limits.max_age.as_micros() as i64;
+    let hi = now_us + limits.max_future.as_micros() as i64;
+    let mut tables: Vec<(Table, Vec<RecordBatch>)> = Vec::with_capacity(req.tables.len());
+    let mut rows = 0usize;
+    let mut ipc_bytes = 0u64;
+    for t in &req.tables {
+        let table = Table::from_name(&t.table).ok_or_else(|| {
+            let known: Vec<_> = Table::ALL.iter().map(|t| t.name()).collect();
+            Status::invalid_argument(format!("unknown table `{}` (known: {})", t.table, known.join(", ")))
+        })?;
+        if tables.iter().any(|(seen, _)| *seen == table) {
+            return Err(Status::invalid_argument(format!("table `{table}` appears twice in one batch")));
+        }
+        let batches = ipc::decode(table, &t.arrow_ipc, limits.max_rows - rows).map_err(|e| match e {
+            ingero_proto::Error::TooLarge(m) => Status::resource_exhausted(format!("{m} (--max-batch-rows)")),
+            other => Status::invalid_argument(other.to_string()),
+        })?;
+        for b in &batches {
+            check_rows(table, b, &req.node, lo, hi)?;
+            rows += b.num_rows();
+        }
+        ipc_bytes += t.arrow_ipc.len() as u64;
+        tables.push((table, batches));
+    }
+    let raw = req.encode_to_vec();
+    Ok(Accepted { node: req.node, sequence: req.sequence, raw, tables, rows: rows as u64, ipc_bytes })
+}
+
+/// Value checks: rows belong to the sending node and windows are in a sane time range.
+fn check_rows(table: Table, b: &RecordBatch, node: &str, lo: i64, hi: i64) -> Result<(), Status> {
+    let nodes = b.column(0).as_any().downcast_ref::<StringArray>();
+    if let Some(nodes) = nodes {
+        if let Some(i) = (0..nodes.len()).find(|&i| nodes.value(i) != node) {
+            return Err(Status::invalid_argument(format!(
+                "{table}: row {i} has node `{}` but the batch is from `{node}`",
+                nodes.value(i)
+            )));
+        }
+    }
+    if let Some(ts) = b.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>() {
+        let (min, max) = (arrow::compute::min(ts), arrow::compute::max(ts));
+        if let (Some(min), Some(max)) = (min, max) {
+            if min < lo || max > hi {
+                let bad = if min < lo { min } else { max };
+                return Err(Status::invalid_argument(format!(
+                    "{table}: window_start {} is outside the accepted range [{}, {}] (--max-age / --max-future)",
+                    fmt_us(bad),
+                    fmt_us(lo),
+                    fmt_us(hi)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn fmt_us(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us).map_or_else(|| us.to_string(), |t| t.to_rfc3339())
+}

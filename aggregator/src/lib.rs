@@ -1,0 +1,15 @@
+//! Ingero aggregator: ingest, persistence, ranking, queries and reports.
+//!
+//! Data flows one way: `ingest` (validate) → `store::commit` (WAL, buffer,
+//! flush) → `store::parquet` (files in the object store).
+
+pub mod cli;
+pub mod error;
+pub mod http;
+pub mod ingest;
+pub mod load;
+pub mod metrics;
+pub mod serve;
+pub mod store;
+
+pub use error::{Error, Result};

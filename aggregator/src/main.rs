@@ -1,0 +1,129 @@
+//! `ingero`: the aggregator and the command-line tools.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use ingero_aggregator::cli::ServeArgs;
+use ingero_aggregator::{load, serve::Server};
+
+/// Ingero: find where paid GPU time leaks, on which node, in which pod, and why.
+#[derive(Debug, Parser)]
+#[command(name = "ingero", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the aggregator: gRPC ingest + query, Parquet persistence, HTTP metrics.
+    Serve(ServeArgs),
+    /// Push synthetic windows from many simulated nodes (load test of a server).
+    Load(LoadArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct LoadArgs {
+    /// Aggregator gRPC address.
+    #[arg(long, env = "INGERO_SERVER", default_value = "http://127.0.0.1:7070")]
+    server: String,
+    /// Simulated nodes sending concurrently.
+    #[arg(long, env = "INGERO_LOAD_NODES", default_value_t = 16)]
+    nodes: usize,
+    /// Batches each node sends.
+    #[arg(long, env = "INGERO_LOAD_BATCHES", default_value_t = 20)]
+    batches: usize,
+    /// Call-window rows per batch.
+    #[arg(long, env = "INGERO_LOAD_ROWS", default_value_t = 5_000)]
+    rows: usize,
+}
+
+/// Errors in what the user asked for exit 2; failures while running exit 1.
+enum Failure {
+    Usage(String),
+    Run(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Run(e)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("INGERO_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Serve(args) => {
+            let cfg = args.config().map_err(Failure::Usage)?;
+            let server = Server::start(cfg).await.map_err(|e| match e {
+                ingero_aggregator::Error::StoreUrl { .. } => Failure::Usage(e.to_string()),
+                other => Failure::Run(other.into()),
+            })?;
+            server.run_until(shutdown_signal()).await.map_err(|e| Failure::Run(e.into()))
+        }
+        Command::Load(args) => {
+            if args.nodes == 0 || args.batches == 0 || args.rows == 0 {
+                return Err(Failure::Usage("--nodes, --batches and --rows must be > 0".into()));
+            }
+            let cfg = load::LoadConfig {
+                server: args.server,
+                nodes: args.nodes,
+                batches_per_node: args.batches,
+                rows_per_batch: args.rows,
+            };
+            let r = load::run(&cfg).await.map_err(|e| Failure::Run(e.into()))?;
+            println!(
+                "sent {} batches, {} rows ({} duplicates) in {:.2?}: {:.0} rows/s, {:.1} wire bytes/row",
+                r.batches,
+                r.rows,
+                r.duplicates,
+                r.elapsed,
+                r.rows_per_sec(),
+                r.wire_bytes as f64 / r.rows.max(1) as f64
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,129 @@
+//! `ingero serve`: wires the ingest service, the committer and the HTTP
+//! endpoints together, and shuts down without losing buffered rows.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::HeaderValue;
+use ingero_proto::pb::ingest_server::IngestServer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::error::{Error, IoContext, Result};
+use crate::http::{router, HttpState};
+use crate::ingest::{IngestService, Limits};
+use crate::metrics::Metrics;
+use crate::store::commit::{CommitConfig, Committer};
+use crate::store::{Store, StoreOptions, StoreUrl};
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub store: StoreUrl,
+    pub store_options: StoreOptions,
+    pub listen: SocketAddr,
+    pub http_listen: SocketAddr,
+    pub commit: CommitConfig,
+    pub limits: Limits,
+}
+
+/// A running aggregator.
+pub struct Server {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub committer: Committer,
+    pub metrics: Arc<Metrics>,
+    pub store: Store,
+    stop: Option<oneshot::Sender<()>>,
+    done: JoinHandle<Result<()>>,
+}
+
+impl Server {
+    /// Replays the WAL, binds both listeners and starts serving.
+    pub async fn start(cfg: ServeConfig) -> Result<Server> {
+        let store = Store::open(&cfg.store, &cfg.store_options)?;
+        let metrics = Arc::new(Metrics::default());
+        let grpc = TcpListener::bind(cfg.listen).await.ctx(|| format!("binding --listen {}", cfg.listen))?;
+        let http = TcpListener::bind(cfg.http_listen)
+            .await
+            .ctx(|| format!("binding --http-listen {}", cfg.http_listen))?;
+        let grpc_addr = grpc.local_addr().ctx(|| "local address".into())?;
+        let http_addr = http.local_addr().ctx(|| "local address".into())?;
+
+        let state = Arc::new(HttpState { metrics: metrics.clone(), ready: false.into() });
+        let http_task = tokio::spawn({
+            let app = router(state.clone());
+            async move { axum::serve(http, app).await }
+        });
+
+        let (committer, pipeline) = Committer::start(store.clone(), cfg.commit.clone(), metrics.clone()).await?;
+        let service = IngestService { committer: committer.clone(), limits: cfg.limits.clone(), metrics: metrics.clone() };
+        // tonic enforces the size limit while decoding; allow a little framing slack
+        // so the handler's own check (which names the flag) usually answers first.
+        let ingest = IngestServer::new(service)
+            .max_decoding_message_size(cfg.limits.max_message_bytes + 1024)
+            .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let grpc_server = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(remap_too_large))
+            .add_service(ingest)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async {
+                let _ = stop_rx.await;
+            });
+        state.ready.store(true, Ordering::Release);
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, store = %cfg.store, "ingero serve ready");
+
+        let flush = committer.clone();
+        let done = tokio::spawn(async move {
+            let res = grpc_server.await;
+            state.ready.store(false, Ordering::Release);
+            // In-flight pushes are answered; write every buffered row before exit.
+            let flushed = flush.flush().await;
+            drop(flush);
+            let _ = pipeline.await;
+            http_task.abort();
+            res.map_err(|e| Error::State(format!("gRPC server: {e}")))?;
+            flushed
+        });
+        Ok(Server { grpc_addr, http_addr, committer, metrics, store, stop: Some(stop_tx), done })
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc_addr)
+    }
+
+    /// Graceful stop: finish in-flight requests, flush everything, return.
+    pub async fn shutdown(mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        drop(self.committer);
+        self.done.await.map_err(|e| Error::State(format!("server task: {e}")))?
+    }
+
+    /// Runs until `signal` resolves, then shuts down gracefully.
+    pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) -> Result<()> {
+        signal.await;
+        tracing::info!("shutting down: flushing buffered rows");
+        self.shutdown().await
+    }
+}
+
+/// tonic answers an over-limit message with OUT_OF_RANGE; gRPC convention
+/// (and our contract) is RESOURCE_EXHAUSTED.
+fn remap_too_large<B>(mut resp: http::Response<B>) -> http::Response<B> {
+    let h = resp.headers_mut();
+    let out_of_range = h.get("grpc-status").is_some_and(|v| v.as_bytes() == b"11");
+    let too_large = h.get("grpc-message").and_then(|m| m.to_str().ok()).is_some_and(|m| m.contains("too large"));
+    if out_of_range && too_large {
+        let msg = h.get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default().to_string();
+        h.insert("grpc-status", HeaderValue::from_static("8"));
+        if let Ok(v) = HeaderValue::from_str(&format!("batch over --max-message-size: {msg}")) {
+            h.insert("grpc-message", v);
+        }
+    }
+    resp
+}

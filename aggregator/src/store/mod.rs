@@ -1,0 +1,10 @@
+//! Persistence: object-store selection, WAL, commit pipeline, Parquet layout.
+
+pub mod commit;
+pub mod layout;
+pub mod parquet;
+pub mod state;
+pub mod url;
+pub mod wal;
+
+pub use url::{Store, StoreOptions, StoreUrl};

@@ -1,0 +1,10 @@
+//! Compiles `ingero.proto` with the pure-Rust `protox` (no protoc binary needed).
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=ingero.proto");
+    let fds = protox::compile(["ingero.proto"], ["."])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! Ingero's one definition of the wire protocol and the tables.
+//!
+//! - [`pb`]: gRPC messages and services generated from `ingero.proto`.
+//! - [`schema`]: the Arrow schema of every table, with units and meaning.
+//! - [`ipc`]: Arrow IPC encode/decode with validation against [`schema`].
+//! - [`hist`]: the latency histogram shared with the eBPF programs.
+//! - [`rows`]: builders that turn Rust rows into batches of those schemas.
+//! - [`client`]: the ingest client with retry and backoff.
+
+pub mod client;
+pub mod hist;
+pub mod ipc;
+pub mod rows;
+pub mod schema;
+
+/// Generated protobuf and tonic code.
+pub mod pb {
+    tonic::include_proto!("ingero.v1");
+}
+
+pub use schema::Table;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The input does not follow the contract (maps to INVALID_ARGUMENT).
+    #[error("{0}")]
+    Invalid(String),
+    /// The input is over a configured limit (maps to RESOURCE_EXHAUSTED).
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

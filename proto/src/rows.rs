@@ -1,0 +1,299 @@
+//! Row-at-a-time builders for the tables in [`crate::schema`].
+//!
+//! Producers (agent, simulator, importer) describe a row as values in schema
+//! order; the builder checks each value against the column's type, so a
+//! producer cannot drift from the schema without a clear error.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder,
+    RecordBatch, StringBuilder, TimestampMicrosecondBuilder, UInt32Builder, UInt64Builder,
+    UInt8Builder,
+};
+use arrow::datatypes::{DataType, Field};
+
+use crate::schema::{ColType, Table, COMMON};
+use crate::{Error, Result};
+
+/// One cell value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Val<'a> {
+    Null,
+    Str(&'a str),
+    Bool(bool),
+    I(i64),
+    U(u64),
+    F(f64),
+    /// Microseconds since the epoch (UTC).
+    Ts(i64),
+    U8s(&'a [u8]),
+    U64s(&'a [u64]),
+}
+
+impl<'a> From<Option<&'a str>> for Val<'a> {
+    fn from(v: Option<&'a str>) -> Self {
+        v.map_or(Val::Null, Val::Str)
+    }
+}
+
+/// The columns every row starts with (see [`COMMON`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Common {
+    pub node: String,
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    pub job: Option<String>,
+    pub rank: Option<i32>,
+    pub world_size: Option<i32>,
+    pub pid: u32,
+    pub comm: String,
+    pub cgroup_id: u64,
+    pub window_start_us: i64,
+    pub window_us: u64,
+}
+
+impl Common {
+    pub fn vals(&self) -> [Val<'_>; 12] {
+        [
+            Val::Str(&self.node),
+            self.namespace.as_deref().into(),
+            self.pod.as_deref().into(),
+            self.container.as_deref().into(),
+            self.job.as_deref().into(),
+            self.rank.map_or(Val::Null, |r| Val::I(r as i64)),
+            self.world_size.map_or(Val::Null, |r| Val::I(r as i64)),
+            Val::U(self.pid as u64),
+            Val::Str(&self.comm),
+            Val::U(self.cgroup_id),
+            Val::Ts(self.window_start_us),
+            Val::U(self.window_us),
+        ]
+    }
+}
+
+enum Col {
+    Utf8(StringBuilder),
+    Bool(BooleanBuilder),
+    I32(Int32Builder),
+    I64(Int64Builder),
+    U32(UInt32Builder),
+    U64(UInt64Builder),
+    F64(Float64Builder),
+    Ts(TimestampMicrosecondBuilder),
+    ListU8(ListBuilder<UInt8Builder>),
+    ListU64(ListBuilder<UInt64Builder>),
+}
+
+impl Col {
+    fn new(ty: ColType) -> Col {
+        match ty {
+            ColType::Utf8 => Col::Utf8(StringBuilder::new()),
+            ColType::Bool => Col::Bool(BooleanBuilder::new()),
+            ColType::I32 => Col::I32(Int32Builder::new()),
+            ColType::I64 => Col::I64(Int64Builder::new()),
+            ColType::U32 => Col::U32(UInt32Builder::new()),
+            ColType::U64 => Col::U64(UInt64Builder::new()),
+            ColType::F64 => Col::F64(Float64Builder::new()),
+            ColType::TimestampUs => Col::Ts(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
+            ColType::ListU8 => Col::ListU8(
+                ListBuilder::new(UInt8Builder::new())
+                    .with_field(Arc::new(Field::new("item", DataType::UInt8, false))),
+            ),
+            ColType::ListU64 => Col::ListU64(
+                ListBuilder::new(UInt64Builder::new())
+                    .with_field(Arc::new(Field::new("item", DataType::UInt64, false))),
+            ),
+        }
+    }
+
+    /// Appends `v`; returns false when the value does not fit the column type.
+    fn push(&mut self, v: Val<'_>) -> bool {
+        match (self, v) {
+            (Col::Utf8(b), Val::Str(s)) => b.append_value(s),
+            (Col::Utf8(b), Val::Null) => b.append_null(),
+            (Col::Bool(b), Val::Bool(x)) => b.append_value(x),
+            (Col::Bool(b), Val::Null) => b.append_null(),
+            (Col::I32(b), Val::I(x)) if i32::try_from(x).is_ok() => b.append_value(x as i32),
+            (Col::I32(b), Val::Null) => b.append_null(),
+            (Col::I64(b), Val::I(x)) => b.append_value(x),
+            (Col::I64(b), Val::Null) => b.append_null(),
+            (Col::U32(b), Val::U(x)) if u32::try_from(x).is_ok() => b.append_value(x as u32),
+            (Col::U32(b), Val::Null) => b.append_null(),
+            (Col::U64(b), Val::U(x)) => b.append_value(x),
+            (Col::U64(b), Val::Null) => b.append_null(),
+            (Col::F64(b), Val::F(x)) => b.append_value(x),
+            (Col::F64(b), Val::Null) => b.append_null(),
+            (Col::Ts(b), Val::Ts(x)) => b.append_value(x),
+            (Col::Ts(b), Val::Null) => b.append_null(),
+            (Col::ListU8(b), Val::U8s(xs)) => {
+                b.values().append_slice(xs);
+                b.append(true)
+            }
+            (Col::ListU64(b), Val::U64s(xs)) => {
+                b.values().append_slice(xs);
+                b.append(true)
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Col::Utf8(b) => Arc::new(b.finish()),
+            Col::Bool(b) => Arc::new(b.finish()),
+            Col::I32(b) => Arc::new(b.finish()),
+            Col::I64(b) => Arc::new(b.finish()),
+            Col::U32(b) => Arc::new(b.finish()),
+            Col::U64(b) => Arc::new(b.finish()),
+            Col::F64(b) => Arc::new(b.finish()),
+            Col::Ts(b) => Arc::new(b.finish()),
+            Col::ListU8(b) => Arc::new(b.finish()),
+            Col::ListU64(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+/// Builds one table's batch row by row.
+pub struct BatchBuilder {
+    table: Table,
+    cols: Vec<Col>,
+    names: Vec<&'static str>,
+    rows: usize,
+}
+
+impl BatchBuilder {
+    pub fn new(table: Table) -> Self {
+        let columns = table.columns();
+        BatchBuilder {
+            table,
+            cols: columns.iter().map(|c| Col::new(c.ty)).collect(),
+            names: columns.iter().map(|c| c.name).collect(),
+            rows: 0,
+        }
+    }
+
+    pub fn table(&self) -> Table {
+        self.table
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// Appends a row: the common columns, then the table's own columns in order.
+    pub fn push(&mut self, common: &Common, own: &[Val<'_>]) -> Result<()> {
+        let common_vals = common.vals();
+        if COMMON.len() + own.len() != self.cols.len() {
+            return Err(Error::Invalid(format!(
+                "{}: row has {} values, table has {} columns",
+                self.table,
+                COMMON.len() + own.len(),
+                self.cols.len()
+            )));
+        }
+        // Check types before appending anything so a bad row leaves no partial state.
+        let types = self.table.columns();
+        for (i, v) in common_vals.iter().chain(own).enumerate() {
+            if !fits(types[i].ty, *v) || (!types[i].nullable && *v == Val::Null) {
+                return Err(Error::Invalid(format!(
+                    "{}: value {v:?} does not fit column `{}` ({:?})",
+                    self.table, self.names[i], types[i].ty
+                )));
+            }
+        }
+        for (c, v) in self.cols.iter_mut().zip(common_vals.iter().chain(own)) {
+            let ok = c.push(*v);
+            debug_assert!(ok);
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Finishes the batch and resets the builder.
+    pub fn finish(&mut self) -> Result<RecordBatch> {
+        let arrays: Vec<ArrayRef> = self.cols.iter_mut().map(Col::finish).collect();
+        self.rows = 0;
+        Ok(RecordBatch::try_new(self.table.schema(), arrays)?)
+    }
+}
+
+fn fits(ty: ColType, v: Val<'_>) -> bool {
+    matches!(
+        (ty, v),
+        (_, Val::Null)
+            | (ColType::Utf8, Val::Str(_))
+            | (ColType::Bool, Val::Bool(_))
+            | (ColType::I64, Val::I(_))
+            | (ColType::U64, Val::U(_))
+            | (ColType::F64, Val::F(_))
+            | (ColType::TimestampUs, Val::Ts(_))
+            | (ColType::ListU8, Val::U8s(_))
+            | (ColType::ListU64, Val::U64s(_))
+    ) || matches!((ty, v), (ColType::I32, Val::I(x)) if i32::try_from(x).is_ok())
+        || matches!((ty, v), (ColType::U32, Val::U(x)) if u32::try_from(x).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipc;
+
+    fn common() -> Common {
+        Common {
+            node: "n1".into(),
+            pid: 42,
+            comm: "python".into(),
+            window_start_us: 1_700_000_000_000_000,
+            window_us: 1_000_000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn builds_valid_batches_that_round_trip_ipc() {
+        let mut b = BatchBuilder::new(Table::CallWindows);
+        let own = [
+            Val::Str("cudart"),
+            Val::Str("cudaLaunchKernel"),
+            Val::U(10),
+            Val::U(0),
+            Val::U(100),
+            Val::U(20),
+            Val::Bool(false),
+            Val::U8s(&[10, 11]),
+            Val::U64s(&[4, 6]),
+        ];
+        b.push(&common(), &own).unwrap();
+        b.push(&common(), &own).unwrap();
+        let batch = b.finish().unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        let bytes = ipc::encode(&Table::CallWindows.schema(), &[batch.clone()]).unwrap();
+        let back = ipc::decode(Table::CallWindows, &bytes, 10).unwrap();
+        assert_eq!(back, vec![batch]);
+        assert!(matches!(
+            ipc::decode(Table::CallWindows, &bytes, 1),
+            Err(Error::TooLarge(_))
+        ));
+        let err = ipc::decode(Table::SchedWindows, &bytes, 10).unwrap_err().to_string();
+        assert!(err.contains("sched_windows: expected"), "{err}");
+    }
+
+    #[test]
+    fn rejects_values_of_the_wrong_type_without_partial_rows() {
+        let mut b = BatchBuilder::new(Table::CgroupWindows);
+        let err = b
+            .push(&common(), &[Val::Str("/x"), Val::Str("oops"), Val::U(0), Val::U(0)])
+            .unwrap_err();
+        assert!(err.to_string().contains("on_cpu_ns"), "{err}");
+        assert!(b.is_empty());
+        b.push(&common(), &[Val::Str("/x"), Val::U(1), Val::U(0), Val::U(0)]).unwrap();
+        assert_eq!(b.finish().unwrap().num_rows(), 1);
+    }
+}
