@@ -17,15 +17,23 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 64MiB)"))?;
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 64MiB)"))?;
     let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        other => return Err(format!("unknown size unit `{other}` in `{s}` (use B, KiB, MiB or GiB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{s}` (use B, KiB, MiB or GiB)"
+            ))
+        }
     };
-    n.checked_mul(mult).filter(|&v| v > 0).ok_or_else(|| format!("`{s}` is out of range"))
+    n.checked_mul(mult)
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("`{s}` is out of range"))
 }
 
 fn parse_store(s: &str) -> Result<StoreUrl, String> {
@@ -46,7 +54,9 @@ pub struct StoreArgs {
 
 impl StoreArgs {
     pub fn options(&self) -> StoreOptions {
-        StoreOptions { s3_endpoint: self.s3_endpoint.clone() }
+        StoreOptions {
+            s3_endpoint: self.s3_endpoint.clone(),
+        }
     }
 }
 
@@ -99,7 +109,11 @@ impl ServeArgs {
             store_options: self.store.options(),
             listen: self.listen,
             http_listen: self.http_listen,
-            commit: CommitConfig { wal_dir: self.wal_dir.clone(), flush_rows: self.flush_rows, flush_age: self.flush_age },
+            commit: CommitConfig {
+                wal_dir: self.wal_dir.clone(),
+                flush_rows: self.flush_rows,
+                flush_age: self.flush_age,
+            },
             limits: Limits {
                 max_message_bytes: self.max_message_size,
                 max_rows: self.max_batch_rows,
@@ -119,7 +133,9 @@ mod tests {
         assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
         assert_eq!(parse_bytes("512k"), Ok(512 << 10));
         assert_eq!(parse_bytes("100"), Ok(100));
-        assert!(parse_bytes("12parsecs").unwrap_err().contains("unknown size unit"));
+        assert!(parse_bytes("12parsecs")
+            .unwrap_err()
+            .contains("unknown size unit"));
         assert!(parse_bytes("MiB").is_err());
         assert!(parse_bytes("0").is_err());
     }

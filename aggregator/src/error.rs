@@ -37,6 +37,9 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
     fn ctx(self, context: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| Error::Io { context: context(), source })
+        self.map_err(|source| Error::Io {
+            context: context(),
+            source,
+        })
     }
 }

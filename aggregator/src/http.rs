@@ -28,7 +28,10 @@ pub fn router(state: Arc<HttpState>) -> Router {
 
 async fn metrics(State(s): State<Arc<HttpState>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         s.metrics.encode(),
     )
 }
@@ -37,6 +40,9 @@ async fn readyz(State(s): State<Arc<HttpState>>) -> impl IntoResponse {
     if s.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "replaying write-ahead log\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "replaying write-ahead log\n",
+        )
     }
 }

@@ -54,9 +54,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("INGERO_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("INGERO_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -86,11 +88,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 ingero_aggregator::Error::StoreUrl { .. } => Failure::Usage(e.to_string()),
                 other => Failure::Run(other.into()),
             })?;
-            server.run_until(shutdown_signal()).await.map_err(|e| Failure::Run(e.into()))
+            server
+                .run_until(shutdown_signal())
+                .await
+                .map_err(|e| Failure::Run(e.into()))
         }
         Command::Load(args) => {
             if args.nodes == 0 || args.batches == 0 || args.rows == 0 {
-                return Err(Failure::Usage("--nodes, --batches and --rows must be > 0".into()));
+                return Err(Failure::Usage(
+                    "--nodes, --batches and --rows must be > 0".into(),
+                ));
             }
             let cfg = load::LoadConfig {
                 server: args.server,

@@ -45,21 +45,31 @@ impl Server {
     pub async fn start(cfg: ServeConfig) -> Result<Server> {
         let store = Store::open(&cfg.store, &cfg.store_options)?;
         let metrics = Arc::new(Metrics::default());
-        let grpc = TcpListener::bind(cfg.listen).await.ctx(|| format!("binding --listen {}", cfg.listen))?;
+        let grpc = TcpListener::bind(cfg.listen)
+            .await
+            .ctx(|| format!("binding --listen {}", cfg.listen))?;
         let http = TcpListener::bind(cfg.http_listen)
             .await
             .ctx(|| format!("binding --http-listen {}", cfg.http_listen))?;
         let grpc_addr = grpc.local_addr().ctx(|| "local address".into())?;
         let http_addr = http.local_addr().ctx(|| "local address".into())?;
 
-        let state = Arc::new(HttpState { metrics: metrics.clone(), ready: false.into() });
+        let state = Arc::new(HttpState {
+            metrics: metrics.clone(),
+            ready: false.into(),
+        });
         let http_task = tokio::spawn({
             let app = router(state.clone());
             async move { axum::serve(http, app).await }
         });
 
-        let (committer, pipeline) = Committer::start(store.clone(), cfg.commit.clone(), metrics.clone()).await?;
-        let service = IngestService { committer: committer.clone(), limits: cfg.limits.clone(), metrics: metrics.clone() };
+        let (committer, pipeline) =
+            Committer::start(store.clone(), cfg.commit.clone(), metrics.clone()).await?;
+        let service = IngestService {
+            committer: committer.clone(),
+            limits: cfg.limits.clone(),
+            metrics: metrics.clone(),
+        };
         // tonic enforces the size limit while decoding; allow a little framing slack
         // so the handler's own check (which names the flag) usually answers first.
         let ingest = IngestServer::new(service)
@@ -88,7 +98,15 @@ impl Server {
             res.map_err(|e| Error::State(format!("gRPC server: {e}")))?;
             flushed
         });
-        Ok(Server { grpc_addr, http_addr, committer, metrics, store, stop: Some(stop_tx), done })
+        Ok(Server {
+            grpc_addr,
+            http_addr,
+            committer,
+            metrics,
+            store,
+            stop: Some(stop_tx),
+            done,
+        })
     }
 
     pub fn grpc_url(&self) -> String {
@@ -101,7 +119,9 @@ impl Server {
             let _ = stop.send(());
         }
         drop(self.committer);
-        self.done.await.map_err(|e| Error::State(format!("server task: {e}")))?
+        self.done
+            .await
+            .map_err(|e| Error::State(format!("server task: {e}")))?
     }
 
     /// Runs until `signal` resolves, then shuts down gracefully.
@@ -117,9 +137,13 @@ impl Server {
 fn remap_too_large<B>(mut resp: http::Response<B>) -> http::Response<B> {
     let h = resp.headers_mut();
     let out_of_range = h.get("grpc-status").is_some_and(|v| v.as_bytes() == b"11");
-    let too_large = h.get("grpc-message").and_then(|m| m.to_str().ok()).is_some_and(|m| m.contains("too large"));
-    if out_of_range && too_large {
-        let msg = h.get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default().to_string();
+    // grpc-message is percent-encoded on the wire.
+    let msg = h
+        .get("grpc-message")
+        .and_then(|m| m.to_str().ok())
+        .unwrap_or_default()
+        .replace("%20", " ");
+    if out_of_range && msg.contains("too large") {
         h.insert("grpc-status", HeaderValue::from_static("8"));
         if let Ok(v) = HeaderValue::from_str(&format!("batch over --max-message-size: {msg}")) {
             h.insert("grpc-message", v);

@@ -51,7 +51,12 @@ pub enum SendError {
 pub fn is_retryable(code: Code) -> bool {
     matches!(
         code,
-        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Internal | Code::Aborted | Code::Cancelled
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Unknown
+            | Code::Internal
+            | Code::Aborted
+            | Code::Cancelled
     )
 }
 
@@ -77,7 +82,12 @@ impl IngestClient {
         let raw = Raw::new(endpoint.connect_lazy())
             .max_encoding_message_size(max_message_bytes)
             .max_decoding_message_size(max_message_bytes);
-        Ok(IngestClient { raw, node: node.to_string(), last_sequence: 0, policy })
+        Ok(IngestClient {
+            raw,
+            node: node.to_string(),
+            last_sequence: 0,
+            policy,
+        })
     }
 
     pub fn node(&self) -> &str {
@@ -87,7 +97,10 @@ impl IngestClient {
     /// Next batch sequence. Starts from the wall clock in µs, so sequences keep
     /// increasing across agent restarts without any state on disk.
     pub fn next_sequence(&mut self) -> u64 {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros() as u64;
         self.last_sequence = now.max(self.last_sequence + 1);
         self.last_sequence
     }
@@ -104,9 +117,16 @@ impl IngestClient {
             if b.num_rows() == 0 {
                 continue;
             }
-            out.push(TableBatch { table: t.name().to_string(), arrow_ipc: ipc::encode(&t.schema(), std::slice::from_ref(b))? });
+            out.push(TableBatch {
+                table: t.name().to_string(),
+                arrow_ipc: ipc::encode(&t.schema(), std::slice::from_ref(b))?,
+            });
         }
-        Ok(PushRequest { node: self.node.clone(), sequence: self.next_sequence(), tables: out })
+        Ok(PushRequest {
+            node: self.node.clone(),
+            sequence: self.next_sequence(),
+            tables: out,
+        })
     }
 
     /// Sends one request, retrying transient failures with exponential
@@ -120,14 +140,20 @@ impl IngestClient {
             attempts += 1;
             let mut r = tonic::Request::new(req.clone());
             r.set_timeout(self.policy.attempt_timeout);
-            let err = match tokio::time::timeout(self.policy.attempt_timeout, self.raw.push(r)).await {
-                Ok(Ok(resp)) => return Ok(resp.into_inner()),
-                Ok(Err(status)) if !is_retryable(status.code()) => return Err(SendError::Rejected(status)),
-                Ok(Err(status)) => status,
-                Err(_) => Status::deadline_exceeded("no answer within the attempt timeout"),
-            };
+            let err =
+                match tokio::time::timeout(self.policy.attempt_timeout, self.raw.push(r)).await {
+                    Ok(Ok(resp)) => return Ok(resp.into_inner()),
+                    Ok(Err(status)) if !is_retryable(status.code()) => {
+                        return Err(SendError::Rejected(status))
+                    }
+                    Ok(Err(status)) => status,
+                    Err(_) => Status::deadline_exceeded("no answer within the attempt timeout"),
+                };
             if started.elapsed() + backoff > self.policy.give_up_after {
-                return Err(SendError::Unavailable { attempts, last: err });
+                return Err(SendError::Unavailable {
+                    attempts,
+                    last: err,
+                });
             }
             tracing::debug!(attempts, code = ?err.code(), message = err.message(), "push failed; retrying");
             tokio::time::sleep(jitter(backoff)).await;
@@ -136,7 +162,10 @@ impl IngestClient {
     }
 
     /// Encodes and sends in one call.
-    pub async fn send(&mut self, tables: &[(Table, RecordBatch)]) -> Result<PushResponse, SendError> {
+    pub async fn send(
+        &mut self,
+        tables: &[(Table, RecordBatch)],
+    ) -> Result<PushResponse, SendError> {
         let req = self.request(tables)?;
         self.push(&req).await
     }
@@ -144,7 +173,10 @@ impl IngestClient {
 
 /// 50–100 % of `d`, so many agents restarting together do not retry in lockstep.
 fn jitter(d: Duration) -> Duration {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().subsec_nanos() as u64;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos() as u64;
     let mut x = nanos ^ 0x9E37_79B9_7F4A_7C15;
     x ^= x << 13;
     x ^= x >> 7;

@@ -47,7 +47,9 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { counts: Box::new([0; BUCKETS]) }
+        Histogram {
+            counts: Box::new([0; BUCKETS]),
+        }
     }
 }
 

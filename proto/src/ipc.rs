@@ -39,7 +39,9 @@ pub fn decode(table: Table, bytes: &[u8], max_rows: usize) -> Result<Vec<RecordB
         let b = b.map_err(|e| Error::Invalid(format!("{table}: corrupt IPC record batch: {e}")))?;
         rows += b.num_rows();
         if rows > max_rows {
-            return Err(Error::TooLarge(format!("{table}: more than {max_rows} rows in one batch")));
+            return Err(Error::TooLarge(format!(
+                "{table}: more than {max_rows} rows in one batch"
+            )));
         }
         check_nulls(table, &b)?;
         if b.num_rows() > 0 {

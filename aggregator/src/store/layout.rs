@@ -50,9 +50,15 @@ mod tests {
     fn partition_paths_are_hive_style() {
         // 2026-11-21T06:30:00Z
         let us = 1_795_156_200_000_000;
-        let p = Partition { table: Table::CallWindows, hour: hour_of(us) };
+        let p = Partition {
+            table: Table::CallWindows,
+            hour: hour_of(us),
+        };
         assert_eq!(p.dir(), "call_windows/date=2026-11-21/hour=06");
-        assert_eq!(p.file(7), "call_windows/date=2026-11-21/hour=06/part-00000000000000000007.parquet");
+        assert_eq!(
+            p.file(7),
+            "call_windows/date=2026-11-21/hour=06/part-00000000000000000007.parquet"
+        );
         assert_eq!(hour_of(-1), -1);
     }
 }

@@ -3,6 +3,7 @@
 pub mod commit;
 pub mod layout;
 pub mod parquet;
+pub mod read;
 pub mod state;
 pub mod url;
 pub mod wal;

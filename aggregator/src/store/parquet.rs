@@ -7,8 +7,8 @@ use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, Sort
 use ingero_proto::Table;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::metadata::SortingColumn;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use super::layout::{hour_of, Partition};
 use crate::error::{Error, Result};
@@ -18,7 +18,10 @@ use crate::error::{Error, Result};
 const SORT_COLUMNS: [usize; 3] = [0, 7, 10];
 
 /// Splits one table's buffered batches into hour partitions.
-pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Partition, RecordBatch>> {
+pub fn partition(
+    table: Table,
+    batches: &[RecordBatch],
+) -> Result<BTreeMap<Partition, RecordBatch>> {
     let all = concat_batches(&table.schema(), batches)?;
     let mut out = BTreeMap::new();
     if all.num_rows() == 0 {
@@ -51,7 +54,10 @@ pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Parti
 pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
     let sort: Vec<SortColumn> = SORT_COLUMNS
         .iter()
-        .map(|&i| SortColumn { values: batch.column(i).clone(), options: None })
+        .map(|&i| SortColumn {
+            values: batch.column(i).clone(),
+            options: None,
+        })
         .collect();
     let idx = lexsort_to_indices(&sort, None)?;
     let sorted = take_record_batch(batch, &idx)?;
@@ -62,7 +68,11 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
         .set_sorting_columns(Some(
             SORT_COLUMNS
                 .iter()
-                .map(|&i| SortingColumn { column_idx: i as i32, descending: false, nulls_first: true })
+                .map(|&i| SortingColumn {
+                    column_idx: i as i32,
+                    descending: false,
+                    nulls_first: true,
+                })
                 .collect(),
         ))
         .set_created_by(format!("ingero {}", env!("CARGO_PKG_VERSION")))
@@ -93,7 +103,8 @@ mod tests {
                 window_us: 1,
                 ..Default::default()
             };
-            b.push(&c, &[Val::Str("/"), Val::U(1), Val::U(0), Val::U(0)]).unwrap();
+            b.push(&c, &[Val::Str("/"), Val::U(1), Val::U(0), Val::U(0)])
+                .unwrap();
         }
         let parts = partition(Table::CgroupWindows, &[b.finish().unwrap()]).unwrap();
         let rows: Vec<usize> = parts.values().map(|b| b.num_rows()).collect();
@@ -104,12 +115,23 @@ mod tests {
         let md = reader.metadata().clone();
         let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
         let back = concat_batches(&back[0].schema(), &back).unwrap();
-        let pids = back.column(7).as_any().downcast_ref::<UInt32Array>().unwrap();
-        let ts = back.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
+        let pids = back
+            .column(7)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .unwrap();
+        let ts = back
+            .column(10)
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
         assert_eq!(pids.values().to_vec(), vec![1, 1, 2]);
         assert_eq!(ts.value(0) % hour, 5);
         let col = md.row_group(0).column(0);
-        assert_eq!(col.compression(), Compression::ZSTD(ZstdLevel::try_new(1).unwrap()));
+        assert_eq!(
+            col.compression(),
+            Compression::ZSTD(ZstdLevel::try_new(1).unwrap())
+        );
         assert!(col.statistics().is_some());
     }
 }
