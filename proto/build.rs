@@ -5,6 +5,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Payload bytes are shared, not copied, between decode, WAL and buffer.
+        .bytes(".ingero.v1")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -123,7 +123,7 @@ async fn bad_input_gets_a_precise_status_and_the_server_keeps_serving() {
     };
     let tb = |table: &str, bytes: Vec<u8>| TableBatch {
         table: table.into(),
-        arrow_ipc: bytes,
+        arrow_ipc: bytes.into(),
     };
 
     let cases: Vec<(PushRequest, Code, &str)> = vec![

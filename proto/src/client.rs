@@ -119,7 +119,7 @@ impl IngestClient {
             }
             out.push(TableBatch {
                 table: t.name().to_string(),
-                arrow_ipc: ipc::encode(&t.schema(), std::slice::from_ref(b))?,
+                arrow_ipc: ipc::encode(&t.schema(), std::slice::from_ref(b))?.into(),
             });
         }
         Ok(PushRequest {

@@ -49,7 +49,7 @@ mod tests {
     #[test]
     fn partition_paths_are_hive_style() {
         // 2026-11-21T06:30:00Z
-        let us = 1_795_156_200_000_000;
+        let us = 1_795_242_600_000_000;
         let p = Partition {
             table: Table::CallWindows,
             hour: hour_of(us),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use arrow::array::{Array, RecordBatch, TimestampMicrosecondArray, UInt32Array};
+use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array};
 use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
 use ingero_proto::Table;
 use parquet::arrow::ArrowWriter;
@@ -13,16 +13,29 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use super::layout::{hour_of, Partition};
 use crate::error::{Error, Result};
 
-/// Column order rows are sorted by (node, pid, window_start): one node's rows
-/// are contiguous, so per-page statistics prune node and time filters.
-const SORT_COLUMNS: [usize; 3] = [0, 7, 10];
+/// Column order rows are sorted by (node, window_start, pid): one node's rows
+/// are contiguous and in time order, so page statistics prune node and time.
+const SORT_COLUMNS: [usize; 3] = [0, 10, 7];
 
-/// Splits one table's buffered batches into hour partitions.
+/// Splits one table's buffered batches into hour partitions, with rows
+/// grouped by node and in time order.
+///
+/// Each pushed batch comes from one node, so ordering whole batches by
+/// (node, first window) makes every node's rows contiguous without a per-row
+/// sort; [`encode`] then sorts only when a batch spans several windows.
 pub fn partition(
     table: Table,
     batches: &[RecordBatch],
 ) -> Result<BTreeMap<Partition, RecordBatch>> {
-    let all = concat_batches(&table.schema(), batches)?;
+    let mut order: Vec<(&str, i64, usize)> = batches
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.num_rows() > 0)
+        .map(|(i, b)| (first_node(b), first_ts(b), i))
+        .collect();
+    order.sort_unstable();
+    let ordered: Vec<&RecordBatch> = order.iter().map(|&(_, _, i)| &batches[i]).collect();
+    let all = concat_batches(&table.schema(), ordered)?;
     let mut out = BTreeMap::new();
     if all.num_rows() == 0 {
         return Ok(out);
@@ -50,17 +63,10 @@ pub fn partition(
     Ok(out)
 }
 
-/// Sorts a batch and encodes it as one zstd Parquet file with page statistics.
+/// Encodes a partition as one zstd Parquet file with page statistics,
+/// sorted by (node, window_start, pid).
 pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let sort: Vec<SortColumn> = SORT_COLUMNS
-        .iter()
-        .map(|&i| SortColumn {
-            values: batch.column(i).clone(),
-            options: None,
-        })
-        .collect();
-    let idx = lexsort_to_indices(&sort, None)?;
-    let sorted = take_record_batch(batch, &idx)?;
+    let sorted = sort_if_needed(batch)?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_statistics_enabled(EnabledStatistics::Page)
@@ -82,6 +88,38 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
     w.write(&sorted)?;
     w.close()?;
     Ok(buf)
+}
+
+fn first_node(b: &RecordBatch) -> &str {
+    b.column(0).as_any().downcast_ref::<StringArray>().map_or("", |a| a.value(0))
+}
+
+fn first_ts(b: &RecordBatch) -> i64 {
+    b.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>().map_or(0, |a| a.value(0))
+}
+
+/// Sorts by (node, window_start, pid) unless already in that order (the
+/// usual case for agent data: one batch per node per window, pids ascending).
+fn sort_if_needed(batch: &RecordBatch) -> Result<RecordBatch> {
+    let node = batch.column(0).as_any().downcast_ref::<StringArray>();
+    let pid = batch.column(7).as_any().downcast_ref::<UInt32Array>();
+    let ts = batch.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>();
+    if let (Some(node), Some(pid), Some(ts)) = (node, pid, ts) {
+        let sorted = (1..batch.num_rows()).all(|i| {
+            let a = (node.value(i - 1), ts.value(i - 1), pid.value(i - 1));
+            let b = (node.value(i), ts.value(i), pid.value(i));
+            a <= b
+        });
+        if sorted {
+            return Ok(batch.clone());
+        }
+    }
+    let sort: Vec<SortColumn> = SORT_COLUMNS
+        .iter()
+        .map(|&i| SortColumn { values: batch.column(i).clone(), options: None })
+        .collect();
+    let idx = lexsort_to_indices(&sort, None)?;
+    Ok(take_record_batch(batch, &idx)?)
 }
 
 #[cfg(test)]
@@ -127,6 +165,7 @@ mod tests {
             .unwrap();
         assert_eq!(pids.values().to_vec(), vec![1, 1, 2]);
         assert_eq!(ts.value(0) % hour, 5);
+        assert_eq!(ts.value(1) % hour, 10);
         let col = md.row_group(0).column(0);
         assert_eq!(
             col.compression(),
