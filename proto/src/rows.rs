@@ -281,7 +281,7 @@ mod tests {
         b.push(&common(), &own).unwrap();
         let batch = b.finish().unwrap();
         assert_eq!(batch.num_rows(), 2);
-        let bytes = ipc::encode(&Table::CallWindows.schema(), &[batch.clone()]).unwrap();
+        let bytes = ipc::encode(&Table::CallWindows.schema(), std::slice::from_ref(&batch)).unwrap();
         let back = ipc::decode(Table::CallWindows, &bytes, 10).unwrap();
         assert_eq!(back, vec![batch]);
         assert!(matches!(

@@ -423,18 +423,32 @@ async fn commit_segment_arc(
     metrics: &Metrics,
 ) -> Result<()> {
     let started = Instant::now();
-    let mut encodes = Vec::new();
+    // Partition on one thread per table, then encode chunks in parallel: a
+    // chunk is a file, so the names stay a pure function of the segment.
+    let mut parts = Vec::new();
     for &table in sealed.tables.keys() {
         let s = sealed.clone();
-        encodes.push(tokio::task::spawn_blocking(
-            move || -> Result<Vec<(String, Vec<u8>)>> {
-                let parts = parquet::partition(table, &s.tables[&table])?;
-                parts
-                    .iter()
-                    .map(|(p, b)| Ok((p.file(s.segment), parquet::encode(b)?)))
-                    .collect()
-            },
-        ));
+        parts.push(tokio::task::spawn_blocking(move || {
+            parquet::partition(table, &s.tables[&table])
+        }));
+    }
+    let mut encodes = Vec::new();
+    for p in parts {
+        let p = p
+            .await
+            .map_err(|e| Error::State(format!("partitioner panicked: {e}")))??;
+        for (part, batch) in p {
+            let rows = batch.num_rows();
+            for (chunk, offset) in (0..rows).step_by(parquet::FILE_ROWS).enumerate() {
+                let slice = batch.slice(offset, parquet::FILE_ROWS.min(rows - offset));
+                let key = part.file(sealed.segment, chunk);
+                encodes.push(tokio::task::spawn_blocking(
+                    move || -> Result<Vec<(String, Vec<u8>)>> {
+                        Ok(vec![(key, parquet::encode(&slice)?)])
+                    },
+                ));
+            }
+        }
     }
     for e in encodes {
         let files = e

@@ -34,8 +34,8 @@ impl Partition {
     /// File written for this partition by one WAL segment. The name is a pure
     /// function of the segment, so replaying a segment after a crash
     /// overwrites a half-finished flush instead of duplicating it.
-    pub fn file(&self, segment: u64) -> String {
-        format!("{}/part-{segment:020}.parquet", self.dir())
+    pub fn file(&self, segment: u64, chunk: usize) -> String {
+        format!("{}/part-{segment:020}-{chunk:04}.parquet", self.dir())
     }
 }
 
@@ -56,8 +56,8 @@ mod tests {
         };
         assert_eq!(p.dir(), "call_windows/date=2026-11-21/hour=06");
         assert_eq!(
-            p.file(7),
-            "call_windows/date=2026-11-21/hour=06/part-00000000000000000007.parquet"
+            p.file(7, 1),
+            "call_windows/date=2026-11-21/hour=06/part-00000000000000000007-0001.parquet"
         );
         assert_eq!(hour_of(-1), -1);
     }

@@ -15,6 +15,10 @@ use crate::error::{Error, Result};
 
 /// Column order rows are sorted by (node, window_start, pid): one node's rows
 /// are contiguous and in time order, so page statistics prune node and time.
+/// Rows per Parquet file (and row group): big enough that 1,000 nodes do not
+/// make tiny files, small enough that a flush encodes files in parallel.
+pub const FILE_ROWS: usize = 256 * 1024;
+
 const SORT_COLUMNS: [usize; 3] = [0, 10, 7];
 
 /// Splits one table's buffered batches into hour partitions, with rows
@@ -70,7 +74,7 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_max_row_group_row_count(Some(256 * 1024))
+        .set_max_row_group_row_count(Some(FILE_ROWS))
         .set_sorting_columns(Some(
             SORT_COLUMNS
                 .iter()
@@ -91,11 +95,17 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
 }
 
 fn first_node(b: &RecordBatch) -> &str {
-    b.column(0).as_any().downcast_ref::<StringArray>().map_or("", |a| a.value(0))
+    b.column(0)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .map_or("", |a| a.value(0))
 }
 
 fn first_ts(b: &RecordBatch) -> i64 {
-    b.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>().map_or(0, |a| a.value(0))
+    b.column(10)
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+        .map_or(0, |a| a.value(0))
 }
 
 /// Sorts by (node, window_start, pid) unless already in that order (the
@@ -103,7 +113,10 @@ fn first_ts(b: &RecordBatch) -> i64 {
 fn sort_if_needed(batch: &RecordBatch) -> Result<RecordBatch> {
     let node = batch.column(0).as_any().downcast_ref::<StringArray>();
     let pid = batch.column(7).as_any().downcast_ref::<UInt32Array>();
-    let ts = batch.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>();
+    let ts = batch
+        .column(10)
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>();
     if let (Some(node), Some(pid), Some(ts)) = (node, pid, ts) {
         let sorted = (1..batch.num_rows()).all(|i| {
             let a = (node.value(i - 1), ts.value(i - 1), pid.value(i - 1));
@@ -116,7 +129,10 @@ fn sort_if_needed(batch: &RecordBatch) -> Result<RecordBatch> {
     }
     let sort: Vec<SortColumn> = SORT_COLUMNS
         .iter()
-        .map(|&i| SortColumn { values: batch.column(i).clone(), options: None })
+        .map(|&i| SortColumn {
+            values: batch.column(i).clone(),
+            options: None,
+        })
         .collect();
     let idx = lexsort_to_indices(&sort, None)?;
     Ok(take_record_batch(batch, &idx)?)
