@@ -11,7 +11,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::time::{Duration, Instant};
 
-use ingero_aggregator::ingest::Limits;
 use ingero_aggregator::load::{self, json_bytes, synth_tables, LoadConfig};
 use ingero_aggregator::serve::{ServeConfig, Server};
 use ingero_aggregator::store::commit::CommitConfig;
@@ -19,20 +18,14 @@ use ingero_aggregator::store::StoreUrl;
 use ingero_proto::{ipc, Table};
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` probes with --list
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         // Wire size: one realistic batch (1 s window, 5,000 call rows) both ways.
         let tables = synth_tables("node-0", chrono::Utc::now().timestamp_micros(), 5_000, 1);
@@ -50,18 +43,9 @@ fn main() {
         );
 
         let dir = tempfile::tempdir().unwrap();
-        let cfg = ServeConfig {
-            store: StoreUrl::parse(&format!("file://{}", dir.path().join("data").display())).unwrap(),
-            store_options: Default::default(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            http_listen: "127.0.0.1:0".parse().unwrap(),
-            commit: CommitConfig {
-                wal_dir: dir.path().join("wal"),
-                flush_rows: 500_000,
-                flush_age: Duration::from_secs(30),
-            },
-            limits: Limits::default(),
-        };
+        let store = StoreUrl::parse(&format!("file://{}", dir.path().join("data").display())).unwrap();
+        let mut cfg = ServeConfig::ephemeral(store, Default::default(), dir.path().join("wal"));
+        cfg.commit = CommitConfig { wal_dir: dir.path().join("wal"), flush_rows: 500_000, flush_age: Duration::from_secs(30) };
         let server = Server::start(cfg).await.unwrap();
         let load = LoadConfig {
             server: server.grpc_url(),

@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::ingest::Limits;
+use crate::query::QueryLimits;
+use crate::rank::detector::DetectorConfig;
 use crate::serve::ServeConfig;
 use crate::store::commit::CommitConfig;
 use crate::store::url::DEFAULT_STORE;
@@ -17,23 +19,15 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: usize = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (e.g. 64MiB)"))?;
+    let n: usize = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 64MiB)"))?;
     let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        other => {
-            return Err(format!(
-                "unknown size unit `{other}` in `{s}` (use B, KiB, MiB or GiB)"
-            ))
-        }
+        other => return Err(format!("unknown size unit `{other}` in `{s}` (use B, KiB, MiB or GiB)")),
     };
-    n.checked_mul(mult)
-        .filter(|&v| v > 0)
-        .ok_or_else(|| format!("`{s}` is out of range"))
+    n.checked_mul(mult).filter(|&v| v > 0).ok_or_else(|| format!("`{s}` is out of range"))
 }
 
 fn parse_store(s: &str) -> Result<StoreUrl, String> {
@@ -54,9 +48,7 @@ pub struct StoreArgs {
 
 impl StoreArgs {
     pub fn options(&self) -> StoreOptions {
-        StoreOptions {
-            s3_endpoint: self.s3_endpoint.clone(),
-        }
+        StoreOptions { s3_endpoint: self.s3_endpoint.clone() }
     }
 }
 
@@ -91,6 +83,55 @@ pub struct ServeArgs {
     /// Refuse windows that start further in the future (clock skew allowance).
     #[arg(long, env = "INGERO_MAX_FUTURE", default_value = "10m", value_parser = humantime::parse_duration)]
     pub max_future: Duration,
+    #[command(flatten)]
+    pub query: QueryArgs,
+    #[command(flatten)]
+    pub rank: RankArgs,
+}
+
+/// Limits on every query (SQL, history, reports).
+#[derive(Debug, Clone, Args)]
+pub struct QueryArgs {
+    /// Abort a query after this long.
+    #[arg(long, env = "INGERO_QUERY_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub query_timeout: Duration,
+    /// Memory a query may use for sorts, joins and aggregations (e.g. 2GiB).
+    #[arg(long, env = "INGERO_QUERY_MEMORY", default_value = "2GiB", value_parser = parse_bytes)]
+    pub query_memory: usize,
+}
+
+impl QueryArgs {
+    pub fn limits(&self) -> QueryLimits {
+        QueryLimits { timeout: self.query_timeout, memory_bytes: self.query_memory }
+    }
+}
+
+/// Straggler detector tuning.
+#[derive(Debug, Clone, Args)]
+pub struct RankArgs {
+    /// Robust z-score (MAD units) above which a node's signal deviates from its job.
+    #[arg(long, env = "INGERO_Z_THRESHOLD", default_value_t = 4.0)]
+    pub z_threshold: f64,
+    /// Consecutive deviant windows before a node is flagged.
+    #[arg(long, env = "INGERO_FLAG_AFTER", default_value_t = 3)]
+    pub flag_after: u32,
+    /// Consecutive normal windows before a flag clears (hysteresis).
+    #[arg(long, env = "INGERO_CLEAR_AFTER", default_value_t = 5)]
+    pub clear_after: u32,
+    /// How long a window waits for late nodes before it is judged without them.
+    #[arg(long, env = "INGERO_RANK_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
+    pub grace: Duration,
+}
+
+impl RankArgs {
+    pub fn detector(&self) -> DetectorConfig {
+        DetectorConfig {
+            z_threshold: self.z_threshold,
+            flag_after: self.flag_after,
+            clear_after: self.clear_after,
+            ..Default::default()
+        }
+    }
 }
 
 impl ServeArgs {
@@ -120,6 +161,14 @@ impl ServeArgs {
                 max_future: self.max_future,
                 max_age: self.max_age,
             },
+            query: QueryLimits { timeout: self.query.query_timeout, memory_bytes: self.query.query_memory },
+            detector: DetectorConfig {
+                z_threshold: self.rank.z_threshold,
+                flag_after: self.rank.flag_after,
+                clear_after: self.rank.clear_after,
+                ..DetectorConfig::default()
+            },
+            grace: self.rank.grace,
         })
     }
 }
@@ -133,9 +182,7 @@ mod tests {
         assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
         assert_eq!(parse_bytes("512k"), Ok(512 << 10));
         assert_eq!(parse_bytes("100"), Ok(100));
-        assert!(parse_bytes("12parsecs")
-            .unwrap_err()
-            .contains("unknown size unit"));
+        assert!(parse_bytes("12parsecs").unwrap_err().contains("unknown size unit"));
         assert!(parse_bytes("MiB").is_err());
         assert!(parse_bytes("0").is_err());
     }

@@ -37,9 +37,6 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
     fn ctx(self, context: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| Error::Io {
-            context: context(),
-            source,
-        })
+        self.map_err(|source| Error::Io { context: context(), source })
     }
 }

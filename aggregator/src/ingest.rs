@@ -41,6 +41,7 @@ impl Default for Limits {
 
 pub struct IngestService {
     pub committer: Committer,
+    pub ranker: Option<crate::rank::LiveRanker>,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,
 }
@@ -61,15 +62,17 @@ impl Ingest for IngestService {
                 return Err(status);
             }
         };
+        // Batches share their column buffers: the copy for ranking is cheap.
+        let for_ranking = self.ranker.as_ref().map(|_| accepted.tables.clone());
         match self.committer.push(accepted).await {
-            Ok(ack) => Ok(Response::new(PushResponse {
-                duplicate: ack.duplicate,
-                rows: ack.rows,
-            })),
+            Ok(ack) => {
+                if let (Some(r), Some(t), false) = (&self.ranker, for_ranking, ack.duplicate) {
+                    r.feed(t);
+                }
+                Ok(Response::new(PushResponse { duplicate: ack.duplicate, rows: ack.rows }))
+            }
             Err(e @ Error::ShuttingDown) => Err(Status::unavailable(e.to_string())),
-            Err(e) => Err(Status::unavailable(format!(
-                "batch not stored, retry later: {e}"
-            ))),
+            Err(e) => Err(Status::unavailable(format!("batch not stored, retry later: {e}"))),
         }
     }
 }
@@ -84,9 +87,7 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
         )));
     }
     if req.node.is_empty() || req.node.len() > 253 || req.node.chars().any(|c| c.is_control()) {
-        return Err(Status::invalid_argument(
-            "`node` must be 1-253 printable characters",
-        ));
+        return Err(Status::invalid_argument("`node` must be 1-253 printable characters"));
     }
     if req.sequence == 0 {
         return Err(Status::invalid_argument("`sequence` must be > 0"));
@@ -103,24 +104,15 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
     for t in &req.tables {
         let table = Table::from_name(&t.table).ok_or_else(|| {
             let known: Vec<_> = Table::ALL.iter().map(|t| t.name()).collect();
-            Status::invalid_argument(format!(
-                "unknown table `{}` (known: {})",
-                t.table,
-                known.join(", ")
-            ))
+            Status::invalid_argument(format!("unknown table `{}` (known: {})", t.table, known.join(", ")))
         })?;
         if tables.iter().any(|(seen, _)| *seen == table) {
-            return Err(Status::invalid_argument(format!(
-                "table `{table}` appears twice in one batch"
-            )));
+            return Err(Status::invalid_argument(format!("table `{table}` appears twice in one batch")));
         }
-        let batches =
-            ipc::decode(table, &t.arrow_ipc, limits.max_rows - rows).map_err(|e| match e {
-                ingero_proto::Error::TooLarge(m) => {
-                    Status::resource_exhausted(format!("{m} (--max-batch-rows)"))
-                }
-                other => Status::invalid_argument(other.to_string()),
-            })?;
+        let batches = ipc::decode(table, &t.arrow_ipc, limits.max_rows - rows).map_err(|e| match e {
+            ingero_proto::Error::TooLarge(m) => Status::resource_exhausted(format!("{m} (--max-batch-rows)")),
+            other => Status::invalid_argument(other.to_string()),
+        })?;
         for b in &batches {
             check_rows(table, b, &req.node, lo, hi)?;
             rows += b.num_rows();
@@ -129,14 +121,7 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
         tables.push((table, batches));
     }
     let raw = req.encode_to_vec();
-    Ok(Accepted {
-        node: req.node,
-        sequence: req.sequence,
-        raw,
-        tables,
-        rows: rows as u64,
-        ipc_bytes,
-    })
+    Ok(Accepted { node: req.node, sequence: req.sequence, raw, tables, rows: rows as u64, ipc_bytes })
 }
 
 /// Value checks: rows belong to the sending node and windows are in a sane time range.
@@ -150,11 +135,7 @@ fn check_rows(table: Table, b: &RecordBatch, node: &str, lo: i64, hi: i64) -> Re
             )));
         }
     }
-    if let Some(ts) = b
-        .column(10)
-        .as_any()
-        .downcast_ref::<TimestampMicrosecondArray>()
-    {
+    if let Some(ts) = b.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>() {
         let (min, max) = (arrow::compute::min(ts), arrow::compute::max(ts));
         if let (Some(min), Some(max)) = (min, max) {
             if min < lo || max > hi {

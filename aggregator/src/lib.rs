@@ -4,12 +4,18 @@
 //! flush) → `store::parquet` (files in the object store).
 
 pub mod cli;
+pub mod commands;
 pub mod error;
 pub mod http;
 pub mod ingest;
 pub mod load;
 pub mod metrics;
+pub mod query;
+pub mod query_service;
+pub mod rank;
+pub mod report;
 pub mod serve;
+pub mod simulate;
 pub mod store;
 
 pub use error::{Error, Result};

@@ -24,12 +24,7 @@ const OPS: [(&str, &str); 8] = [
 
 /// Rows of one node for one window: `rows` call-window rows over
 /// `rows / OPS.len()` processes plus one scheduler row per process.
-pub fn synth_tables(
-    node: &str,
-    window_start_us: i64,
-    rows: usize,
-    seed: u64,
-) -> Vec<(Table, RecordBatch)> {
+pub fn synth_tables(node: &str, window_start_us: i64, rows: usize, seed: u64) -> Vec<(Table, RecordBatch)> {
     let mut calls = BatchBuilder::new(Table::CallWindows);
     let mut sched = BatchBuilder::new(Table::SchedWindows);
     let procs = rows.div_ceil(OPS.len()).max(1);
@@ -147,12 +142,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, SendError> {
         let mut client = IngestClient::new(&cfg.server, &node, RetryPolicy::default())?;
         let mut reqs: Vec<PushRequest> = Vec::with_capacity(cfg.batches_per_node);
         for b in 0..cfg.batches_per_node {
-            let tables = synth_tables(
-                &node,
-                window0 + b as i64 * 1_000_000,
-                cfg.rows_per_batch,
-                (n * 7919 + b) as u64,
-            );
+            let tables = synth_tables(&node, window0 + b as i64 * 1_000_000, cfg.rows_per_batch, (n * 7919 + b) as u64);
             reqs.push(client.request(&tables)?);
         }
         per_node.push((client, reqs));
@@ -167,11 +157,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, SendError> {
                 r.batches += 1;
                 r.rows += resp.rows;
                 r.duplicates += resp.duplicate as u64;
-                r.wire_bytes += req
-                    .tables
-                    .iter()
-                    .map(|t| t.arrow_ipc.len() as u64)
-                    .sum::<u64>();
+                r.wire_bytes += req.tables.iter().map(|t| t.arrow_ipc.len() as u64).sum::<u64>();
             }
             Ok::<_, SendError>(r)
         }));

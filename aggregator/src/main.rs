@@ -9,11 +9,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ingero_aggregator::cli::ServeArgs;
+use ingero_aggregator::commands::{self, CmdResult, Failure};
 use ingero_aggregator::{load, serve::Server};
 
 /// Ingero: find where paid GPU time leaks, on which node, in which pod, and why.
+///
+/// Per-node agents trace CUDA/NCCL calls and the scheduler; `ingero serve`
+/// stores their windows as Parquet, ranks straggler nodes live, and answers
+/// the commands below. `ingero demo` shows it all without a GPU or a cluster.
 #[derive(Debug, Parser)]
-#[command(name = "ingero", version, about, long_about = None, propagate_version = true)]
+#[command(name = "ingero", version, about, long_about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,9 +26,19 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the aggregator: gRPC ingest + query, Parquet persistence, HTTP metrics.
+    /// Run the aggregator: gRPC ingest + query, Parquet persistence, live ranking, HTTP metrics.
     Serve(Box<ServeArgs>),
-    /// Push synthetic windows from many simulated nodes (load test of a server).
+    /// Rank straggler nodes: live (--server) or over history (--store / --since).
+    Stragglers(Box<commands::stragglers::StragglersArgs>),
+    /// Explain a pod's, node's or process's stalls: cause → effect → fix (text, JSON, HTML).
+    Report(Box<commands::report::ReportArgs>),
+    /// Read-only SQL over the dataset.
+    Sql(Box<commands::sql::SqlArgs>),
+    /// Simulate a fleet of agents with injected faults against a server and time each flag.
+    Simulate(Box<commands::simulate::SimulateArgs>),
+    /// Everything in one minute: in-process server, simulated fleet, one straggler, its report.
+    Demo(Box<commands::demo::DemoArgs>),
+    /// Push synthetic windows from many nodes as fast as possible (load test).
     Load(LoadArgs),
 }
 
@@ -33,35 +48,23 @@ struct LoadArgs {
     #[arg(long, env = "INGERO_SERVER", default_value = "http://127.0.0.1:7070")]
     server: String,
     /// Simulated nodes sending concurrently.
-    #[arg(long, env = "INGERO_LOAD_NODES", default_value_t = 16)]
+    #[arg(long, default_value_t = 16)]
     nodes: usize,
     /// Batches each node sends.
-    #[arg(long, env = "INGERO_LOAD_BATCHES", default_value_t = 20)]
+    #[arg(long, default_value_t = 20)]
     batches: usize,
     /// Call-window rows per batch.
-    #[arg(long, env = "INGERO_LOAD_ROWS", default_value_t = 5_000)]
+    #[arg(long, default_value_t = 5_000)]
     rows: usize,
-}
-
-/// Errors in what the user asked for exit 2; failures while running exit 1.
-enum Failure {
-    Usage(String),
-    Run(anyhow::Error),
-}
-
-impl From<anyhow::Error> for Failure {
-    fn from(e: anyhow::Error) -> Self {
-        Failure::Run(e)
-    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("INGERO_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("INGERO_LOG").unwrap_or_else(|_| {
+            // Tools keep quiet; the server logs its lifecycle.
+            if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" }.into()
+        }))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -85,7 +88,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
+async fn run(cli: Cli) -> CmdResult {
     match cli.command {
         Command::Serve(args) => {
             let cfg = args.config().map_err(Failure::Usage)?;
@@ -93,16 +96,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 ingero_aggregator::Error::StoreUrl { .. } => Failure::Usage(e.to_string()),
                 other => Failure::Run(other.into()),
             })?;
-            server
-                .run_until(shutdown_signal())
-                .await
-                .map_err(|e| Failure::Run(e.into()))
+            Ok(server.run_until(shutdown_signal()).await?)
         }
+        Command::Stragglers(a) => commands::stragglers::run(*a).await,
+        Command::Report(a) => commands::report::run(*a).await,
+        Command::Sql(a) => commands::sql::run(*a).await,
+        Command::Simulate(a) => commands::simulate::run(*a).await,
+        Command::Demo(a) => commands::demo::run(*a).await,
         Command::Load(args) => {
             if args.nodes == 0 || args.batches == 0 || args.rows == 0 {
-                return Err(Failure::Usage(
-                    "--nodes, --batches and --rows must be > 0".into(),
-                ));
+                return Err(Failure::Usage("--nodes, --batches and --rows must be > 0".into()));
             }
             let cfg = load::LoadConfig {
                 server: args.server,
@@ -110,7 +113,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 batches_per_node: args.batches,
                 rows_per_batch: args.rows,
             };
-            let r = load::run(&cfg).await.map_err(|e| Failure::Run(e.into()))?;
+            let r = load::run(&cfg).await?;
             println!(
                 "sent {} batches, {} rows ({} duplicates) in {:.2?}: {:.0} rows/s, {:.1} wire bytes/row",
                 r.batches,

@@ -60,68 +60,24 @@ impl Default for Metrics {
             wal_sync_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             files_written: Counter::default(),
         };
-        registry.register(
-            "ingest_batches",
-            "Ingest batches by outcome",
-            m.batches.clone(),
-        );
+        registry.register("ingest_batches", "Ingest batches by outcome", m.batches.clone());
         registry.register("ingest_rows", "Rows stored, by table", m.rows.clone());
-        registry.register(
-            "ingest_bytes",
-            "Arrow IPC bytes received in accepted batches",
-            m.bytes.clone(),
-        );
-        registry.register(
-            "ingest_rejects",
-            "Rejected batches by reason",
-            m.rejects.clone(),
-        );
-        registry.register(
-            "buffered_rows",
-            "Rows acknowledged but not yet in Parquet",
-            m.buffered_rows.clone(),
-        );
-        registry.register(
-            "flushes",
-            "Segments flushed to the store",
-            m.flushes.clone(),
-        );
-        registry.register(
-            "flush_errors",
-            "Failed flush attempts (retried)",
-            m.flush_errors.clone(),
-        );
-        registry.register(
-            "flush_seconds",
-            "Time to write one segment to the store",
-            m.flush_seconds.clone(),
-        );
-        registry.register(
-            "wal_sync_seconds",
-            "Write + fsync time of one WAL group commit",
-            m.wal_sync_seconds.clone(),
-        );
-        registry.register(
-            "parquet_files_written",
-            "Parquet files written",
-            m.files_written.clone(),
-        );
+        registry.register("ingest_bytes", "Arrow IPC bytes received in accepted batches", m.bytes.clone());
+        registry.register("ingest_rejects", "Rejected batches by reason", m.rejects.clone());
+        registry.register("buffered_rows", "Rows acknowledged but not yet in Parquet", m.buffered_rows.clone());
+        registry.register("flushes", "Segments flushed to the store", m.flushes.clone());
+        registry.register("flush_errors", "Failed flush attempts (retried)", m.flush_errors.clone());
+        registry.register("flush_seconds", "Time to write one segment to the store", m.flush_seconds.clone());
+        registry.register("wal_sync_seconds", "Write + fsync time of one WAL group commit", m.wal_sync_seconds.clone());
+        registry.register("parquet_files_written", "Parquet files written", m.files_written.clone());
         Metrics { registry, ..m }
     }
 }
 
 impl Metrics {
     pub fn reject(&self, reason: &str) {
-        self.batches
-            .get_or_create(&OutcomeLabel {
-                outcome: Outcome::rejected,
-            })
-            .inc();
-        self.rejects
-            .get_or_create(&ReasonLabel {
-                reason: reason.to_string(),
-            })
-            .inc();
+        self.batches.get_or_create(&OutcomeLabel { outcome: Outcome::rejected }).inc();
+        self.rejects.get_or_create(&ReasonLabel { reason: reason.to_string() }).inc();
     }
 
     pub fn encode(&self) -> String {

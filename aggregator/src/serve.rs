@@ -16,8 +16,13 @@ use crate::error::{Error, IoContext, Result};
 use crate::http::{router, HttpState};
 use crate::ingest::{IngestService, Limits};
 use crate::metrics::Metrics;
+use crate::query::QueryLimits;
+use crate::query_service::QueryService;
+use crate::rank::detector::DetectorConfig;
+use crate::rank::LiveRanker;
 use crate::store::commit::{CommitConfig, Committer};
 use crate::store::{Store, StoreOptions, StoreUrl};
+use ingero_proto::pb::query_server::QueryServer;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -27,6 +32,10 @@ pub struct ServeConfig {
     pub http_listen: SocketAddr,
     pub commit: CommitConfig,
     pub limits: Limits,
+    pub query: QueryLimits,
+    pub detector: DetectorConfig,
+    /// How long a window waits for late nodes before it is judged anyway.
+    pub grace: std::time::Duration,
 }
 
 /// A running aggregator.
@@ -36,6 +45,7 @@ pub struct Server {
     pub committer: Committer,
     pub metrics: Arc<Metrics>,
     pub store: Store,
+    pub ranker: LiveRanker,
     stop: Option<oneshot::Sender<()>>,
     done: JoinHandle<Result<()>>,
 }
@@ -45,28 +55,23 @@ impl Server {
     pub async fn start(cfg: ServeConfig) -> Result<Server> {
         let store = Store::open(&cfg.store, &cfg.store_options)?;
         let metrics = Arc::new(Metrics::default());
-        let grpc = TcpListener::bind(cfg.listen)
-            .await
-            .ctx(|| format!("binding --listen {}", cfg.listen))?;
-        let http = TcpListener::bind(cfg.http_listen)
-            .await
-            .ctx(|| format!("binding --http-listen {}", cfg.http_listen))?;
+        let grpc = TcpListener::bind(cfg.listen).await.ctx(|| format!("binding --listen {}", cfg.listen))?;
+        let http =
+            TcpListener::bind(cfg.http_listen).await.ctx(|| format!("binding --http-listen {}", cfg.http_listen))?;
         let grpc_addr = grpc.local_addr().ctx(|| "local address".into())?;
         let http_addr = http.local_addr().ctx(|| "local address".into())?;
 
-        let state = Arc::new(HttpState {
-            metrics: metrics.clone(),
-            ready: false.into(),
-        });
+        let ranker = LiveRanker::start(cfg.detector.clone(), cfg.grace);
+        let state = Arc::new(HttpState { metrics: metrics.clone(), ready: false.into(), ranker: ranker.clone() });
         let http_task = tokio::spawn({
             let app = router(state.clone());
             async move { axum::serve(http, app).await }
         });
 
-        let (committer, pipeline) =
-            Committer::start(store.clone(), cfg.commit.clone(), metrics.clone()).await?;
+        let (committer, pipeline) = Committer::start(store.clone(), cfg.commit.clone(), metrics.clone()).await?;
         let service = IngestService {
             committer: committer.clone(),
+            ranker: Some(ranker.clone()),
             limits: cfg.limits.clone(),
             metrics: metrics.clone(),
         };
@@ -84,6 +89,12 @@ impl Server {
             .initial_connection_window_size(Some(16 << 20))
             .layer(tower::util::MapResponseLayer::new(remap_too_large))
             .add_service(ingest)
+            .add_service(QueryServer::new(QueryService {
+                store: store.clone(),
+                ranker: ranker.clone(),
+                limits: cfg.query.clone(),
+                detector: cfg.detector.clone(),
+            }))
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async {
                 let _ = stop_rx.await;
             });
@@ -102,15 +113,7 @@ impl Server {
             res.map_err(|e| Error::State(format!("gRPC server: {e}")))?;
             flushed
         });
-        Ok(Server {
-            grpc_addr,
-            http_addr,
-            committer,
-            metrics,
-            store,
-            stop: Some(stop_tx),
-            done,
-        })
+        Ok(Server { grpc_addr, http_addr, committer, metrics, store, ranker, stop: Some(stop_tx), done })
     }
 
     pub fn grpc_url(&self) -> String {
@@ -123,9 +126,7 @@ impl Server {
             let _ = stop.send(());
         }
         drop(self.committer);
-        self.done
-            .await
-            .map_err(|e| Error::State(format!("server task: {e}")))?
+        self.done.await.map_err(|e| Error::State(format!("server task: {e}")))?
     }
 
     /// Runs until `signal` resolves, then shuts down gracefully.
@@ -142,11 +143,7 @@ fn remap_too_large<B>(mut resp: http::Response<B>) -> http::Response<B> {
     let h = resp.headers_mut();
     let out_of_range = h.get("grpc-status").is_some_and(|v| v.as_bytes() == b"11");
     // grpc-message is percent-encoded on the wire.
-    let msg = h
-        .get("grpc-message")
-        .and_then(|m| m.to_str().ok())
-        .unwrap_or_default()
-        .replace("%20", " ");
+    let msg = h.get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default().replace("%20", " ");
     if out_of_range && msg.contains("too large") {
         h.insert("grpc-status", HeaderValue::from_static("8"));
         if let Ok(v) = HeaderValue::from_str(&format!("batch over --max-message-size: {msg}")) {
@@ -154,4 +151,22 @@ fn remap_too_large<B>(mut resp: http::Response<B>) -> http::Response<B> {
         }
     }
     resp
+}
+
+impl ServeConfig {
+    /// Loopback ports chosen by the OS and default limits: for in-process use
+    /// (`ingero demo`, tests, benchmarks).
+    pub fn ephemeral(store: StoreUrl, store_options: StoreOptions, wal_dir: std::path::PathBuf) -> ServeConfig {
+        ServeConfig {
+            store,
+            store_options,
+            listen: "127.0.0.1:0".parse().expect("static address"),
+            http_listen: "127.0.0.1:0".parse().expect("static address"),
+            commit: CommitConfig { wal_dir, flush_rows: 500_000, flush_age: std::time::Duration::from_secs(30) },
+            limits: Limits::default(),
+            query: QueryLimits::default(),
+            detector: DetectorConfig::default(),
+            grace: std::time::Duration::from_millis(1500),
+        }
+    }
 }

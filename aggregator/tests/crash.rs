@@ -15,11 +15,7 @@ use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_proto::Table;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn spawn_serve(dir: &Path, port: u16, http: u16) -> Child {
@@ -52,19 +48,11 @@ async fn acknowledged_batches_survive_sigkill_exactly_once() {
 
     let mut server = spawn_serve(dir.path(), port, http);
     let mut sent = Vec::new();
-    let mut clients: Vec<IngestClient> = (0..3)
-        .map(|n| IngestClient::new(&url, &format!("node-{n}"), RetryPolicy::default()).unwrap())
-        .collect();
+    let mut clients: Vec<IngestClient> =
+        (0..3).map(|n| IngestClient::new(&url, &format!("node-{n}"), RetryPolicy::default()).unwrap()).collect();
     for w in 0..12 {
         for (n, c) in clients.iter_mut().enumerate() {
-            let req = c
-                .request(&synth_tables(
-                    &format!("node-{n}"),
-                    t0 + w * 1_000_000,
-                    40,
-                    w as u64,
-                ))
-                .unwrap();
+            let req = c.request(&synth_tables(&format!("node-{n}"), t0 + w * 1_000_000, 40, w as u64)).unwrap();
             let resp = c.push(&req).await.unwrap();
             assert!(!resp.duplicate);
             sent.push((n, req));
@@ -77,22 +65,13 @@ async fn acknowledged_batches_survive_sigkill_exactly_once() {
     let mut server = spawn_serve(dir.path(), port, http);
     for (n, req) in &sent {
         let resp = clients[*n].push(req).await.unwrap();
-        assert!(
-            resp.duplicate,
-            "a retry after restart must be recognised as stored"
-        );
+        assert!(resp.duplicate, "a retry after restart must be recognised as stored");
     }
-    let extra = clients[0]
-        .request(&synth_tables("node-0", t0 + 30_000_000, 40, 99))
-        .unwrap();
+    let extra = clients[0].request(&synth_tables("node-0", t0 + 30_000_000, 40, 99)).unwrap();
     assert!(!clients[0].push(&extra).await.unwrap().duplicate);
 
     // SIGTERM flushes everything buffered before exit.
-    Command::new("kill")
-        .arg("-TERM")
-        .arg(server.id().to_string())
-        .status()
-        .unwrap();
+    Command::new("kill").arg("-TERM").arg(server.id().to_string()).status().unwrap();
     let status = server.wait().unwrap();
     assert!(status.success(), "ingero serve exited with {status}");
 
@@ -108,14 +87,7 @@ async fn acknowledged_batches_survive_sigkill_exactly_once() {
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), expected, "duplicated rows after crash recovery");
-    assert_eq!(
-        total_rows(&read_table(&store, Table::SchedWindows).await.unwrap()),
-        (sent.len() + 1) * 5
-    );
+    assert_eq!(total_rows(&read_table(&store, Table::SchedWindows).await.unwrap()), (sent.len() + 1) * 5);
     let wal_left: Vec<_> = std::fs::read_dir(dir.path().join("wal")).unwrap().collect();
-    assert_eq!(
-        wal_left.len(),
-        1,
-        "only the fresh empty segment remains after a clean stop"
-    );
+    assert_eq!(wal_left.len(), 1, "only the fresh empty segment remains after a clean stop");
 }

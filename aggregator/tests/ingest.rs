@@ -20,17 +20,11 @@ fn now_window() -> i64 {
 async fn stores_each_batch_once_and_reads_back_with_pyarrow() {
     let dir = tempfile::tempdir().unwrap();
     let server = local_server(dir.path()).await;
-    let mut client =
-        IngestClient::new(&server.grpc_url(), "gpu-a", RetryPolicy::default()).unwrap();
+    let mut client = IngestClient::new(&server.grpc_url(), "gpu-a", RetryPolicy::default()).unwrap();
     let mut sent_rows = 0;
     let mut reqs = Vec::new();
     for w in 0..5 {
-        let tables = synth_tables(
-            "gpu-a",
-            now_window() - 10_000_000 + w * 1_000_000,
-            64,
-            w as u64,
-        );
+        let tables = synth_tables("gpu-a", now_window() - 10_000_000 + w * 1_000_000, 64, w as u64);
         let req = client.request(&tables).unwrap();
         let resp = client.push(&req).await.unwrap();
         assert!(!resp.duplicate);
@@ -54,18 +48,11 @@ async fn stores_each_batch_once_and_reads_back_with_pyarrow() {
     keys.dedup();
     assert_eq!(keys.len(), sent_rows, "no row stored twice");
     let files = list_files(&server.store, Table::CallWindows).await.unwrap();
-    assert_eq!(
-        files.len(),
-        1,
-        "5 batches from one node buffered into one file: {files:?}"
-    );
+    assert_eq!(files.len(), 1, "5 batches from one node buffered into one file: {files:?}");
     assert!(files[0].0.contains("call_windows/date="), "{files:?}");
 
     let metrics = reqwest_metrics(&server).await;
-    assert!(
-        metrics.contains("ingero_ingest_batches_total{outcome=\"duplicate\"} 2"),
-        "{metrics}"
-    );
+    assert!(metrics.contains("ingero_ingest_batches_total{outcome=\"duplicate\"} 2"), "{metrics}");
     server.shutdown().await.unwrap();
 
     // pyarrow reads the directory as a hive-partitioned dataset, every row.
@@ -85,22 +72,15 @@ print(json.dumps(out))
         assert_eq!(v["sched_windows"]["rows"], 40);
         let cols = v["call_windows"]["cols"].as_array().unwrap();
         for c in ["node", "window_start", "op", "hist_bucket", "date", "hour"] {
-            assert!(
-                cols.iter().any(|x| x == c),
-                "pyarrow lacks column {c}: {cols:?}"
-            );
+            assert!(cols.iter().any(|x| x == c), "pyarrow lacks column {c}: {cols:?}");
         }
     }
 }
 
 async fn reqwest_metrics(server: &ingero_aggregator::serve::Server) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(server.http_addr)
-        .await
-        .unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
+    let mut s = tokio::net::TcpStream::connect(server.http_addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
@@ -110,21 +90,11 @@ async fn reqwest_metrics(server: &ingero_aggregator::serve::Server) -> String {
 async fn bad_input_gets_a_precise_status_and_the_server_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let server = local_server(dir.path()).await;
-    let mut raw = RawClient::connect(server.grpc_url())
-        .await
-        .unwrap()
-        .max_encoding_message_size(64 << 20);
+    let mut raw = RawClient::connect(server.grpc_url()).await.unwrap().max_encoding_message_size(64 << 20);
     let good_tables = synth_tables("n1", now_window(), 16, 1);
     let good_ipc = ipc::encode(&Table::CallWindows.schema(), &[good_tables[0].1.clone()]).unwrap();
-    let req = |tables: Vec<TableBatch>, seq| PushRequest {
-        node: "n1".into(),
-        sequence: seq,
-        tables,
-    };
-    let tb = |table: &str, bytes: Vec<u8>| TableBatch {
-        table: table.into(),
-        arrow_ipc: bytes.into(),
-    };
+    let req = |tables: Vec<TableBatch>, seq| PushRequest { node: "n1".into(), sequence: seq, tables };
+    let tb = |table: &str, bytes: Vec<u8>| TableBatch { table: table.into(), arrow_ipc: bytes.into() };
 
     let cases: Vec<(PushRequest, Code, &str)> = vec![
         (
@@ -132,83 +102,39 @@ async fn bad_input_gets_a_precise_status_and_the_server_keeps_serving() {
             Code::InvalidArgument,
             "not an Arrow IPC stream",
         ),
-        (
-            req(vec![tb("sched_windows", good_ipc.clone())], 2),
-            Code::InvalidArgument,
-            "sched_windows: expected",
-        ),
-        (
-            req(vec![tb("gpu_magic", good_ipc.clone())], 3),
-            Code::InvalidArgument,
-            "unknown table `gpu_magic`",
-        ),
+        (req(vec![tb("sched_windows", good_ipc.clone())], 2), Code::InvalidArgument, "sched_windows: expected"),
+        (req(vec![tb("gpu_magic", good_ipc.clone())], 3), Code::InvalidArgument, "unknown table `gpu_magic`"),
         (req(vec![], 4), Code::InvalidArgument, "no tables"),
+        (req(vec![tb("call_windows", good_ipc.clone())], 0), Code::InvalidArgument, "sequence"),
         (
-            req(vec![tb("call_windows", good_ipc.clone())], 0),
-            Code::InvalidArgument,
-            "sequence",
-        ),
-        (
-            PushRequest {
-                node: "other-node".into(),
-                sequence: 5,
-                tables: vec![tb("call_windows", good_ipc.clone())],
-            },
+            PushRequest { node: "other-node".into(), sequence: 5, tables: vec![tb("call_windows", good_ipc.clone())] },
             Code::InvalidArgument,
             "has node `n1` but the batch is from `other-node`",
         ),
-        (
-            req(vec![tb("call_windows", vec![7u8; 5 << 20])], 6),
-            Code::ResourceExhausted,
-            "max-message-size",
-        ),
-        (
-            req(vec![tb("call_windows", vec![7u8; 4 << 20])], 7),
-            Code::ResourceExhausted,
-            "max-message-size",
-        ),
+        (req(vec![tb("call_windows", vec![7u8; 5 << 20])], 6), Code::ResourceExhausted, "max-message-size"),
+        (req(vec![tb("call_windows", vec![7u8; 4 << 20])], 7), Code::ResourceExhausted, "max-message-size"),
     ];
     for (r, code, needle) in cases {
         let err = raw.push(r).await.unwrap_err();
         assert_eq!(err.code(), code, "{}", err.message());
-        assert!(
-            err.message().contains(needle),
-            "`{}` lacks `{needle}`",
-            err.message()
-        );
+        assert!(err.message().contains(needle), "`{}` lacks `{needle}`", err.message());
     }
     // Timestamps far in the future are refused.
     let future = synth_tables("n1", now_window() + 86_400_000_000, 8, 2);
     let bytes = ipc::encode(&Table::CallWindows.schema(), &[future[0].1.clone()]).unwrap();
-    let err = raw
-        .push(req(vec![tb("call_windows", bytes)], 8))
-        .await
-        .unwrap_err();
-    assert!(
-        err.message().contains("outside the accepted range"),
-        "{}",
-        err.message()
-    );
+    let err = raw.push(req(vec![tb("call_windows", bytes)], 8)).await.unwrap_err();
+    assert!(err.message().contains("outside the accepted range"), "{}", err.message());
 
     // The client does not retry a refusal.
     let mut client = IngestClient::new(&server.grpc_url(), "n1", RetryPolicy::default()).unwrap();
     let bad = req(vec![tb("call_windows", b"junk".to_vec())], 9);
-    assert!(
-        matches!(client.push(&bad).await, Err(SendError::Rejected(s)) if s.code() == Code::InvalidArgument)
-    );
+    assert!(matches!(client.push(&bad).await, Err(SendError::Rejected(s)) if s.code() == Code::InvalidArgument));
 
     // Still serving other senders.
-    let ok = raw
-        .push(req(vec![tb("call_windows", good_ipc)], 10))
-        .await
-        .unwrap()
-        .into_inner();
+    let ok = raw.push(req(vec![tb("call_windows", good_ipc)], 10)).await.unwrap().into_inner();
     assert_eq!(ok.rows, 16);
     server.committer.flush().await.unwrap();
-    assert_eq!(
-        total_rows(&read_table(&server.store, Table::CallWindows).await.unwrap()),
-        16
-    );
+    assert_eq!(total_rows(&read_table(&server.store, Table::CallWindows).await.unwrap()), 16);
     server.shutdown().await.unwrap();
 }
 
@@ -216,20 +142,9 @@ async fn bad_input_gets_a_precise_status_and_the_server_keeps_serving() {
 async fn client_retries_until_the_server_comes_up() {
     let dir = tempfile::tempdir().unwrap();
     // Reserve a port, release it, start the server there a little later.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut client = IngestClient::new(
-        &format!("http://127.0.0.1:{port}"),
-        "late",
-        RetryPolicy::default(),
-    )
-    .unwrap();
-    let req = client
-        .request(&synth_tables("late", now_window(), 8, 3))
-        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut client = IngestClient::new(&format!("http://127.0.0.1:{port}"), "late", RetryPolicy::default()).unwrap();
+    let req = client.request(&synth_tables("late", now_window(), 8, 3)).unwrap();
     let send = tokio::spawn(async move { client.push(&req).await });
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     let mut cfg = serve_config(
@@ -244,16 +159,9 @@ async fn client_retries_until_the_server_comes_up() {
     server.shutdown().await.unwrap();
     // Shutdown flushed the buffered rows.
     let store = ingero_aggregator::store::Store::open(
-        &ingero_aggregator::store::StoreUrl::parse(&format!(
-            "file://{}",
-            dir.path().join("data").display()
-        ))
-        .unwrap(),
+        &ingero_aggregator::store::StoreUrl::parse(&format!("file://{}", dir.path().join("data").display())).unwrap(),
         &Default::default(),
     )
     .unwrap();
-    assert_eq!(
-        total_rows(&read_table(&store, Table::SchedWindows).await.unwrap()),
-        1
-    );
+    assert_eq!(total_rows(&read_table(&store, Table::SchedWindows).await.unwrap()), 1);
 }

@@ -47,16 +47,23 @@ pub enum SendError {
     Encode(#[from] Error),
 }
 
+/// A lazily connected channel to an aggregator's gRPC address.
+pub fn channel(server: &str) -> Result<Channel, SendError> {
+    let endpoint = Endpoint::from_shared(server.to_string())
+        .map_err(|e| SendError::Address(server.to_string(), e.to_string()))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .initial_stream_window_size(Some(4 << 20))
+        .initial_connection_window_size(Some(16 << 20))
+        .http2_keep_alive_interval(Duration::from_secs(30));
+    Ok(endpoint.connect_lazy())
+}
+
 /// Whether a status is worth retrying with the same batch.
 pub fn is_retryable(code: Code) -> bool {
     matches!(
         code,
-        Code::Unavailable
-            | Code::DeadlineExceeded
-            | Code::Unknown
-            | Code::Internal
-            | Code::Aborted
-            | Code::Cancelled
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Internal | Code::Aborted | Code::Cancelled
     )
 }
 
@@ -73,23 +80,14 @@ impl IngestClient {
     /// Creates a client; the connection is made on first use, so a server that
     /// is down now is not an error.
     pub fn new(server: &str, node: &str, policy: RetryPolicy) -> Result<Self, SendError> {
-        let endpoint = Endpoint::from_shared(server.to_string())
-            .map_err(|e| SendError::Address(server.to_string(), e.to_string()))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .initial_stream_window_size(Some(4 << 20))
-            .initial_connection_window_size(Some(16 << 20))
-            .http2_keep_alive_interval(Duration::from_secs(30));
-        let max_message_bytes = 256 << 20;
-        let raw = Raw::new(endpoint.connect_lazy())
-            .max_encoding_message_size(max_message_bytes)
-            .max_decoding_message_size(max_message_bytes);
-        Ok(IngestClient {
-            raw,
-            node: node.to_string(),
-            last_sequence: 0,
-            policy,
-        })
+        Ok(Self::with_channel(channel(server)?, node, policy))
+    }
+
+    /// A client for one node over a shared connection (many simulated nodes).
+    pub fn with_channel(channel: Channel, node: &str, policy: RetryPolicy) -> Self {
+        let max = 256 << 20;
+        let raw = Raw::new(channel).max_encoding_message_size(max).max_decoding_message_size(max);
+        IngestClient { raw, node: node.to_string(), last_sequence: 0, policy }
     }
 
     pub fn node(&self) -> &str {
@@ -99,10 +97,7 @@ impl IngestClient {
     /// Next batch sequence. Starts from the wall clock in µs, so sequences keep
     /// increasing across agent restarts without any state on disk.
     pub fn next_sequence(&mut self) -> u64 {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_micros() as u64;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
         self.last_sequence = now.max(self.last_sequence + 1);
         self.last_sequence
     }
@@ -124,11 +119,7 @@ impl IngestClient {
                 arrow_ipc: ipc::encode(&t.schema(), std::slice::from_ref(b))?.into(),
             });
         }
-        Ok(PushRequest {
-            node: self.node.clone(),
-            sequence: self.next_sequence(),
-            tables: out,
-        })
+        Ok(PushRequest { node: self.node.clone(), sequence: self.next_sequence(), tables: out })
     }
 
     /// Sends one request, retrying transient failures with exponential
@@ -142,20 +133,14 @@ impl IngestClient {
             attempts += 1;
             let mut r = tonic::Request::new(req.clone());
             r.set_timeout(self.policy.attempt_timeout);
-            let err =
-                match tokio::time::timeout(self.policy.attempt_timeout, self.raw.push(r)).await {
-                    Ok(Ok(resp)) => return Ok(resp.into_inner()),
-                    Ok(Err(status)) if !is_retryable(status.code()) => {
-                        return Err(SendError::Rejected(status))
-                    }
-                    Ok(Err(status)) => status,
-                    Err(_) => Status::deadline_exceeded("no answer within the attempt timeout"),
-                };
+            let err = match tokio::time::timeout(self.policy.attempt_timeout, self.raw.push(r)).await {
+                Ok(Ok(resp)) => return Ok(resp.into_inner()),
+                Ok(Err(status)) if !is_retryable(status.code()) => return Err(SendError::Rejected(status)),
+                Ok(Err(status)) => status,
+                Err(_) => Status::deadline_exceeded("no answer within the attempt timeout"),
+            };
             if started.elapsed() + backoff > self.policy.give_up_after {
-                return Err(SendError::Unavailable {
-                    attempts,
-                    last: err,
-                });
+                return Err(SendError::Unavailable { attempts, last: err });
             }
             tracing::debug!(attempts, code = ?err.code(), message = err.message(), "push failed; retrying");
             tokio::time::sleep(jitter(backoff)).await;
@@ -164,10 +149,7 @@ impl IngestClient {
     }
 
     /// Encodes and sends in one call.
-    pub async fn send(
-        &mut self,
-        tables: &[(Table, RecordBatch)],
-    ) -> Result<PushResponse, SendError> {
+    pub async fn send(&mut self, tables: &[(Table, RecordBatch)]) -> Result<PushResponse, SendError> {
         let req = self.request(tables)?;
         self.push(&req).await
     }
@@ -175,10 +157,7 @@ impl IngestClient {
 
 /// 50–100 % of `d`, so many agents restarting together do not retry in lockstep.
 fn jitter(d: Duration) -> Duration {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .subsec_nanos() as u64;
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().subsec_nanos() as u64;
     let mut x = nanos ^ 0x9E37_79B9_7F4A_7C15;
     x ^= x << 13;
     x ^= x >> 7;

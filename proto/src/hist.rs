@@ -47,9 +47,7 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            counts: Box::new([0; BUCKETS]),
-        }
+        Histogram { counts: Box::new([0; BUCKETS]) }
     }
 }
 

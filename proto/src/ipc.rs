@@ -14,9 +14,7 @@ use crate::{Error, Result};
 
 /// Encodes batches of one schema as an IPC stream with zstd buffer compression.
 pub fn encode(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
-    let opts = IpcWriteOptions::default()
-        .try_with_compression(Some(CompressionType::ZSTD))
-        .map_err(Error::Arrow)?;
+    let opts = IpcWriteOptions::default().try_with_compression(Some(CompressionType::ZSTD)).map_err(Error::Arrow)?;
     let mut w = StreamWriter::try_new_with_options(Vec::new(), schema, opts)?;
     for b in batches {
         w.write(b)?;
@@ -39,9 +37,7 @@ pub fn decode(table: Table, bytes: &[u8], max_rows: usize) -> Result<Vec<RecordB
         let b = b.map_err(|e| Error::Invalid(format!("{table}: corrupt IPC record batch: {e}")))?;
         rows += b.num_rows();
         if rows > max_rows {
-            return Err(Error::TooLarge(format!(
-                "{table}: more than {max_rows} rows in one batch"
-            )));
+            return Err(Error::TooLarge(format!("{table}: more than {max_rows} rows in one batch")));
         }
         check_nulls(table, &b)?;
         if b.num_rows() > 0 {
@@ -67,11 +63,7 @@ pub fn check_schema(table: Table, got: &Schema) -> Result<()> {
     }
     for (i, (w, g)) in want.fields().iter().zip(got.fields()).enumerate() {
         if w.name() != g.name() {
-            return Err(Error::Invalid(format!(
-                "{table}: column {i} must be `{}`, got `{}`",
-                w.name(),
-                g.name()
-            )));
+            return Err(Error::Invalid(format!("{table}: column {i} must be `{}`, got `{}`", w.name(), g.name())));
         }
         if w.data_type() != g.data_type() {
             return Err(Error::Invalid(format!(

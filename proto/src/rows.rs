@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, RecordBatch,
-    StringBuilder, TimestampMicrosecondBuilder, UInt32Builder, UInt64Builder, UInt8Builder,
+    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, RecordBatch, StringBuilder,
+    TimestampMicrosecondBuilder, UInt32Builder, UInt64Builder, UInt8Builder,
 };
 use arrow::datatypes::{DataType, Field};
 
@@ -95,23 +95,17 @@ impl Col {
             ColType::U32 => Col::U32(UInt32Builder::new()),
             ColType::U64 => Col::U64(UInt64Builder::new()),
             ColType::F64 => Col::F64(Float64Builder::new()),
-            ColType::TimestampUs => {
-                Col::Ts(TimestampMicrosecondBuilder::new().with_timezone("UTC"))
-            }
-            ColType::ListU8 => Col::ListU8(
-                ListBuilder::new(UInt8Builder::new()).with_field(Arc::new(Field::new(
-                    "item",
-                    DataType::UInt8,
-                    false,
-                ))),
-            ),
-            ColType::ListU64 => Col::ListU64(
-                ListBuilder::new(UInt64Builder::new()).with_field(Arc::new(Field::new(
-                    "item",
-                    DataType::UInt64,
-                    false,
-                ))),
-            ),
+            ColType::TimestampUs => Col::Ts(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
+            ColType::ListU8 => Col::ListU8(ListBuilder::new(UInt8Builder::new()).with_field(Arc::new(Field::new(
+                "item",
+                DataType::UInt8,
+                false,
+            )))),
+            ColType::ListU64 => Col::ListU64(ListBuilder::new(UInt64Builder::new()).with_field(Arc::new(Field::new(
+                "item",
+                DataType::UInt64,
+                false,
+            )))),
         }
     }
 
@@ -284,32 +278,18 @@ mod tests {
         let bytes = ipc::encode(&Table::CallWindows.schema(), std::slice::from_ref(&batch)).unwrap();
         let back = ipc::decode(Table::CallWindows, &bytes, 10).unwrap();
         assert_eq!(back, vec![batch]);
-        assert!(matches!(
-            ipc::decode(Table::CallWindows, &bytes, 1),
-            Err(Error::TooLarge(_))
-        ));
-        let err = ipc::decode(Table::SchedWindows, &bytes, 10)
-            .unwrap_err()
-            .to_string();
+        assert!(matches!(ipc::decode(Table::CallWindows, &bytes, 1), Err(Error::TooLarge(_))));
+        let err = ipc::decode(Table::SchedWindows, &bytes, 10).unwrap_err().to_string();
         assert!(err.contains("sched_windows: expected"), "{err}");
     }
 
     #[test]
     fn rejects_values_of_the_wrong_type_without_partial_rows() {
         let mut b = BatchBuilder::new(Table::CgroupWindows);
-        let err = b
-            .push(
-                &common(),
-                &[Val::Str("/x"), Val::Str("oops"), Val::U(0), Val::U(0)],
-            )
-            .unwrap_err();
+        let err = b.push(&common(), &[Val::Str("/x"), Val::Str("oops"), Val::U(0), Val::U(0)]).unwrap_err();
         assert!(err.to_string().contains("on_cpu_ns"), "{err}");
         assert!(b.is_empty());
-        b.push(
-            &common(),
-            &[Val::Str("/x"), Val::U(1), Val::U(0), Val::U(0)],
-        )
-        .unwrap();
+        b.push(&common(), &[Val::Str("/x"), Val::U(1), Val::U(0), Val::U(0)]).unwrap();
         assert_eq!(b.finish().unwrap().num_rows(), 1);
     }
 }

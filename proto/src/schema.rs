@@ -55,22 +55,10 @@ impl ColType {
 }
 
 const fn col(name: &'static str, ty: ColType, unit: &'static str, doc: &'static str) -> Column {
-    Column {
-        name,
-        ty,
-        nullable: false,
-        unit,
-        doc,
-    }
+    Column { name, ty, nullable: false, unit, doc }
 }
 const fn opt(name: &'static str, ty: ColType, unit: &'static str, doc: &'static str) -> Column {
-    Column {
-        name,
-        ty,
-        nullable: true,
-        unit,
-        doc,
-    }
+    Column { name, ty, nullable: true, unit, doc }
 }
 
 use ColType::*;
@@ -81,7 +69,12 @@ pub const COMMON: &[Column] = &[
     opt("namespace", Utf8, "", "Pod namespace; null when not in a known pod"),
     opt("pod", Utf8, "", "Pod name; null when not in a known pod"),
     opt("container", Utf8, "", "Container name (or container id when the pod is unknown)"),
-    opt("job", Utf8, "", "Job identity: owner (Job, JobSet, PyTorchJob, …), else NCCL communicator id, else configured label"),
+    opt(
+        "job",
+        Utf8,
+        "",
+        "Job identity: owner (Job, JobSet, PyTorchJob, …), else NCCL communicator id, else configured label",
+    ),
     opt("rank", I32, "", "Rank of the process in its job (RANK or ncclCommInitRank)"),
     opt("world_size", I32, "", "Number of ranks in the job (WORLD_SIZE or nranks)"),
     col("pid", U32, "", "Process id (tgid) in the node's root pid namespace; 0 for node-level rows"),
@@ -99,120 +92,35 @@ const HIST: &[Column] = &[
         "bucket index",
         "Sparse latency histogram: indices of non-empty buckets (see Histogram)",
     ),
-    col(
-        "hist_count",
-        ListU64,
-        "calls",
-        "Sparse latency histogram: count per bucket in hist_bucket",
-    ),
+    col("hist_count", ListU64, "calls", "Sparse latency histogram: count per bucket in hist_bucket"),
 ];
 
 const CALL_WINDOWS: &[Column] = &[
-    col(
-        "library",
-        Utf8,
-        "",
-        "cudart (runtime), cuda (driver) or nccl",
-    ),
-    col(
-        "op",
-        Utf8,
-        "",
-        "Function name, e.g. cudaStreamSynchronize, ncclAllReduce",
-    ),
+    col("library", Utf8, "", "cudart (runtime), cuda (driver) or nccl"),
+    col("op", Utf8, "", "Function name, e.g. cudaStreamSynchronize, ncclAllReduce"),
     col("count", U64, "calls", "Calls that started in the window"),
-    col(
-        "errors",
-        U64,
-        "calls",
-        "Calls that returned a non-success code (return-probed ops only)",
-    ),
-    col(
-        "total_ns",
-        U64,
-        "ns",
-        "Sum of call durations (0 for entry-only ops such as launches)",
-    ),
+    col("errors", U64, "calls", "Calls that returned a non-success code (return-probed ops only)"),
+    col("total_ns", U64, "ns", "Sum of call durations (0 for entry-only ops such as launches)"),
     col("max_ns", U64, "ns", "Longest call"),
-    col(
-        "sampled",
-        Bool,
-        "",
-        "True when durations come from a sample of calls (imported traces); count is exact",
-    ),
+    col("sampled", Bool, "", "True when durations come from a sample of calls (imported traces); count is exact"),
 ];
 
 const SCHED_WINDOWS: &[Column] = &[
-    col(
-        "threads",
-        U32,
-        "threads",
-        "Threads of the process seen in the window",
-    ),
-    col(
-        "on_cpu_ns",
-        U64,
-        "ns",
-        "Time the process's threads ran on a CPU",
-    ),
-    col(
-        "off_cpu_ns",
-        U64,
-        "ns",
-        "Time its threads were blocked or sleeping (switched out, not runnable)",
-    ),
-    col(
-        "runq_wait_ns",
-        U64,
-        "ns",
-        "Time its threads were runnable but waiting for a CPU (run-queue latency)",
-    ),
+    col("threads", U32, "threads", "Threads of the process seen in the window"),
+    col("on_cpu_ns", U64, "ns", "Time the process's threads ran on a CPU"),
+    col("off_cpu_ns", U64, "ns", "Time its threads were blocked or sleeping (switched out, not runnable)"),
+    col("runq_wait_ns", U64, "ns", "Time its threads were runnable but waiting for a CPU (run-queue latency)"),
     col("runq_max_ns", U64, "ns", "Longest single run-queue wait"),
-    col(
-        "voluntary_switches",
-        U64,
-        "switches",
-        "Context switches where the thread blocked",
-    ),
-    col(
-        "involuntary_switches",
-        U64,
-        "switches",
-        "Context switches where the thread was preempted while runnable",
-    ),
-    col(
-        "wakeups",
-        U64,
-        "wakeups",
-        "sched_wakeup / sched_wakeup_new events for its threads",
-    ),
+    col("voluntary_switches", U64, "switches", "Context switches where the thread blocked"),
+    col("involuntary_switches", U64, "switches", "Context switches where the thread was preempted while runnable"),
+    col("wakeups", U64, "wakeups", "sched_wakeup / sched_wakeup_new events for its threads"),
 ];
 
 const CGROUP_WINDOWS: &[Column] = &[
-    col(
-        "cgroup_path",
-        Utf8,
-        "",
-        "cgroup v2 path below the cgroup root",
-    ),
-    col(
-        "on_cpu_ns",
-        U64,
-        "ns",
-        "CPU time of every task in the cgroup (noisy-neighbour attribution)",
-    ),
-    col(
-        "runq_wait_ns",
-        U64,
-        "ns",
-        "Run-queue wait of every task in the cgroup",
-    ),
-    col(
-        "switches",
-        U64,
-        "switches",
-        "Context switches of every task in the cgroup",
-    ),
+    col("cgroup_path", Utf8, "", "cgroup v2 path below the cgroup root"),
+    col("on_cpu_ns", U64, "ns", "CPU time of every task in the cgroup (noisy-neighbour attribution)"),
+    col("runq_wait_ns", U64, "ns", "Run-queue wait of every task in the cgroup"),
+    col("switches", U64, "switches", "Context switches of every task in the cgroup"),
 ];
 
 const IO_WINDOWS: &[Column] = &[
@@ -225,126 +133,46 @@ const IO_WINDOWS: &[Column] = &[
 ];
 
 const HOST_EVENTS: &[Column] = &[
-    col(
-        "event_time",
-        TimestampUs,
-        "µs since epoch, UTC",
-        "When it happened",
-    ),
-    col(
-        "kind",
-        Utf8,
-        "",
-        "oom_kill, exec, exit, fork, mem_pressure, swap",
-    ),
+    col("event_time", TimestampUs, "µs since epoch, UTC", "When it happened"),
+    col("kind", Utf8, "", "oom_kill, exec, exit, fork, mem_pressure, swap"),
     col(
         "value",
         I64,
         "kind-specific",
         "oom_kill: victim pages; exit: exit code; fork: child pid; mem_pressure/swap: bytes",
     ),
-    opt(
-        "detail",
-        Utf8,
-        "",
-        "Free text: victim name, new binary path, …",
-    ),
+    opt("detail", Utf8, "", "Free text: victim name, new binary path, …"),
 ];
 
 const STALL_EVENTS: &[Column] = &[
-    col(
-        "event_time",
-        TimestampUs,
-        "µs since epoch, UTC",
-        "Start of the outlier call",
-    ),
+    col("event_time", TimestampUs, "µs since epoch, UTC", "Start of the outlier call"),
     col("tid", U32, "", "Thread id that made the call"),
     col("library", Utf8, "", "cudart, cuda or nccl"),
     col("op", Utf8, "", "Function name"),
     col("duration_ns", U64, "ns", "Duration of this call"),
     col("threshold_ns", U64, "ns", "Threshold it crossed"),
-    col(
-        "reason",
-        Utf8,
-        "",
-        "median_multiple (N × running median) or absolute",
-    ),
+    col("reason", Utf8, "", "median_multiple (N × running median) or absolute"),
 ];
 
 const PROCESS_META: &[Column] = &[
-    col(
-        "cmdline",
-        Utf8,
-        "",
-        "Command line, arguments joined by spaces (truncated to 4 KiB)",
-    ),
-    opt(
-        "container_id",
-        Utf8,
-        "",
-        "Container runtime id (64 hex) parsed from the cgroup path",
-    ),
+    col("cmdline", Utf8, "", "Command line, arguments joined by spaces (truncated to 4 KiB)"),
+    opt("container_id", Utf8, "", "Container runtime id (64 hex) parsed from the cgroup path"),
     opt("pod_uid", Utf8, "", "Pod UID parsed from the cgroup path"),
     col("cgroup_path", Utf8, "", "cgroup v2 path"),
     opt("local_rank", I32, "", "LOCAL_RANK from the environment"),
-    opt(
-        "master_addr",
-        Utf8,
-        "",
-        "MASTER_ADDR:MASTER_PORT from the environment",
-    ),
-    opt(
-        "nccl_comm_id",
-        Utf8,
-        "",
-        "NCCL communicator id (hex) learned from ncclCommInitRank",
-    ),
-    opt(
-        "gpus",
-        Utf8,
-        "",
-        "GPU device ids held by the container (kubelet PodResources), comma separated",
-    ),
-    col(
-        "libraries",
-        Utf8,
-        "",
-        "Traced libraries mapped by the process, comma separated paths",
-    ),
+    opt("master_addr", Utf8, "", "MASTER_ADDR:MASTER_PORT from the environment"),
+    opt("nccl_comm_id", Utf8, "", "NCCL communicator id (hex) learned from ncclCommInitRank"),
+    opt("gpus", Utf8, "", "GPU device ids held by the container (kubelet PodResources), comma separated"),
+    col("libraries", Utf8, "", "Traced libraries mapped by the process, comma separated paths"),
     opt("labels", Utf8, "", "Pod labels as a JSON object"),
 ];
 
 const NODE_WINDOWS: &[Column] = &[
-    col(
-        "events",
-        U64,
-        "events",
-        "Probe hits aggregated in the window",
-    ),
-    col(
-        "ringbuf_drops",
-        U64,
-        "events",
-        "Outlier events lost to a full ring buffer (summed over CPUs)",
-    ),
-    col(
-        "map_full",
-        U64,
-        "events",
-        "Updates lost to a full kernel map (summed over CPUs)",
-    ),
-    col(
-        "spool_dropped",
-        U64,
-        "batches",
-        "Batches dropped from a full on-disk spool since the agent started",
-    ),
-    col(
-        "probe_run_ns",
-        U64,
-        "ns",
-        "eBPF program run time in the window (BPF_STATS_RUN_TIME)",
-    ),
+    col("events", U64, "events", "Probe hits aggregated in the window"),
+    col("ringbuf_drops", U64, "events", "Outlier events lost to a full ring buffer (summed over CPUs)"),
+    col("map_full", U64, "events", "Updates lost to a full kernel map (summed over CPUs)"),
+    col("spool_dropped", U64, "batches", "Batches dropped from a full on-disk spool since the agent started"),
+    col("probe_run_ns", U64, "ns", "eBPF program run time in the window (BPF_STATS_RUN_TIME)"),
     opt("kernel", Utf8, "", "Kernel release"),
     opt("cpu_model", Utf8, "", "CPU model name"),
     opt("cpu_cores", U32, "cores", "Online CPUs"),
@@ -403,7 +231,9 @@ impl Table {
             Table::IoWindows => "Block IO latency per process, device and op per window",
             Table::HostEvents => "Individual host events: OOM kills, exec, exit, fork, memory pressure",
             Table::StallEvents => "Individual outlier calls (stalls) sent by the kernel as they happen",
-            Table::ProcessMeta => "Process and pod metadata, one row per process per window it changed or was first seen",
+            Table::ProcessMeta => {
+                "Process and pod metadata, one row per process per window it changed or was first seen"
+            }
             Table::NodeWindows => "Agent health and host facts per node and window (drops are never silent)",
         }
     }
@@ -441,11 +271,8 @@ impl Table {
             Table::ALL
                 .iter()
                 .map(|t| {
-                    let fields: Vec<Field> = t
-                        .columns()
-                        .iter()
-                        .map(|c| Field::new(c.name, c.ty.data_type(), c.nullable))
-                        .collect();
+                    let fields: Vec<Field> =
+                        t.columns().iter().map(|c| Field::new(c.name, c.ty.data_type(), c.nullable)).collect();
                     Arc::new(Schema::new(fields))
                 })
                 .collect()
@@ -513,10 +340,7 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
         let readme = std::fs::read_to_string(path).unwrap();
         let (begin, end) = ("<!-- BEGIN TABLES -->\n", "<!-- END TABLES -->");
-        let start = readme
-            .find(begin)
-            .expect("README has no BEGIN TABLES marker")
-            + begin.len();
+        let start = readme.find(begin).expect("README has no BEGIN TABLES marker") + begin.len();
         let stop = readme.find(end).expect("README has no END TABLES marker");
         let expected = markdown_reference();
         if readme[start..stop] != expected {

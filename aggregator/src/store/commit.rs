@@ -93,11 +93,7 @@ pub struct Committer {
 
 impl Committer {
     /// Replays the WAL into the store, then starts the pipeline tasks.
-    pub async fn start(
-        store: Store,
-        cfg: CommitConfig,
-        metrics: Arc<Metrics>,
-    ) -> Result<(Committer, JoinHandle<()>)> {
+    pub async fn start(store: Store, cfg: CommitConfig, metrics: Arc<Metrics>) -> Result<(Committer, JoinHandle<()>)> {
         let mut state = CommitState::load(&store).await?;
         let dir = cfg.wal_dir.clone();
         let committed = state.committed_segment;
@@ -118,11 +114,7 @@ impl Committer {
                 state.record(&req.node, req.sequence);
                 buf.add(tables);
             }
-            tracing::info!(
-                segment = seg.segment,
-                rows = buf.rows,
-                "replaying write-ahead log segment"
-            );
+            tracing::info!(segment = seg.segment, rows = buf.rows, "replaying write-ahead log segment");
             let sealed = Sealed {
                 segment: seg.segment,
                 tables: buf.tables,
@@ -134,13 +126,7 @@ impl Committer {
 
         let (tx, rx) = mpsc::channel(4096);
         let (ftx, frx) = mpsc::channel(2);
-        let flusher = tokio::spawn(flusher(
-            store,
-            cfg.wal_dir.clone(),
-            state.clone(),
-            frx,
-            metrics.clone(),
-        ));
+        let flusher = tokio::spawn(flusher(store, cfg.wal_dir.clone(), state.clone(), frx, metrics.clone()));
         let owner = tokio::spawn(wal_owner(wal, state.high_water, cfg, rx, ftx, metrics));
         let handle = tokio::spawn(async move {
             let _ = owner.await;
@@ -152,20 +138,14 @@ impl Committer {
     /// Makes a batch durable; resolves once it is fsynced (or found to be a duplicate).
     pub async fn push(&self, batch: Accepted) -> Result<Ack> {
         let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Push(Box::new(batch), tx))
-            .await
-            .map_err(|_| Error::ShuttingDown)?;
+        self.tx.send(Cmd::Push(Box::new(batch), tx)).await.map_err(|_| Error::ShuttingDown)?;
         rx.await.map_err(|_| Error::ShuttingDown)?
     }
 
     /// Writes everything acknowledged so far to the store.
     pub async fn flush(&self) -> Result<()> {
         let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Flush(tx))
-            .await
-            .map_err(|_| Error::ShuttingDown)?;
+        self.tx.send(Cmd::Flush(tx)).await.map_err(|_| Error::ShuttingDown)?;
         rx.await.map_err(|_| Error::ShuttingDown)?
     }
 }
@@ -190,10 +170,7 @@ async fn wal_owner(
     metrics: Arc<Metrics>,
 ) {
     let mut buf = Buffer::default();
-    let mut tick = tokio::time::interval(
-        cfg.flush_age
-            .clamp(Duration::from_millis(10), Duration::from_secs(1)),
-    );
+    let mut tick = tokio::time::interval(cfg.flush_age.clamp(Duration::from_millis(10), Duration::from_secs(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let first = tokio::select! {
@@ -234,10 +211,7 @@ async fn wal_owner(
             }
         }
         let started = Instant::now();
-        let records: Vec<Vec<u8>> = fresh
-            .iter_mut()
-            .map(|(a, _)| std::mem::take(&mut a.raw))
-            .collect();
+        let records: Vec<Vec<u8>> = fresh.iter_mut().map(|(a, _)| std::mem::take(&mut a.raw)).collect();
         let res = if records.is_empty() {
             Ok(())
         } else {
@@ -248,9 +222,7 @@ async fn wal_owner(
             .await
             .expect("WAL writer thread panicked");
             wal = w;
-            metrics
-                .wal_sync_seconds
-                .observe(started.elapsed().as_secs_f64());
+            metrics.wal_sync_seconds.observe(started.elapsed().as_secs_f64());
             res
         };
         match res {
@@ -259,38 +231,17 @@ async fn wal_owner(
                     high_water.insert(a.node.clone(), a.sequence);
                     for (t, batches) in &a.tables {
                         let n: usize = batches.iter().map(|b| b.num_rows()).sum();
-                        metrics
-                            .rows
-                            .get_or_create(&TableLabel {
-                                table: t.name().to_string(),
-                            })
-                            .inc_by(n as u64);
+                        metrics.rows.get_or_create(&TableLabel { table: t.name().to_string() }).inc_by(n as u64);
                     }
                     metrics.bytes.inc_by(a.ipc_bytes);
-                    metrics
-                        .batches
-                        .get_or_create(&OutcomeLabel {
-                            outcome: Outcome::stored,
-                        })
-                        .inc();
+                    metrics.batches.get_or_create(&OutcomeLabel { outcome: Outcome::stored }).inc();
                     let rows = a.rows;
                     buf.add(a.tables);
-                    let _ = reply.send(Ok(Ack {
-                        duplicate: false,
-                        rows,
-                    }));
+                    let _ = reply.send(Ok(Ack { duplicate: false, rows }));
                 }
                 for reply in dups {
-                    metrics
-                        .batches
-                        .get_or_create(&OutcomeLabel {
-                            outcome: Outcome::duplicate,
-                        })
-                        .inc();
-                    let _ = reply.send(Ok(Ack {
-                        duplicate: true,
-                        rows: 0,
-                    }));
+                    metrics.batches.get_or_create(&OutcomeLabel { outcome: Outcome::duplicate }).inc();
+                    let _ = reply.send(Ok(Ack { duplicate: true, rows: 0 }));
                 }
             }
             Err(e) => {
@@ -298,16 +249,10 @@ async fn wal_owner(
                 let msg = e.to_string();
                 for (_, reply) in fresh {
                     metrics.reject("wal_unavailable");
-                    let _ = reply.send(Err(Error::Wal {
-                        path: wal.dir().display().to_string(),
-                        reason: msg.clone(),
-                    }));
+                    let _ = reply.send(Err(Error::Wal { path: wal.dir().display().to_string(), reason: msg.clone() }));
                 }
                 for reply in dups {
-                    let _ = reply.send(Ok(Ack {
-                        duplicate: true,
-                        rows: 0,
-                    }));
+                    let _ = reply.send(Ok(Ack { duplicate: true, rows: 0 }));
                 }
             }
         }
@@ -359,12 +304,7 @@ async fn seal(
     };
     let b = std::mem::take(buf);
     metrics.buffered_rows.set(0);
-    let sealed = Sealed {
-        segment,
-        tables: b.tables,
-        rows: b.rows,
-        high_water: high_water.clone(),
-    };
+    let sealed = Sealed { segment, tables: b.tables, rows: b.rows, high_water: high_water.clone() };
     // Bounded: when the store falls behind, ingest waits here (back-pressure).
     let _ = ftx.send(FlushJob::Segment(sealed)).await;
     wal
@@ -387,9 +327,7 @@ async fn flusher(
                 let segment = sealed.segment;
                 let sealed = Arc::new(sealed);
                 loop {
-                    match commit_segment_arc(&store, &wal_dir, &mut state, sealed.clone(), &metrics)
-                        .await
-                    {
+                    match commit_segment_arc(&store, &wal_dir, &mut state, sealed.clone(), &metrics).await {
                         Ok(()) => break,
                         Err(e) => {
                             metrics.flush_errors.inc();
@@ -428,32 +366,24 @@ async fn commit_segment_arc(
     let mut parts = Vec::new();
     for &table in sealed.tables.keys() {
         let s = sealed.clone();
-        parts.push(tokio::task::spawn_blocking(move || {
-            parquet::partition(table, &s.tables[&table])
-        }));
+        parts.push(tokio::task::spawn_blocking(move || parquet::partition(table, &s.tables[&table])));
     }
     let mut encodes = Vec::new();
     for p in parts {
-        let p = p
-            .await
-            .map_err(|e| Error::State(format!("partitioner panicked: {e}")))??;
+        let p = p.await.map_err(|e| Error::State(format!("partitioner panicked: {e}")))??;
         for (part, batch) in p {
             let rows = batch.num_rows();
             for (chunk, offset) in (0..rows).step_by(parquet::FILE_ROWS).enumerate() {
                 let slice = batch.slice(offset, parquet::FILE_ROWS.min(rows - offset));
                 let key = part.file(sealed.segment, chunk);
-                encodes.push(tokio::task::spawn_blocking(
-                    move || -> Result<Vec<(String, Vec<u8>)>> {
-                        Ok(vec![(key, parquet::encode(&slice)?)])
-                    },
-                ));
+                encodes.push(tokio::task::spawn_blocking(move || -> Result<Vec<(String, Vec<u8>)>> {
+                    Ok(vec![(key, parquet::encode(&slice)?)])
+                }));
             }
         }
     }
     for e in encodes {
-        let files = e
-            .await
-            .map_err(|e| Error::State(format!("encoder panicked: {e}")))??;
+        let files = e.await.map_err(|e| Error::State(format!("encoder panicked: {e}")))??;
         for (key, bytes) in files {
             store.put_durable(&key, bytes.into()).await?;
             metrics.files_written.inc();
@@ -466,13 +396,9 @@ async fn commit_segment_arc(
     *state = next;
     let dir = wal_dir.to_path_buf();
     let seg = sealed.segment;
-    tokio::task::spawn_blocking(move || Wal::remove(&dir, seg))
-        .await
-        .map_err(|e| Error::State(e.to_string()))??;
+    tokio::task::spawn_blocking(move || Wal::remove(&dir, seg)).await.map_err(|e| Error::State(e.to_string()))??;
     metrics.flushes.inc();
-    metrics
-        .flush_seconds
-        .observe(started.elapsed().as_secs_f64());
+    metrics.flush_seconds.observe(started.elapsed().as_secs_f64());
     tracing::debug!(segment = seg, rows = sealed.rows, elapsed = ?started.elapsed(), "segment committed");
     Ok(())
 }

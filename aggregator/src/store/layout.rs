@@ -21,14 +21,7 @@ pub struct Partition {
 impl Partition {
     pub fn dir(&self) -> String {
         let t: DateTime<Utc> = DateTime::from_timestamp(self.hour * 3600, 0).unwrap_or_default();
-        format!(
-            "{}/date={:04}-{:02}-{:02}/hour={:02}",
-            self.table.name(),
-            t.year(),
-            t.month(),
-            t.day(),
-            t.hour()
-        )
+        format!("{}/date={:04}-{:02}-{:02}/hour={:02}", self.table.name(), t.year(), t.month(), t.day(), t.hour())
     }
 
     /// File written for this partition by one WAL segment. The name is a pure
@@ -50,15 +43,9 @@ mod tests {
     fn partition_paths_are_hive_style() {
         // 2026-11-21T06:30:00Z
         let us = 1_795_242_600_000_000;
-        let p = Partition {
-            table: Table::CallWindows,
-            hour: hour_of(us),
-        };
+        let p = Partition { table: Table::CallWindows, hour: hour_of(us) };
         assert_eq!(p.dir(), "call_windows/date=2026-11-21/hour=06");
-        assert_eq!(
-            p.file(7, 1),
-            "call_windows/date=2026-11-21/hour=06/part-00000000000000000007-0001.parquet"
-        );
+        assert_eq!(p.file(7, 1), "call_windows/date=2026-11-21/hour=06/part-00000000000000000007-0001.parquet");
         assert_eq!(hour_of(-1), -1);
     }
 }

@@ -27,10 +27,7 @@ const SORT_COLUMNS: [usize; 3] = [0, 10, 7];
 /// Each pushed batch comes from one node, so ordering whole batches by
 /// (node, first window) makes every node's rows contiguous without a per-row
 /// sort; [`encode`] then sorts only when a batch spans several windows.
-pub fn partition(
-    table: Table,
-    batches: &[RecordBatch],
-) -> Result<BTreeMap<Partition, RecordBatch>> {
+pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Partition, RecordBatch>> {
     let mut order: Vec<(&str, i64, usize)> = batches
         .iter()
         .enumerate()
@@ -78,11 +75,7 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
         .set_sorting_columns(Some(
             SORT_COLUMNS
                 .iter()
-                .map(|&i| SortingColumn {
-                    column_idx: i as i32,
-                    descending: false,
-                    nulls_first: true,
-                })
+                .map(|&i| SortingColumn { column_idx: i as i32, descending: false, nulls_first: true })
                 .collect(),
         ))
         .set_created_by(format!("ingero {}", env!("CARGO_PKG_VERSION")))
@@ -95,17 +88,11 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
 }
 
 fn first_node(b: &RecordBatch) -> &str {
-    b.column(0)
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .map_or("", |a| a.value(0))
+    b.column(0).as_any().downcast_ref::<StringArray>().map_or("", |a| a.value(0))
 }
 
 fn first_ts(b: &RecordBatch) -> i64 {
-    b.column(10)
-        .as_any()
-        .downcast_ref::<TimestampMicrosecondArray>()
-        .map_or(0, |a| a.value(0))
+    b.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>().map_or(0, |a| a.value(0))
 }
 
 /// Sorts by (node, window_start, pid) unless already in that order (the
@@ -113,10 +100,7 @@ fn first_ts(b: &RecordBatch) -> i64 {
 fn sort_if_needed(batch: &RecordBatch) -> Result<RecordBatch> {
     let node = batch.column(0).as_any().downcast_ref::<StringArray>();
     let pid = batch.column(7).as_any().downcast_ref::<UInt32Array>();
-    let ts = batch
-        .column(10)
-        .as_any()
-        .downcast_ref::<TimestampMicrosecondArray>();
+    let ts = batch.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>();
     if let (Some(node), Some(pid), Some(ts)) = (node, pid, ts) {
         let sorted = (1..batch.num_rows()).all(|i| {
             let a = (node.value(i - 1), ts.value(i - 1), pid.value(i - 1));
@@ -127,13 +111,8 @@ fn sort_if_needed(batch: &RecordBatch) -> Result<RecordBatch> {
             return Ok(batch.clone());
         }
     }
-    let sort: Vec<SortColumn> = SORT_COLUMNS
-        .iter()
-        .map(|&i| SortColumn {
-            values: batch.column(i).clone(),
-            options: None,
-        })
-        .collect();
+    let sort: Vec<SortColumn> =
+        SORT_COLUMNS.iter().map(|&i| SortColumn { values: batch.column(i).clone(), options: None }).collect();
     let idx = lexsort_to_indices(&sort, None)?;
     Ok(take_record_batch(batch, &idx)?)
 }
@@ -157,8 +136,7 @@ mod tests {
                 window_us: 1,
                 ..Default::default()
             };
-            b.push(&c, &[Val::Str("/"), Val::U(1), Val::U(0), Val::U(0)])
-                .unwrap();
+            b.push(&c, &[Val::Str("/"), Val::U(1), Val::U(0), Val::U(0)]).unwrap();
         }
         let parts = partition(Table::CgroupWindows, &[b.finish().unwrap()]).unwrap();
         let rows: Vec<usize> = parts.values().map(|b| b.num_rows()).collect();
@@ -169,24 +147,13 @@ mod tests {
         let md = reader.metadata().clone();
         let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
         let back = concat_batches(&back[0].schema(), &back).unwrap();
-        let pids = back
-            .column(7)
-            .as_any()
-            .downcast_ref::<UInt32Array>()
-            .unwrap();
-        let ts = back
-            .column(10)
-            .as_any()
-            .downcast_ref::<TimestampMicrosecondArray>()
-            .unwrap();
+        let pids = back.column(7).as_any().downcast_ref::<UInt32Array>().unwrap();
+        let ts = back.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
         assert_eq!(pids.values().to_vec(), vec![1, 1, 2]);
         assert_eq!(ts.value(0) % hour, 5);
         assert_eq!(ts.value(1) % hour, 10);
         let col = md.row_group(0).column(0);
-        assert_eq!(
-            col.compression(),
-            Compression::ZSTD(ZstdLevel::try_new(1).unwrap())
-        );
+        assert_eq!(col.compression(), Compression::ZSTD(ZstdLevel::try_new(1).unwrap()));
         assert!(col.statistics().is_some());
     }
 }

@@ -13,12 +13,8 @@ use crate::error::Result;
 /// Every Parquet file of a table, as (key, size).
 pub async fn list_files(store: &Store, table: Table) -> Result<Vec<(String, u64)>> {
     let prefix = store.key(table.name());
-    let mut files: Vec<(String, u64)> = store
-        .object_store
-        .list(Some(&prefix))
-        .map_ok(|m| (m.location.to_string(), m.size))
-        .try_collect()
-        .await?;
+    let mut files: Vec<(String, u64)> =
+        store.object_store.list(Some(&prefix)).map_ok(|m| (m.location.to_string(), m.size)).try_collect().await?;
     files.retain(|(k, _)| k.ends_with(".parquet"));
     files.sort();
     Ok(files)
@@ -28,12 +24,7 @@ pub async fn list_files(store: &Store, table: Table) -> Result<Vec<(String, u64)
 pub async fn read_table(store: &Store, table: Table) -> Result<Vec<RecordBatch>> {
     let mut out = Vec::new();
     for (key, _) in list_files(store, table).await? {
-        let bytes = store
-            .object_store
-            .get(&key.as_str().into())
-            .await?
-            .bytes()
-            .await?;
+        let bytes = store.object_store.get(&key.as_str().into()).await?.bytes().await?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()?;
         for b in reader {
             out.push(b?);

@@ -24,9 +24,8 @@ impl CommitState {
         match store.object_store.get(&store.key(STATE_KEY)).await {
             Ok(r) => {
                 let bytes = r.bytes().await?;
-                serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::State(format!("{STATE_KEY} in {} is corrupt: {e}", store.url))
-                })
+                serde_json::from_slice(&bytes)
+                    .map_err(|e| Error::State(format!("{STATE_KEY} in {} is corrupt: {e}", store.url)))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(CommitState::default()),
             Err(e) => Err(e.into()),

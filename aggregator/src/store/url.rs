@@ -30,10 +30,7 @@ pub struct StoreUrl(Url);
 
 impl StoreUrl {
     pub fn parse(s: &str) -> Result<StoreUrl> {
-        let bad = |reason: &str| Error::StoreUrl {
-            url: s.to_string(),
-            reason: reason.to_string(),
-        };
+        let bad = |reason: &str| Error::StoreUrl { url: s.to_string(), reason: reason.to_string() };
         if s.trim().is_empty() {
             return Err(bad("empty"));
         }
@@ -47,10 +44,7 @@ impl StoreUrl {
         };
         match url.scheme() {
             "file" => {
-                if url
-                    .host_str()
-                    .is_some_and(|h| !h.is_empty() && h != "localhost")
-                {
+                if url.host_str().is_some_and(|h| !h.is_empty() && h != "localhost") {
                     return Err(bad("file:// URLs take no host; use file:///absolute/path"));
                 }
             }
@@ -59,11 +53,7 @@ impl StoreUrl {
                     return Err(bad("missing bucket, e.g. s3://bucket/prefix"));
                 }
             }
-            other => {
-                return Err(bad(&format!(
-                    "unsupported scheme `{other}` (use file://, s3://, gs:// or az://)"
-                )))
-            }
+            other => return Err(bad(&format!("unsupported scheme `{other}` (use file://, s3://, gs:// or az://)"))),
         }
         Ok(StoreUrl(url))
     }
@@ -74,9 +64,7 @@ impl StoreUrl {
 
     /// The local directory for `file://` stores.
     pub fn local_dir(&self) -> Option<PathBuf> {
-        (self.0.scheme() == "file")
-            .then(|| self.0.to_file_path().ok())
-            .flatten()
+        (self.0.scheme() == "file").then(|| self.0.to_file_path().ok()).flatten()
     }
 }
 
@@ -107,20 +95,14 @@ pub struct Store {
 impl Store {
     /// Opens the store; local directories are created when missing.
     pub fn open(url: &StoreUrl, opts: &StoreOptions) -> Result<Store> {
-        let bad = |reason: String| Error::StoreUrl {
-            url: url.to_string(),
-            reason,
-        };
+        let bad = |reason: String| Error::StoreUrl { url: url.to_string(), reason };
         let u = &url.0;
         let bucket = u.host_str().unwrap_or_default().to_string();
         let prefix = Path::from(u.path().trim_matches('/'));
         let object_store: Arc<dyn ObjectStore> = match u.scheme() {
             "file" => {
-                let dir = url
-                    .local_dir()
-                    .ok_or_else(|| bad("not a local path".into()))?;
-                std::fs::create_dir_all(&dir)
-                    .ctx(|| format!("creating store directory {}", dir.display()))?;
+                let dir = url.local_dir().ok_or_else(|| bad("not a local path".into()))?;
+                std::fs::create_dir_all(&dir).ctx(|| format!("creating store directory {}", dir.display()))?;
                 let fs = LocalFileSystem::new_with_prefix(&dir).map_err(|e| bad(e.to_string()))?;
                 return Ok(Store {
                     url: url.clone(),
@@ -152,12 +134,7 @@ impl Store {
                     .map_err(|e| bad(e.to_string()))?,
             ),
         };
-        Ok(Store {
-            url: url.clone(),
-            object_store,
-            prefix,
-            local_dir: None,
-        })
+        Ok(Store { url: url.clone(), object_store, prefix, local_dir: None })
     }
 
     /// Key under the store prefix.
@@ -184,13 +161,9 @@ impl Store {
 }
 
 fn fsync_file_and_dir(path: &FsPath) -> Result<()> {
-    std::fs::File::open(path)
-        .and_then(|f| f.sync_all())
-        .ctx(|| format!("fsync {}", path.display()))?;
+    std::fs::File::open(path).and_then(|f| f.sync_all()).ctx(|| format!("fsync {}", path.display()))?;
     if let Some(parent) = path.parent() {
-        std::fs::File::open(parent)
-            .and_then(|f| f.sync_all())
-            .ctx(|| format!("fsync {}", parent.display()))?;
+        std::fs::File::open(parent).and_then(|f| f.sync_all()).ctx(|| format!("fsync {}", parent.display()))?;
     }
     Ok(())
 }
@@ -201,19 +174,10 @@ mod tests {
 
     #[test]
     fn parses_supported_urls_and_refuses_others() {
-        assert_eq!(
-            StoreUrl::parse("file:///tmp/x")
-                .unwrap()
-                .local_dir()
-                .unwrap(),
-            PathBuf::from("/tmp/x")
-        );
+        assert_eq!(StoreUrl::parse("file:///tmp/x").unwrap().local_dir().unwrap(), PathBuf::from("/tmp/x"));
         let rel = StoreUrl::parse("./data").unwrap();
         assert!(rel.local_dir().unwrap().is_absolute());
-        assert!(StoreUrl::parse("s3://bucket/prefix")
-            .unwrap()
-            .local_dir()
-            .is_none());
+        assert!(StoreUrl::parse("s3://bucket/prefix").unwrap().local_dir().is_none());
         assert!(StoreUrl::parse("gs://b").is_ok());
         for (bad, why) in [
             ("", "empty"),
@@ -229,13 +193,7 @@ mod tests {
     #[test]
     fn keys_carry_the_prefix() {
         let url = StoreUrl::parse("s3://bucket/some/prefix/").unwrap();
-        let store = Store::open(
-            &url,
-            &StoreOptions {
-                s3_endpoint: Some("http://127.0.0.1:1".into()),
-            },
-        )
-        .unwrap();
+        let store = Store::open(&url, &StoreOptions { s3_endpoint: Some("http://127.0.0.1:1".into()) }).unwrap();
         assert_eq!(store.key("a/b.parquet").as_ref(), "some/prefix/a/b.parquet");
     }
 }

@@ -36,10 +36,7 @@ impl Wal {
         for entry in fs::read_dir(dir).ctx(|| format!("reading WAL directory {}", dir.display()))? {
             let entry = entry.ctx(|| format!("reading WAL directory {}", dir.display()))?;
             let name = entry.file_name().to_string_lossy().to_string();
-            if let Some(n) = name
-                .strip_prefix("seg-")
-                .and_then(|s| s.strip_suffix(".wal"))
-            {
+            if let Some(n) = name.strip_prefix("seg-").and_then(|s| s.strip_suffix(".wal")) {
                 if let Ok(n) = n.parse::<u64>() {
                     segments.push(n);
                 }
@@ -53,10 +50,7 @@ impl Wal {
                 fs::remove_file(&path).ctx(|| format!("removing {}", path.display()))?;
             } else {
                 let records = read_segment(&path)?;
-                replay.push(Replayed {
-                    segment: seg,
-                    records,
-                });
+                replay.push(Replayed { segment: seg, records });
             }
         }
         let next = segments.last().copied().unwrap_or(0).max(committed) + 1;
@@ -66,21 +60,11 @@ impl Wal {
 
     fn create(dir: &Path, segment: u64) -> Result<Wal> {
         let path = segment_path(dir, segment);
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .ctx(|| format!("creating {}", path.display()))?;
+        let file =
+            OpenOptions::new().create(true).append(true).open(&path).ctx(|| format!("creating {}", path.display()))?;
         // Make the new directory entry itself durable.
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .ctx(|| format!("fsync {}", dir.display()))?;
-        Ok(Wal {
-            dir: dir.to_path_buf(),
-            segment,
-            file,
-            bytes: 0,
-        })
+        File::open(dir).and_then(|d| d.sync_all()).ctx(|| format!("fsync {}", dir.display()))?;
+        Ok(Wal { dir: dir.to_path_buf(), segment, file, bytes: 0 })
     }
 
     pub fn segment(&self) -> u64 {
@@ -105,15 +89,9 @@ impl Wal {
     /// Appends records and fsyncs them (one group commit). On failure the
     /// segment is cut back to its previous length so a half-written frame
     /// never hides later records from replay.
-    pub fn append_durable<'a>(
-        &mut self,
-        records: impl IntoIterator<Item = &'a [u8]>,
-    ) -> Result<()> {
+    pub fn append_durable<'a>(&mut self, records: impl IntoIterator<Item = &'a [u8]>) -> Result<()> {
         let before = self.bytes;
-        let res = records
-            .into_iter()
-            .try_for_each(|r| self.append(r))
-            .and_then(|_| self.sync());
+        let res = records.into_iter().try_for_each(|r| self.append(r)).and_then(|_| self.sync());
         if res.is_err() {
             let _ = self.file.set_len(before);
             self.bytes = before;
@@ -138,9 +116,7 @@ impl Wal {
     pub fn remove(dir: &Path, segment: u64) -> Result<()> {
         let path = segment_path(dir, segment);
         match fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(e).ctx(|| format!("removing {}", path.display()))
-            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).ctx(|| format!("removing {}", path.display())),
             _ => Ok(()),
         }
     }
@@ -150,10 +126,7 @@ impl Wal {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "writing {}",
-            segment_path(&self.dir, self.segment).display()
-        )
+        format!("writing {}", segment_path(&self.dir, self.segment).display())
     }
 }
 
@@ -164,9 +137,7 @@ fn segment_path(dir: &Path, segment: u64) -> PathBuf {
 /// Reads every intact frame; truncates a torn or corrupt tail.
 fn read_segment(path: &Path) -> Result<Vec<Vec<u8>>> {
     let mut data = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut data))
-        .ctx(|| format!("reading {}", path.display()))?;
+    File::open(path).and_then(|mut f| f.read_to_end(&mut data)).ctx(|| format!("reading {}", path.display()))?;
     let mut records = Vec::new();
     let mut off = 0usize;
     while off + 8 <= data.len() {
@@ -185,16 +156,10 @@ fn read_segment(path: &Path) -> Result<Vec<Vec<u8>>> {
             dropped_bytes = data.len() - off,
             "cutting torn tail from WAL segment (never acknowledged)"
         );
-        let f = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .ctx(|| format!("opening {}", path.display()))?;
+        let f = OpenOptions::new().write(true).open(path).ctx(|| format!("opening {}", path.display()))?;
         f.set_len(off as u64)
             .and_then(|_| f.sync_all())
-            .map_err(|e| Error::Wal {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| Error::Wal { path: path.display().to_string(), reason: e.to_string() })?;
     }
     Ok(records)
 }
@@ -224,24 +189,14 @@ mod tests {
 
         let (wal, replay) = Wal::open(dir.path(), 0).unwrap();
         assert_eq!(wal.segment(), 3);
-        let got: Vec<(u64, Vec<Vec<u8>>)> =
-            replay.into_iter().map(|r| (r.segment, r.records)).collect();
-        assert_eq!(
-            got,
-            vec![
-                (1, vec![b"one".to_vec(), b"two".to_vec()]),
-                (2, vec![b"three".to_vec()])
-            ]
-        );
+        let got: Vec<(u64, Vec<Vec<u8>>)> = replay.into_iter().map(|r| (r.segment, r.records)).collect();
+        assert_eq!(got, vec![(1, vec![b"one".to_vec(), b"two".to_vec()]), (2, vec![b"three".to_vec()])]);
         assert_eq!(fs::metadata(&seg2).unwrap().len(), 13);
         drop(wal);
 
         // Segment 1 committed: it is removed and not replayed again.
         let (_wal, replay) = Wal::open(dir.path(), 1).unwrap();
-        assert_eq!(
-            replay.iter().map(|r| r.segment).collect::<Vec<_>>(),
-            vec![2, 3]
-        );
+        assert_eq!(replay.iter().map(|r| r.segment).collect::<Vec<_>>(), vec![2, 3]);
         assert!(!segment_path(dir.path(), 1).exists());
     }
 }

@@ -1,0 +1,115 @@
+//! `ingero` subcommands other than `serve`: each reads from a running server
+//! (`--server`) or straight from a store (`--store`).
+
+pub mod demo;
+pub mod report;
+pub mod simulate;
+pub mod sql;
+pub mod stragglers;
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::cli::{QueryArgs, StoreArgs};
+use crate::query::QueryEngine;
+use crate::store::Store;
+
+/// A failure the user caused (exit 2) or one that happened while running (exit 1).
+#[derive(Debug)]
+pub enum Failure {
+    Usage(String),
+    Run(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure::Run(e.into())
+    }
+}
+
+pub type CmdResult<T = ()> = Result<T, Failure>;
+
+/// Start of a time range: a duration ago (`10m`, `1h`) or an RFC 3339 time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Since {
+    Ago(Duration),
+    At(i64),
+}
+
+impl Since {
+    pub fn parse(s: &str) -> Result<Since, String> {
+        if let Ok(d) = humantime::parse_duration(s) {
+            return Ok(Since::Ago(d));
+        }
+        chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| Since::At(t.timestamp_micros()))
+            .map_err(|_| format!("`{s}` is neither a duration (10m, 1h) nor an RFC 3339 time (2026-11-21T06:00:00Z)"))
+    }
+
+    pub fn start_us(&self) -> i64 {
+        match self {
+            Since::Ago(d) => chrono::Utc::now().timestamp_micros() - d.as_micros() as i64,
+            Since::At(t) => *t,
+        }
+    }
+
+    /// (since_secs, start_us) as the gRPC requests carry them.
+    pub fn wire(&self) -> (u64, i64) {
+        match self {
+            Since::Ago(d) => (d.as_secs().max(1), 0),
+            Since::At(t) => (0, *t),
+        }
+    }
+}
+
+/// `--server` or `--store`: where a read command gets its data.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// A running aggregator's gRPC address (e.g. http://ingero:7070).
+    #[arg(long, env = "INGERO_SERVER", conflicts_with = "store")]
+    pub server: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub query: QueryArgs,
+}
+
+impl SourceArgs {
+    pub async fn engine(&self) -> CmdResult<QueryEngine> {
+        let store = Store::open(&self.store.store, &self.store.options()).map_err(|e| Failure::Usage(e.to_string()))?;
+        if let Some(dir) = &store.local_dir {
+            if !dir.join("_ingero").exists() && std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true) {
+                return Err(Failure::Usage(format!(
+                    "{} holds no Ingero data (pass --store URL of a dataset, or --server URL of a running aggregator)",
+                    store.url
+                )));
+            }
+        }
+        Ok(QueryEngine::open(&store, self.query.limits()).await?)
+    }
+
+    pub async fn client(
+        &self,
+    ) -> CmdResult<Option<ingero_proto::pb::query_client::QueryClient<tonic::transport::Channel>>> {
+        let Some(server) = &self.server else { return Ok(None) };
+        let ch = ingero_proto::client::channel(server).map_err(|e| Failure::Usage(e.to_string()))?;
+        Ok(Some(ingero_proto::pb::query_client::QueryClient::new(ch).max_decoding_message_size(1 << 30)))
+    }
+}
+
+/// Maps a gRPC status from the server to the right exit code.
+pub fn status_failure(s: tonic::Status) -> Failure {
+    match s.code() {
+        tonic::Code::InvalidArgument | tonic::Code::NotFound => Failure::Usage(s.message().to_string()),
+        _ => Failure::Run(anyhow::anyhow!("server: {} ({:?})", s.message(), s.code())),
+    }
+}
+
+/// Query errors that are the user's (bad SQL, refused statement) exit 2.
+pub fn query_failure(e: crate::Error) -> Failure {
+    match e {
+        crate::Error::Query(m) if !m.contains("timeout") => Failure::Usage(m),
+        other => Failure::Run(other.into()),
+    }
+}

@@ -1,0 +1,82 @@
+//! `ingero report`: cause → effect → fix for a pod, node or process.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::{query_failure, status_failure, CmdResult, Failure, Since, SourceArgs};
+use crate::report::{self, html, text, Report, Target};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Html,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pod", "node", "pid"])))]
+pub struct ReportArgs {
+    /// The pod, as NAMESPACE/NAME.
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// A node (bare metal, imported traces, or the whole node).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// A process id (NODE:PID when several nodes are in the store).
+    #[arg(long)]
+    pub pid: Option<String>,
+    /// How far back (10m, 1h) or from an RFC 3339 time.
+    #[arg(long, default_value = "10m", env = "INGERO_SINCE", value_parser = Since::parse)]
+    pub since: Since,
+    #[arg(long, value_enum, default_value = "text", env = "INGERO_FORMAT")]
+    pub format: Format,
+    /// Write to this file instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub rank: crate::cli::RankArgs,
+}
+
+pub async fn run(a: ReportArgs) -> CmdResult {
+    let (kind, t) = match (&a.pod, &a.node, &a.pid) {
+        (Some(p), _, _) => ("pod", p.as_str()),
+        (_, Some(n), _) => ("node", n.as_str()),
+        (_, _, Some(p)) => ("pid", p.as_str()),
+        _ => return Err(Failure::Usage("one of --pod, --node or --pid is required".into())),
+    };
+    let target = Target::parse(kind, t).map_err(Failure::Usage)?;
+    if let Some(out) = &a.out {
+        if out.is_dir() {
+            return Err(Failure::Usage(format!("--out {} is a directory; give a file name", out.display())));
+        }
+    }
+    let rep: Report = if let Some(mut c) = a.source.client().await? {
+        let (since_secs, start_us) = a.since.wire();
+        let req = ingero_proto::pb::ReportRequest { target: t.to_string(), kind: kind.into(), since_secs, start_us };
+        serde_json::from_str(&c.report(req).await.map_err(status_failure)?.into_inner().json)?
+    } else {
+        let engine = a.source.engine().await?;
+        let end = chrono::Utc::now().timestamp_micros() + 1;
+        report::build(&engine, &target, a.since.start_us(), end, a.rank.detector()).await.map_err(query_failure)?
+    };
+    let body = render(&rep, a.format)?;
+    match &a.out {
+        Some(path) => {
+            std::fs::write(path, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => print!("{body}"),
+    }
+    Ok(())
+}
+
+pub fn render(rep: &Report, f: Format) -> CmdResult<String> {
+    Ok(match f {
+        Format::Text => text::render(rep),
+        Format::Json => serde_json::to_string_pretty(rep)? + "\n",
+        Format::Html => html::render(rep),
+    })
+}

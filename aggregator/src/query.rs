@@ -1,0 +1,178 @@
+//! DataFusion over the Parquet store: read-only SQL with a timeout and a
+//! memory limit, and the time-pruned scans the history commands use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::DataType;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::datasource::MemTable;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use futures::TryStreamExt;
+use ingero_proto::Table;
+use object_store::local::LocalFileSystem;
+use url::Url;
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+#[derive(Debug, Clone)]
+pub struct QueryLimits {
+    pub timeout: Duration,
+    pub memory_bytes: usize,
+}
+
+impl Default for QueryLimits {
+    fn default() -> Self {
+        QueryLimits { timeout: Duration::from_secs(60), memory_bytes: 2 << 30 }
+    }
+}
+
+pub struct QueryEngine {
+    ctx: SessionContext,
+    limits: QueryLimits,
+}
+
+impl QueryEngine {
+    /// Registers every table of the store (a table with no files yet is empty).
+    pub async fn open(store: &Store, limits: QueryLimits) -> Result<QueryEngine> {
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(limits.memory_bytes, 1.0)
+            .build_arc()
+            .map_err(|e| Error::Query(e.to_string()))?;
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_parquet_pruning(true)
+            .with_collect_statistics(false);
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let base = match &store.local_dir {
+            Some(dir) => {
+                ctx.register_object_store(
+                    &Url::parse("file://").expect("static URL"),
+                    Arc::new(LocalFileSystem::new()),
+                );
+                Url::from_directory_path(dir).map_err(|_| Error::Query(format!("bad store dir {}", dir.display())))?
+            }
+            None => {
+                let u = Url::parse(store.url.as_str()).map_err(|e| Error::Query(e.to_string()))?;
+                let root = Url::parse(&format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()))
+                    .map_err(|e| Error::Query(e.to_string()))?;
+                ctx.register_object_store(&root, store.object_store.clone());
+                let mut s = u.to_string();
+                if !s.ends_with('/') {
+                    s.push('/');
+                }
+                Url::parse(&s).map_err(|e| Error::Query(e.to_string()))?
+            }
+        };
+        for table in Table::ALL {
+            let files = crate::store::read::list_files(store, table).await?;
+            if files.is_empty() {
+                // Same columns as a listed table, partition columns included,
+                // so queries over a table with no data yet still plan.
+                let mut fields: Vec<arrow::datatypes::Field> =
+                    table.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields.push(arrow::datatypes::Field::new("date", DataType::Utf8, true));
+                fields.push(arrow::datatypes::Field::new("hour", DataType::Utf8, true));
+                let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+                let empty = MemTable::try_new(schema, vec![vec![]]).map_err(|e| Error::Query(e.to_string()))?;
+                ctx.register_table(table.name(), Arc::new(empty)).map_err(|e| Error::Query(e.to_string()))?;
+                continue;
+            }
+            let url = ListingTableUrl::parse(
+                base.join(&format!("{}/", table.name())).map_err(|e| Error::Query(e.to_string()))?,
+            )
+            .map_err(|e| Error::Query(e.to_string()))?;
+            let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                .with_file_extension(".parquet")
+                .with_table_partition_cols(vec![("date".into(), DataType::Utf8), ("hour".into(), DataType::Utf8)]);
+            let cfg = ListingTableConfig::new(url).with_listing_options(opts).with_schema(table.schema());
+            let t = ListingTable::try_new(cfg).map_err(|e| Error::Query(e.to_string()))?;
+            ctx.register_table(table.name(), Arc::new(t)).map_err(|e| Error::Query(e.to_string()))?;
+        }
+        Ok(QueryEngine { ctx, limits })
+    }
+
+    /// Runs one read-only query; DDL, DML (INSERT, COPY … TO, …) and
+    /// statements (SET, …) are refused before planning touches anything.
+    pub async fn sql(&self, query: &str) -> Result<Vec<RecordBatch>> {
+        check_read_only(query)?;
+        let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
+        let run = async {
+            let df = self.ctx.sql_with_options(query, opts).await.map_err(|e| Error::Query(refusal(e.to_string())))?;
+            df.execute_stream()
+                .await
+                .map_err(|e| Error::Query(e.to_string()))?
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|e| Error::Query(e.to_string()))
+        };
+        tokio::time::timeout(self.limits.timeout, run).await.map_err(|_| {
+            Error::Query(format!(
+                "query exceeded the {} timeout (--query-timeout)",
+                humantime::format_duration(self.limits.timeout)
+            ))
+        })?
+    }
+}
+
+fn refusal(msg: String) -> String {
+    if msg.contains("not supported") || msg.contains("DDL") || msg.contains("DML") {
+        format!("refused: the store is read-only; only SELECT queries run ({msg})")
+    } else {
+        msg
+    }
+}
+
+/// A clear refusal for anything that is not a query.
+pub fn check_read_only(query: &str) -> Result<()> {
+    let first =
+        query.split(|c: char| c.is_whitespace() || c == '(').find(|w| !w.is_empty()).unwrap_or("").to_ascii_uppercase();
+    match first.as_str() {
+        "SELECT" | "WITH" | "VALUES" | "EXPLAIN" | "SHOW" | "DESCRIBE" => Ok(()),
+        "" => Err(Error::Query("empty query".into())),
+        other => Err(Error::Query(format!(
+            "refused: `{other}` is not a query; ingero sql is read-only (SELECT, WITH, EXPLAIN, SHOW, DESCRIBE)"
+        ))),
+    }
+}
+
+/// SQL predicate selecting rows whose `col` lies in [start, end), with the
+/// hive partition columns constrained too so whole hours are pruned unread.
+pub fn time_predicate(col: &str, start_us: i64, end_us: i64) -> String {
+    let day = |us: i64| chrono::DateTime::from_timestamp_micros(us).unwrap_or_default();
+    let (s, e) = (day(start_us), day(end_us));
+    let (sd, sh) = (s.format("%Y-%m-%d").to_string(), s.format("%H").to_string());
+    let (ed, eh) = (e.format("%Y-%m-%d").to_string(), e.format("%H").to_string());
+    format!(
+        "{col} >= to_timestamp_micros({start_us}) AND {col} < to_timestamp_micros({end_us}) \
+         AND (date > '{sd}' OR (date = '{sd}' AND hour >= '{sh}')) \
+         AND (date < '{ed}' OR (date = '{ed}' AND hour <= '{eh}'))"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_queries_pass_the_read_only_check() {
+        for ok in ["SELECT 1", "  with x as (select 1) select * from x", "EXPLAIN SELECT 1", "(SELECT 1)"] {
+            assert!(check_read_only(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "DROP TABLE call_windows",
+            "insert into t values (1)",
+            "COPY call_windows TO '/tmp/x'",
+            "CREATE EXTERNAL TABLE x",
+            "SET x = 1",
+            "",
+        ] {
+            let e = check_read_only(bad).unwrap_err().to_string();
+            assert!(e.contains("refused") || e.contains("empty"), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! gRPC `Query` service: live/history stragglers, read-only SQL, reports.
+
+use ingero_proto::ipc;
+use ingero_proto::pb::query_server::Query;
+use ingero_proto::pb::{JsonResponse, ReportRequest, SqlRequest, SqlResponse, StragglersRequest};
+use tonic::{Request, Response, Status};
+
+use crate::query::{QueryEngine, QueryLimits};
+use crate::rank::detector::DetectorConfig;
+use crate::rank::history::{self, HistoryRequest};
+use crate::rank::LiveRanker;
+use crate::report::{self, Target};
+use crate::store::Store;
+
+pub struct QueryService {
+    pub store: Store,
+    pub ranker: LiveRanker,
+    pub limits: QueryLimits,
+    pub detector: DetectorConfig,
+}
+
+/// Start of a range from the request: absolute when given, else `since` ago.
+pub fn range(since_secs: u64, start_us: i64) -> (i64, i64) {
+    let now = chrono::Utc::now().timestamp_micros();
+    let start = if start_us != 0 { start_us } else { now - since_secs as i64 * 1_000_000 };
+    (start, now + 1)
+}
+
+fn internal(e: crate::Error) -> Status {
+    match e {
+        crate::Error::Query(m) if m.starts_with("refused") || m.contains("empty") => Status::invalid_argument(m),
+        crate::Error::Query(m) if m.contains("timeout") => Status::deadline_exceeded(m),
+        crate::Error::Query(m) => Status::invalid_argument(m),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+impl QueryService {
+    async fn engine(&self) -> Result<QueryEngine, Status> {
+        QueryEngine::open(&self.store, self.limits.clone()).await.map_err(internal)
+    }
+}
+
+#[tonic::async_trait]
+impl Query for QueryService {
+    async fn sql(&self, request: Request<SqlRequest>) -> Result<Response<SqlResponse>, Status> {
+        let q = request.into_inner().query;
+        crate::query::check_read_only(&q).map_err(internal)?;
+        let batches = self.engine().await?.sql(&q).await.map_err(internal)?;
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let bytes = match batches.first() {
+            Some(b) => ipc::encode(&b.schema(), &batches).map_err(|e| Status::internal(e.to_string()))?,
+            None => Vec::new(),
+        };
+        Ok(Response::new(SqlResponse { arrow_ipc: bytes.into(), rows }))
+    }
+
+    async fn stragglers(&self, request: Request<StragglersRequest>) -> Result<Response<JsonResponse>, Status> {
+        let r = request.into_inner();
+        let job = (!r.job.is_empty()).then_some(r.job.as_str());
+        let ranking = if r.since_secs == 0 && r.start_us == 0 {
+            self.ranker.ranking(job)
+        } else {
+            let (start_us, end_us) = range(r.since_secs, r.start_us);
+            let req = HistoryRequest { start_us, end_us, job: job.map(String::from), resolution: None };
+            history::rank(&self.engine().await?, &req, self.detector.clone()).await.map_err(internal)?
+        };
+        let json = serde_json::to_string(&ranking).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(JsonResponse { json }))
+    }
+
+    async fn report(&self, request: Request<ReportRequest>) -> Result<Response<JsonResponse>, Status> {
+        let r = request.into_inner();
+        let target = Target::parse(&r.kind, &r.target).map_err(Status::invalid_argument)?;
+        let (start_us, end_us) = range(r.since_secs, r.start_us);
+        let rep = report::build(&self.engine().await?, &target, start_us, end_us, self.detector.clone())
+            .await
+            .map_err(internal)?;
+        let json = serde_json::to_string(&rep).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(JsonResponse { json }))
+    }
+}

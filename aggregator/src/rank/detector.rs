@@ -1,0 +1,326 @@
+//! Robust straggler detection: each node against its job's other nodes,
+//! window by window, with K-consecutive flagging and hysteresis.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::signals::{fmt_value, NodeWindowKey, Signal, Signals, SPECS};
+
+#[derive(Debug, Clone)]
+pub struct DetectorConfig {
+    /// Robust z-score (MAD units) above which a signal deviates.
+    pub z_threshold: f64,
+    /// Consecutive deviant windows before a node is flagged.
+    pub flag_after: u32,
+    /// Consecutive normal windows before a flag clears.
+    pub clear_after: u32,
+    /// Jobs smaller than this compare each node with the *other* nodes
+    /// (leave-one-out), so two nodes are enough.
+    pub loo_below: usize,
+}
+
+impl Default for DetectorConfig {
+    fn default() -> Self {
+        DetectorConfig { z_threshold: 4.0, flag_after: 3, clear_after: 5, loo_below: 8 }
+    }
+}
+
+/// One deviating signal, with the numbers that justify it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Deviation {
+    pub signal: String,
+    pub value: f64,
+    pub job_median: f64,
+    pub z: f64,
+    pub text: String,
+}
+
+/// A node's current standing.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Standing {
+    pub node: String,
+    pub job: String,
+    pub score: f64,
+    pub flagged: bool,
+    /// RFC 3339 start of the window where the current deviation began.
+    pub since: Option<String>,
+    pub since_us: Option<i64>,
+    pub signals: Vec<Deviation>,
+    pub windows: u64,
+}
+
+#[derive(Debug, Default)]
+struct NodeState {
+    streak: u32,
+    calm: u32,
+    flagged: bool,
+    streak_start: Option<i64>,
+    since: Option<i64>,
+    score: f64,
+    devs: Vec<Deviation>,
+    windows: u64,
+    last_window: i64,
+}
+
+#[derive(Debug, Default)]
+struct JobState {
+    pending: BTreeMap<i64, HashMap<String, Signals>>,
+    nodes: HashMap<String, NodeState>,
+    evaluated_up_to: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct Detector {
+    cfg: DetectorConfig,
+    jobs: HashMap<String, JobState>,
+}
+
+impl Detector {
+    pub fn new(cfg: DetectorConfig) -> Self {
+        Detector { cfg, jobs: HashMap::new() }
+    }
+
+    /// Adds node-window signals (may arrive in several pieces).
+    pub fn add(&mut self, key: NodeWindowKey, s: &Signals) {
+        let job = self.jobs.entry(key.job).or_default();
+        if key.window_start_us <= job.evaluated_up_to {
+            return; // too late: that window was already judged
+        }
+        job.pending.entry(key.window_start_us).or_default().entry(key.node).or_default().merge(s);
+    }
+
+    /// Judges every pending window that is complete: all recently active
+    /// nodes reported it, or `now_us` is past its end plus `grace_us`.
+    /// Returns the number of windows judged.
+    pub fn evaluate(&mut self, now_us: i64, grace_us: i64) -> usize {
+        let cfg = self.cfg.clone();
+        let mut judged = 0;
+        for job in self.jobs.values_mut() {
+            while let Some((&w, nodes)) = job.pending.iter().next() {
+                let active = job.nodes.values().filter(|n| n.last_window >= w - 10_000_000).count();
+                let win_len = nodes.values().map(|s| s.window_ns).fold(0.0, f64::max) as i64 / 1000;
+                let complete = nodes.len() >= active.max(1) && active > 0;
+                let expired = now_us >= w + win_len + grace_us;
+                let later = job.pending.len() > 2; // two newer windows exist: don't wait longer
+                if !(complete || expired || later) {
+                    break;
+                }
+                let nodes = job.pending.remove(&w).unwrap_or_default();
+                judge(&cfg, job, w, &nodes);
+                job.evaluated_up_to = w;
+                judged += 1;
+            }
+        }
+        judged
+    }
+
+    /// Judges everything pending (history replay, end of stream).
+    pub fn drain(&mut self) -> usize {
+        self.evaluate(i64::MAX / 2, 0)
+    }
+
+    /// Standings, most deviant first; `min_score` hides quiet nodes.
+    pub fn standings(&self, job: Option<&str>, min_score: f64) -> Vec<Standing> {
+        let mut out: Vec<Standing> = self
+            .jobs
+            .iter()
+            .filter(|(j, _)| job.is_none_or(|want| want == j.as_str()))
+            .flat_map(|(j, st)| {
+                st.nodes.iter().filter(move |(_, n)| n.flagged || n.score >= min_score).map(move |(node, n)| Standing {
+                    node: node.clone(),
+                    job: j.clone(),
+                    score: (n.score * 100.0).round() / 100.0,
+                    flagged: n.flagged,
+                    since: n.since.or(n.streak_start).map(rfc3339),
+                    since_us: n.since.or(n.streak_start),
+                    signals: n.devs.clone(),
+                    windows: n.windows,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| b.flagged.cmp(&a.flagged).then(b.score.total_cmp(&a.score)).then(a.node.cmp(&b.node)));
+        out
+    }
+
+    pub fn jobs(&self) -> usize {
+        self.jobs.len()
+    }
+}
+
+pub fn rfc3339(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map_or_else(|| us.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Median and scaled MAD of a set of values.
+fn robust(values: &[f64]) -> (f64, f64) {
+    let mut v = values.to_vec();
+    let m = median(&mut v);
+    let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    (m, 1.4826 * median(&mut dev))
+}
+
+fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<String, Signals>) {
+    let names: Vec<&String> = nodes.keys().collect();
+    let n = names.len();
+    for name in &names {
+        let st = job.nodes.entry((*name).clone()).or_default();
+        st.last_window = st.last_window.max(w);
+        st.windows += 1;
+    }
+    if n < 2 {
+        return; // nothing to compare with
+    }
+    // devs[node] = (score, deviations, has_cause)
+    let mut devs: Vec<(f64, Vec<Deviation>, bool)> = vec![(0.0, Vec::new(), false); n];
+    for spec in SPECS.iter() {
+        let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(spec.signal)).collect();
+        let full = (n >= cfg.loo_below).then(|| robust(&values));
+        for i in 0..n {
+            let (med, mad) = match full {
+                Some(r) => r,
+                None => {
+                    let others: Vec<f64> =
+                        values.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, v)| *v).collect();
+                    robust(&others)
+                }
+            };
+            let effect = spec.direction * (values[i] - med);
+            // Scale never below the signal's minimum effect / z, nor 10% of the median:
+            // identical peers (MAD 0) must not turn noise into infinite z.
+            let scale = mad.max(spec.min_effect / cfg.z_threshold).max(0.1 * med.abs());
+            let z = effect / scale;
+            if z >= cfg.z_threshold && effect >= spec.min_effect {
+                let d = &mut devs[i];
+                d.0 = d.0.max(z);
+                d.2 |= spec.cause;
+                d.1.push(Deviation {
+                    signal: spec.name.to_string(),
+                    value: values[i],
+                    job_median: med,
+                    z: (z * 10.0).round() / 10.0,
+                    text: format!(
+                        "{} {} vs job median {}",
+                        spec.label,
+                        fmt_value(spec, values[i]),
+                        fmt_value(spec, med)
+                    ),
+                });
+            }
+        }
+    }
+    // Waiting less at collectives than the peers is the straggler's signature;
+    // but when a node has a cause of its own, only it is the straggler.
+    let any_cause = devs.iter().any(|d| d.2);
+    for (i, name) in names.iter().enumerate() {
+        let (score, list, cause) = &devs[i];
+        let deviant = *score > 0.0 && (*cause || !any_cause);
+        let st = job.nodes.get_mut(*name).expect("inserted above");
+        if deviant {
+            st.calm = 0;
+            st.streak += 1;
+            st.streak_start.get_or_insert(w);
+            st.score = *score;
+            st.devs = list.clone();
+            if !st.flagged && st.streak >= cfg.flag_after {
+                st.flagged = true;
+                st.since = st.streak_start;
+            }
+        } else {
+            st.streak = 0;
+            st.streak_start = None;
+            st.calm += 1;
+            if st.flagged && st.calm >= cfg.clear_after {
+                st.flagged = false;
+                st.since = None;
+            }
+            if !st.flagged {
+                st.score = 0.0;
+                st.devs.clear();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(runq: f64, nccl: f64) -> Signals {
+        Signals {
+            runq_ns: runq * 1e9,
+            oncpu_ns: (1.0 - runq) * 1e9,
+            nccl_ns: nccl * 1e9,
+            window_ns: 1e9,
+            threads: 1.0,
+            ..Default::default()
+        }
+    }
+
+    fn feed(d: &mut Detector, w: i64, vals: &[(f64, f64)]) {
+        for (i, (r, n)) in vals.iter().enumerate() {
+            let key = NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+            d.add(key, &sig(*r, *n));
+        }
+        d.drain();
+    }
+
+    #[test]
+    fn two_nodes_flag_the_contended_one_after_k_windows_and_clear_with_hysteresis() {
+        let mut d = Detector::new(DetectorConfig::default());
+        for w in 0..2 {
+            feed(&mut d, w, &[(0.03, 0.30), (0.41, 0.05)]);
+            assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "flagged before K windows");
+        }
+        feed(&mut d, 2, &[(0.03, 0.30), (0.41, 0.05)]);
+        let s = d.standings(None, 0.0);
+        assert_eq!(s[0].node, "node-1");
+        assert!(s[0].flagged);
+        assert_eq!(s[0].since_us, Some(0));
+        assert!(s[0].signals[0].text.contains("run-queue wait 41% vs job median 3%"), "{:?}", s[0].signals);
+        assert!(!s.iter().any(|x| x.node == "node-0" && x.flagged), "the waiting peer is not a straggler");
+        for w in 3..7 {
+            feed(&mut d, w, &[(0.03, 0.30), (0.03, 0.30)]);
+            assert!(d.standings(None, 0.0)[0].flagged, "cleared too early at {w}");
+        }
+        feed(&mut d, 7, &[(0.03, 0.30), (0.03, 0.30)]);
+        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged));
+    }
+
+    #[test]
+    fn blips_and_whole_job_slowdowns_are_not_flagged() {
+        let mut d = Detector::new(DetectorConfig::default());
+        let mut vals: Vec<(f64, f64)> = (0..16).map(|i| (0.02 + 0.001 * i as f64, 0.3)).collect();
+        for w in 0..20 {
+            let mut v = vals.clone();
+            if w % 4 == 0 {
+                v[w as usize % 16] = (0.6, 0.02); // one-window blip
+            }
+            if w >= 10 {
+                v.iter_mut().for_each(|x| x.0 += 0.3); // whole job slower
+            }
+            feed(&mut d, w, &v);
+        }
+        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged));
+        vals[5] = (0.5, 0.01);
+        for w in 20..23 {
+            feed(&mut d, w, &vals);
+        }
+        let s = d.standings(None, 0.0);
+        assert_eq!((s[0].node.as_str(), s[0].flagged), ("node-5", true));
+    }
+}

@@ -1,0 +1,242 @@
+//! Per-node, per-window signals computed from call, scheduler, IO and host
+//! rows: the inputs of the straggler detector.
+
+use std::collections::HashMap;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{TimestampMicrosecondType, UInt32Type, UInt64Type};
+use ingero_proto::Table;
+
+/// Rows without a job identity are grouped under this name.
+pub const DEFAULT_JOB: &str = "(unlabelled)";
+
+/// The signals, in the order they are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Signal {
+    /// Run-queue wait of the job's processes / wall time (CPU contention).
+    RunqShare,
+    /// Off-CPU (blocked) time / wall time (IO, locks, page faults, input pipeline).
+    OffCpuShare,
+    /// Time in cuda*Synchronize / wall time (waiting for its own GPU).
+    SyncShare,
+    /// Time in NCCL collectives / wall time (waiting for the other ranks).
+    NcclShare,
+    /// Block IO latency summed / wall time.
+    IoShare,
+    /// OOM kills, memory-pressure and swap events.
+    MemEvents,
+    /// Kernel launches per second (reported, not scored: ranks in lockstep
+    /// launch at the same rate).
+    LaunchRate,
+}
+
+/// Which direction is bad, the smallest deviation that matters, and whether
+/// the signal is a cause (vs. the effect on the other ranks).
+pub struct SignalSpec {
+    pub signal: Signal,
+    pub name: &'static str,
+    pub label: &'static str,
+    /// +1: high is bad; -1: low is bad (a straggler waits least at collectives).
+    pub direction: f64,
+    pub min_effect: f64,
+    pub percent: bool,
+    pub cause: bool,
+}
+
+pub const SPECS: [SignalSpec; 6] = [
+    SignalSpec {
+        signal: Signal::RunqShare,
+        name: "runq_share",
+        label: "run-queue wait",
+        direction: 1.0,
+        min_effect: 0.05,
+        percent: true,
+        cause: true,
+    },
+    SignalSpec {
+        signal: Signal::OffCpuShare,
+        name: "offcpu_share",
+        label: "off-CPU",
+        direction: 1.0,
+        min_effect: 0.08,
+        percent: true,
+        cause: true,
+    },
+    SignalSpec {
+        signal: Signal::SyncShare,
+        name: "sync_share",
+        label: "GPU synchronize wait",
+        direction: 1.0,
+        min_effect: 0.08,
+        percent: true,
+        cause: true,
+    },
+    SignalSpec {
+        signal: Signal::IoShare,
+        name: "io_share",
+        label: "block IO wait",
+        direction: 1.0,
+        min_effect: 0.05,
+        percent: true,
+        cause: true,
+    },
+    SignalSpec {
+        signal: Signal::MemEvents,
+        name: "mem_events",
+        label: "memory events",
+        direction: 1.0,
+        min_effect: 1.0,
+        percent: false,
+        cause: true,
+    },
+    SignalSpec {
+        signal: Signal::NcclShare,
+        name: "nccl_share",
+        label: "NCCL collective wait",
+        direction: -1.0,
+        min_effect: 0.08,
+        percent: true,
+        cause: false,
+    },
+];
+
+/// Signals of one node in one window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Signals {
+    pub runq_ns: f64,
+    pub offcpu_ns: f64,
+    pub oncpu_ns: f64,
+    pub sync_ns: f64,
+    pub nccl_ns: f64,
+    pub io_ns: f64,
+    pub mem_events: f64,
+    pub launches: f64,
+    pub window_ns: f64,
+    /// Threads covered by the scheduler rows (shares are per thread).
+    pub threads: f64,
+}
+
+impl Signals {
+    pub fn get(&self, s: Signal) -> f64 {
+        let w = self.window_ns.max(1.0);
+        let sched = (self.runq_ns + self.offcpu_ns + self.oncpu_ns).max(1.0);
+        match s {
+            Signal::RunqShare => self.runq_ns / sched,
+            Signal::OffCpuShare => self.offcpu_ns / sched,
+            Signal::SyncShare => self.sync_ns / w,
+            Signal::NcclShare => self.nccl_ns / w,
+            Signal::IoShare => self.io_ns / w,
+            Signal::MemEvents => self.mem_events,
+            Signal::LaunchRate => self.launches / (w / 1e9),
+        }
+    }
+
+    pub fn merge(&mut self, o: &Signals) {
+        self.runq_ns += o.runq_ns;
+        self.offcpu_ns += o.offcpu_ns;
+        self.oncpu_ns += o.oncpu_ns;
+        self.sync_ns += o.sync_ns;
+        self.nccl_ns += o.nccl_ns;
+        self.io_ns += o.io_ns;
+        self.mem_events += o.mem_events;
+        self.launches += o.launches;
+        self.window_ns = self.window_ns.max(o.window_ns);
+        self.threads += o.threads;
+    }
+}
+
+/// Key of a node-window.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeWindowKey {
+    pub job: String,
+    pub node: String,
+    pub window_start_us: i64,
+}
+
+pub fn is_sync_op(op: &str) -> bool {
+    op.contains("Synchronize")
+}
+
+pub fn is_nccl_collective(library: &str, op: &str) -> bool {
+    library == "nccl" && !matches!(op, "ncclGroupStart" | "ncclGroupEnd" | "ncclCommInitRank")
+}
+
+pub fn is_launch(op: &str) -> bool {
+    op.starts_with("cudaLaunchKernel") || op.starts_with("cuLaunchKernel") || op == "cudaGraphLaunch"
+}
+
+/// Aggregates one pushed batch into node-window signals. IO and host events
+/// carry the job of the process they belong to; node-wide rows without a
+/// job are attributed to every job seen on the node in the same batch.
+pub fn from_tables(tables: &[(Table, Vec<RecordBatch>)]) -> HashMap<NodeWindowKey, Signals> {
+    let mut out: HashMap<NodeWindowKey, Signals> = HashMap::new();
+    for (table, batches) in tables {
+        for b in batches {
+            add_batch(*table, b, &mut out);
+        }
+    }
+    out
+}
+
+fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Signals>) {
+    let node = b.column(0).as_string::<i32>();
+    let job = b.column(4).as_string::<i32>();
+    let start = b.column(10).as_primitive::<TimestampMicrosecondType>();
+    let win = b.column(11).as_primitive::<UInt64Type>();
+    let u64col = |name: &str| b.column_by_name(name).map(|c| c.as_primitive::<UInt64Type>().clone());
+    let strcol = |name: &str| b.column_by_name(name).map(|c| c.as_string::<i32>().clone());
+    let (lib, op) = (strcol("library"), strcol("op"));
+    let (count, total) = (u64col("count"), u64col("total_ns"));
+    let (runq, off, on) = (u64col("runq_wait_ns"), u64col("off_cpu_ns"), u64col("on_cpu_ns"));
+    let threads = b.column_by_name("threads").map(|c| c.as_primitive::<UInt32Type>().clone());
+    let kind = strcol("kind");
+    for i in 0..b.num_rows() {
+        let key = NodeWindowKey {
+            job: if job.is_null(i) { DEFAULT_JOB.to_string() } else { job.value(i).to_string() },
+            node: node.value(i).to_string(),
+            window_start_us: start.value(i),
+        };
+        let mut s = Signals { window_ns: win.value(i) as f64 * 1e3, ..Default::default() };
+        match table {
+            Table::CallWindows => {
+                let (Some(lib), Some(op), Some(count), Some(total)) = (&lib, &op, &count, &total) else { continue };
+                let (l, o) = (lib.value(i), op.value(i));
+                if is_sync_op(o) {
+                    s.sync_ns = total.value(i) as f64;
+                } else if is_nccl_collective(l, o) {
+                    s.nccl_ns = total.value(i) as f64;
+                } else if is_launch(o) {
+                    s.launches = count.value(i) as f64;
+                }
+            }
+            Table::SchedWindows => {
+                let (Some(runq), Some(off), Some(on)) = (&runq, &off, &on) else { continue };
+                s.runq_ns = runq.value(i) as f64;
+                s.offcpu_ns = off.value(i) as f64;
+                s.oncpu_ns = on.value(i) as f64;
+                s.threads = threads.as_ref().map_or(1.0, |t| t.value(i) as f64);
+            }
+            Table::IoWindows => {
+                let Some(total) = &total else { continue };
+                s.io_ns = total.value(i) as f64;
+            }
+            Table::HostEvents => {
+                let Some(kind) = &kind else { continue };
+                if matches!(kind.value(i), "oom_kill" | "mem_pressure" | "swap") {
+                    s.mem_events = 1.0;
+                }
+            }
+            _ => continue,
+        }
+        out.entry(key).or_default().merge(&s);
+    }
+}
+
+/// Formats a signal value for explanations ("41%", "3 events").
+pub fn fmt_value(spec: &SignalSpec, v: f64) -> String {
+    if spec.percent {
+        format!("{:.0}%", v * 100.0)
+    } else {
+        format!("{v:.0}")
+    }
+}

@@ -1,0 +1,293 @@
+//! Diagnosis: cause → effect → contributing factors → fixes, from the data.
+
+use ingero_proto::hist::Histogram;
+use serde::Serialize;
+
+use super::data::{median, ReportData};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Severity {
+    High,
+    Medium,
+    Low,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Chain {
+    pub severity: Severity,
+    /// Short machine-readable cause: cpu_contention, io_stall, memory_pressure, oom, slow_gpu, slow_network, straggler.
+    pub cause: String,
+    pub title: String,
+    pub root_cause: Vec<String>,
+    pub effect: Vec<String>,
+    pub contributing: Vec<String>,
+    pub fixes: Vec<String>,
+}
+
+/// Headline numbers the chains are built from.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct Summary {
+    pub windows: usize,
+    pub runq_share: f64,
+    pub runq_share_peak: f64,
+    pub offcpu_share: f64,
+    pub stall_share: f64,
+    pub io_share: f64,
+    pub sync_p99_baseline_ns: Option<u64>,
+    pub sync_p99_worst_ns: Option<u64>,
+    pub nccl_share: f64,
+    pub peer_nccl_share: Option<f64>,
+    pub peer_stall_share: Option<f64>,
+    pub launch_rate_baseline: f64,
+    pub launch_rate_worst: f64,
+    pub mem_events: usize,
+    pub oom_kills: usize,
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+pub fn fmt_ns(ns: u64) -> String {
+    match ns {
+        n if n >= 1_000_000_000 => format!("{:.2}s", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1}ms", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.0}µs", n as f64 / 1e3),
+        n => format!("{n}ns"),
+    }
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        s / n as f64
+    }
+}
+
+pub fn summarize(d: &ReportData) -> Summary {
+    let s = &d.series;
+    let n = s.len();
+    // Baseline: the calmest third of the windows (lowest host stall) — the
+    // pod's own normal, whatever time the trouble started.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| (s[a].runq_share + s[a].offcpu_share).total_cmp(&(s[b].runq_share + s[b].offcpu_share)));
+    let calm: Vec<usize> = order[..n.div_ceil(3)].to_vec();
+    let worst: Vec<usize> = order[n - n.div_ceil(3)..].to_vec();
+    let hist_of = |idx: &[usize]| {
+        let mut h = Histogram::default();
+        for &i in idx {
+            if let Some((_, x)) = d.sync_hist.iter().find(|(t, _)| *t == s[i].t_us) {
+                h.merge(x);
+            }
+        }
+        h.quantile(0.99)
+    };
+    let peers_n: Vec<f64> = s.iter().filter_map(|p| p.peer_nccl_share).collect();
+    let peers_s: Vec<f64> = s.iter().filter_map(|p| p.peer_stall_share).collect();
+    Summary {
+        windows: n,
+        runq_share: mean(s.iter().map(|p| p.runq_share)),
+        runq_share_peak: s.iter().map(|p| p.runq_share).fold(0.0, f64::max),
+        offcpu_share: mean(s.iter().map(|p| p.offcpu_share)),
+        stall_share: mean(s.iter().map(|p| p.runq_share + p.offcpu_share)),
+        io_share: mean(s.iter().map(|p| p.io_share)),
+        sync_p99_baseline_ns: hist_of(&calm),
+        sync_p99_worst_ns: hist_of(&worst),
+        nccl_share: mean(s.iter().map(|p| p.nccl_share)),
+        peer_nccl_share: (!peers_n.is_empty()).then(|| median(peers_n)),
+        peer_stall_share: (!peers_s.is_empty()).then(|| median(peers_s)),
+        launch_rate_baseline: mean(calm.iter().map(|&i| s[i].launches_per_s)),
+        launch_rate_worst: mean(worst.iter().map(|&i| s[i].launches_per_s)),
+        mem_events: d
+            .events
+            .iter()
+            .filter(|e| e.kind != "oom_kill" && matches!(e.kind.as_str(), "mem_pressure" | "swap"))
+            .count(),
+        oom_kills: d.events.iter().filter(|e| e.kind == "oom_kill").count(),
+    }
+}
+
+/// Effects on the GPU side, shared by the host-side chains.
+fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
+    let mut out = Vec::new();
+    if let (Some(b), Some(w)) = (s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {
+        if w as f64 > b as f64 * 1.2 {
+            out.push(format!(
+                "cudaStreamSynchronize p99 {} → {} ({:.1}x the pod's own baseline)",
+                fmt_ns(b),
+                fmt_ns(w),
+                w as f64 / b.max(1) as f64
+            ));
+        }
+    }
+    if s.launch_rate_baseline > 0.0 && s.launch_rate_worst < s.launch_rate_baseline * 0.9 {
+        out.push(format!(
+            "kernel launch rate dropped {:.0}% ({:.0} → {:.0} launches/s)",
+            (1.0 - s.launch_rate_worst / s.launch_rate_baseline) * 100.0,
+            s.launch_rate_baseline,
+            s.launch_rate_worst
+        ));
+    }
+    if let Some(peer) = s.peer_nccl_share {
+        if s.nccl_share < peer * 0.7 {
+            out.push(format!(
+                "NCCL collectives: this rank waits {} of the time vs {} on the job's other {} nodes — they are waiting for it (straggler)",
+                pct(s.nccl_share),
+                pct(peer),
+                d.peers
+            ));
+        }
+    }
+    out
+}
+
+pub fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
+    let mut chains = Vec::new();
+    let who = d.comms.join(", ");
+    let pids = d.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+    let span = s.windows as f64 * d.window_secs;
+    let neighbours: Vec<String> = d
+        .neighbours
+        .iter()
+        .filter(|n| n.cores >= 0.05)
+        .map(|n| {
+            let owner = match (&n.namespace, &n.pod) {
+                (Some(ns), Some(p)) => format!("pod {ns}/{p}"),
+                _ => format!("cgroup {}", n.cgroup_path),
+            };
+            format!("{owner} ({}) used {:.1} cores on the same node", n.comm, n.cores)
+        })
+        .collect();
+
+    if s.oom_kills > 0 {
+        let victims: Vec<String> = d
+            .events
+            .iter()
+            .filter(|e| e.kind == "oom_kill")
+            .map(|e| format!("{} at {}", e.detail.clone().unwrap_or(e.comm.clone()), e.time))
+            .collect();
+        chains.push(Chain {
+            severity: Severity::High,
+            cause: "oom".into(),
+            title: "OOM kill → lost work and restarts".into(),
+            root_cause: vec![format!("{} OOM kill(s): {}", s.oom_kills, victims.join("; "))],
+            effect: vec![
+                "the killed process's in-flight steps are lost; the job restarts or hangs at the next collective"
+                    .into(),
+            ],
+            contributing: vec![],
+            fixes: vec![
+                "raise the container memory limit or lower the batch size / number of DataLoader workers".into(),
+                "set DataLoader persistent_workers=True and avoid copying the dataset into every worker".into(),
+            ],
+        });
+    }
+
+    let runq_bad = s.runq_share >= 0.10 || s.runq_share_peak >= 0.25;
+    if runq_bad {
+        let mut effect = gpu_effects(d, s);
+        effect.insert(0, "the GPU idles while the host cannot launch the next step".into());
+        chains.push(Chain {
+            severity: if s.runq_share >= 0.2 || s.runq_share_peak >= 0.25 { Severity::High } else { Severity::Medium },
+            cause: "cpu_contention".into(),
+            title: "CPU scheduling contention → CUDA throughput drop".into(),
+            root_cause: vec![
+                format!("training process {who} (pid {pids}) was runnable but waiting for a CPU {} of the time (peak {}) over {span:.0}s", pct(s.runq_share), pct(s.runq_share_peak)),
+            ],
+            effect,
+            contributing: if neighbours.is_empty() { vec!["no single other cgroup dominated: look at DataLoader workers and per-node daemons".into()] } else { neighbours.clone() },
+            fixes: vec![
+                "give the training pod Guaranteed QoS with integer CPU requests and enable the kubelet static CPU manager (cpuManagerPolicy: static) so its threads get exclusive cores".into(),
+                "keep batch/best-effort pods off GPU nodes (taint the nodes, or set CPU limits on the neighbours listed above)".into(),
+                "size DataLoader num_workers to the cores the pod really has (cores − 2)".into(),
+            ],
+        });
+    }
+
+    let io_bad = s.io_share >= 0.05 && s.offcpu_share >= 0.08;
+    if io_bad {
+        let mut effect = gpu_effects(d, s);
+        effect.insert(
+            0,
+            format!("training threads blocked (off-CPU) {} of the time waiting for input", pct(s.offcpu_share)),
+        );
+        chains.push(Chain {
+            severity: if s.offcpu_share >= 0.2 { Severity::High } else { Severity::Medium },
+            cause: "io_stall".into(),
+            title: "Block IO stall → input pipeline starves the GPU".into(),
+            root_cause: vec![format!("block IO latency adds up to {} of wall time for {who}", pct(s.io_share))],
+            effect,
+            contributing: vec![],
+            fixes: vec![
+                "stage the dataset on local NVMe (or a node-local cache) instead of network storage".into(),
+                "raise DataLoader prefetch_factor and num_workers so reads overlap compute".into(),
+                "check the volume's IOPS/throughput limits and noisy IO neighbours on the node".into(),
+            ],
+        });
+    }
+
+    if s.mem_events > 0 && s.offcpu_share >= 0.05 {
+        let mut effect = gpu_effects(d, s);
+        effect.insert(0, format!("threads blocked in reclaim/page faults: off-CPU {}", pct(s.offcpu_share)));
+        chains.push(Chain {
+            severity: Severity::Medium,
+            cause: "memory_pressure".into(),
+            title: "Memory pressure → reclaim stalls the training loop".into(),
+            root_cause: vec![format!("{} memory-pressure/swap events", s.mem_events)],
+            effect,
+            contributing: vec![],
+            fixes: vec![
+                "raise the pod's memory limit (memory.high reclaim starts below it) or reduce host-side caching".into(),
+                "disable swap on GPU nodes; pin_memory buffers cannot be swapped".into(),
+            ],
+        });
+    }
+
+    if !runq_bad && !io_bad && s.mem_events == 0 && s.offcpu_share >= 0.25 {
+        chains.push(Chain {
+            severity: Severity::Medium,
+            cause: "host_blocked".into(),
+            title: "Host threads blocked → GPU waits for work".into(),
+            root_cause: vec![format!("{who} was off-CPU {} of the time (locks, sleeps, synchronous host work)", pct(s.offcpu_share))],
+            effect: gpu_effects(d, s),
+            contributing: vec![],
+            fixes: vec!["profile the input pipeline (py-spy dump during a stall) and move blocking work out of the training loop".into()],
+        });
+    }
+
+    // A rank that waits least at collectives but has no host cause: the GPU or the link.
+    if chains.iter().all(|c| c.severity != Severity::High) {
+        if let (Some(peer), Some(b), Some(w)) = (s.peer_nccl_share, s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {
+            if s.nccl_share < peer * 0.7 && s.stall_share < 0.1 {
+                chains.push(Chain {
+                    severity: Severity::High,
+                    cause: "slow_gpu".into(),
+                    title: "Slow GPU → every other rank waits at the collective".into(),
+                    root_cause: vec![format!("host is healthy (stall {}) but this rank reaches the collective last", pct(s.stall_share))],
+                    effect: gpu_effects(d, s),
+                    contributing: vec![],
+                    fixes: vec![
+                        "check `nvidia-smi -q -d PERFORMANCE,CLOCK,ECC` for throttling, XID errors or ECC retirement on this node".into(),
+                        "cordon the node and reschedule the rank to confirm".into(),
+                    ],
+                });
+            }
+            if s.nccl_share > peer * 1.3 && s.nccl_share - peer > 0.05 && s.stall_share < 0.1 {
+                chains.push(Chain {
+                    severity: Severity::Medium,
+                    cause: "slow_network".into(),
+                    title: "Slow interconnect → longer collectives".into(),
+                    root_cause: vec![format!("NCCL collectives take {} of the time vs {} on peers", pct(s.nccl_share), pct(peer))],
+                    effect: vec!["every step of the job waits for this node's transfers".into()],
+                    contributing: vec![],
+                    fixes: vec!["check NIC errors/link speed (ethtool -S, ibstat) and NCCL_DEBUG=INFO transport selection on this node".into()],
+                });
+            }
+        }
+    }
+    chains.sort_by_key(|c| c.severity);
+    chains
+}

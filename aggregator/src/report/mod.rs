@@ -1,0 +1,67 @@
+//! Per-pod / per-node / per-process stall reports: cause → effect → fix, as
+//! text, JSON and a self-contained HTML page.
+
+pub mod chains;
+pub mod data;
+pub mod html;
+pub mod text;
+
+use serde::Serialize;
+
+pub use data::Target;
+
+use crate::error::Result;
+use crate::query::QueryEngine;
+use crate::rank::detector::{rfc3339, DetectorConfig, Standing};
+use crate::rank::history::{self, HistoryRequest};
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Report {
+    pub target: String,
+    pub from: String,
+    pub to: String,
+    pub nodes: Vec<String>,
+    pub jobs: Vec<String>,
+    pub pids: Vec<u32>,
+    pub processes: Vec<String>,
+    pub summary: chains::Summary,
+    pub chains: Vec<chains::Chain>,
+    /// The straggler ranking of this target's node(s) within their job.
+    pub straggler: Vec<Standing>,
+    pub neighbours: Vec<data::Neighbour>,
+    pub events: Vec<data::Event>,
+    pub series: Vec<data::Point>,
+}
+
+pub async fn build(
+    engine: &QueryEngine,
+    target: &Target,
+    start_us: i64,
+    end_us: i64,
+    cfg: DetectorConfig,
+) -> Result<Report> {
+    let d = data::collect(engine, target, start_us, end_us).await?;
+    let summary = chains::summarize(&d);
+    let chains = chains::diagnose(&d, &summary);
+    let mut straggler = Vec::new();
+    for job in &d.jobs {
+        let req = HistoryRequest { start_us, end_us, job: Some(job.clone()), resolution: None };
+        let r = history::rank(engine, &req, cfg.clone()).await?;
+        straggler.extend(r.stragglers.into_iter().filter(|s| d.nodes.contains(&s.node)));
+    }
+    Ok(Report {
+        target: target.describe(),
+        from: rfc3339(start_us),
+        to: rfc3339(end_us),
+        nodes: d.nodes.clone(),
+        jobs: d.jobs.clone(),
+        pids: d.pids.clone(),
+        processes: d.comms.clone(),
+        summary,
+        chains,
+        straggler,
+        neighbours: d.neighbours.clone(),
+        events: d.events.iter().take(50).cloned().collect(),
+        series: d.series,
+    })
+}

@@ -1,0 +1,171 @@
+//! `ingero simulate`: virtual agents speaking the real ingest protocol, one
+//! per node, each one rank of a data-parallel job, with injected faults; it
+//! measures the time from each injection to the server's flag.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use ingero_proto::client::{channel, IngestClient, RetryPolicy, SendError};
+use ingero_proto::pb::query_client::QueryClient;
+use ingero_proto::pb::StragglersRequest;
+use serde::Serialize;
+use tokio::task::JoinSet;
+
+use super::faults::{FaultKind, Injection, Target};
+use super::model::{rows, step_job, RankId, Rng};
+
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub server: String,
+    pub nodes: usize,
+    pub jobs: usize,
+    pub duration: Duration,
+    pub injections: Vec<Injection>,
+    /// Per-window multiplicative jitter of every rank (0.05 = ±5 %).
+    pub jitter: f64,
+    pub seed: u64,
+    pub job_prefix: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InjectionResult {
+    pub injection: String,
+    pub at_secs: f64,
+    /// Seconds from injection to the first flag of that node; None: never.
+    pub flagged_after_secs: Option<f64>,
+    pub signals: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct SimReport {
+    pub nodes: usize,
+    pub windows: u64,
+    pub batches: u64,
+    pub injections: Vec<InjectionResult>,
+    /// Nodes flagged without a straggler fault of their own.
+    pub false_flags: Vec<String>,
+}
+
+pub fn node_name(i: usize) -> String {
+    format!("node-{i}")
+}
+
+/// Runs the fleet in real time; `progress` gets one line per window.
+pub async fn run(cfg: &SimConfig, mut progress: impl FnMut(&str)) -> Result<SimReport, SendError> {
+    let ch = channel(&cfg.server)?;
+    let policy = RetryPolicy { give_up_after: Duration::from_secs(5), ..Default::default() };
+    let clients: Vec<IngestClient> =
+        (0..cfg.nodes).map(|i| IngestClient::with_channel(ch.clone(), &node_name(i), policy.clone())).collect();
+    let jobs = cfg.jobs.clamp(1, cfg.nodes.max(1));
+    let members: Vec<Vec<usize>> = (0..jobs).map(|j| (0..cfg.nodes).filter(|n| n % jobs == j).collect()).collect();
+    let job_names: Vec<String> =
+        (0..jobs).map(|j| if jobs == 1 { cfg.job_prefix.clone() } else { format!("{}-{j}", cfg.job_prefix) }).collect();
+
+    // Flags seen by polling the server (as a user's alerting would).
+    let flags = std::sync::Arc::new(std::sync::Mutex::new(HashMap::<String, (Instant, Vec<String>)>::new()));
+    let poller = {
+        let flags = flags.clone();
+        let mut q = QueryClient::new(ch.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(r) = q.stragglers(StragglersRequest::default()).await {
+                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&r.into_inner().json) {
+                        let now = Instant::now();
+                        let mut f = flags.lock().unwrap_or_else(|p| p.into_inner());
+                        for s in v["stragglers"].as_array().into_iter().flatten().filter(|s| s["flagged"] == true) {
+                            let node = s["node"].as_str().unwrap_or_default().to_string();
+                            let sig = s["signals"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter_map(|x| x["text"].as_str().map(String::from))
+                                .collect();
+                            f.entry(node).or_insert((now, sig));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    let now_us = chrono::Utc::now().timestamp_micros();
+    let start_us = now_us - now_us % 1_000_000 + 1_000_000;
+    let start = Instant::now() + Duration::from_micros((start_us - now_us) as u64);
+    let windows = cfg.duration.as_secs().max(1);
+    let mut rng = Rng::new(cfg.seed);
+    let mut report = SimReport { nodes: cfg.nodes, ..Default::default() };
+    for w in 0..windows {
+        // The window [w, w+1) is shipped when it closes, as an agent would.
+        tokio::time::sleep_until((start + Duration::from_secs(w + 1)).into()).await;
+        let t = Duration::from_secs(w);
+        let t0 = Instant::now();
+        let mut set = JoinSet::new();
+        for (j, ranks) in members.iter().enumerate() {
+            let win = step_job(ranks, t, &cfg.injections, cfg.jitter, &mut rng);
+            for (k, (&node, r)) in ranks.iter().zip(&win).enumerate() {
+                let name = node_name(node);
+                let id = RankId {
+                    node: &name,
+                    job: &job_names[j],
+                    rank: k,
+                    world: ranks.len(),
+                    window_start_us: start_us + w as i64 * 1_000_000,
+                };
+                let tables = rows(&id, r, w == 0, &mut rng);
+                let mut c = clients[node].clone();
+                let req = c.request(&tables)?;
+                set.spawn(async move { c.push(&req).await.map(|_| ()) });
+            }
+        }
+        let mut failed = 0;
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok(Ok(())) => report.batches += 1,
+                _ => failed += 1,
+            }
+        }
+        report.windows += 1;
+        let flagged: Vec<String> = flags.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        progress(&format!(
+            "window {:>3}/{windows}: {} nodes pushed in {:>4} ms{}{}",
+            w + 1,
+            cfg.nodes - failed,
+            t0.elapsed().as_millis(),
+            if failed > 0 { format!(", {failed} failed") } else { String::new() },
+            if flagged.is_empty() { String::new() } else { format!("; flagged: {}", summarize(&flagged)) }
+        ));
+    }
+    // Give the last windows time to be judged.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    poller.abort();
+    let flags = flags.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut culprits = std::collections::HashSet::new();
+    for inj in &cfg.injections {
+        if let (true, Target::Node(n)) = (inj.kind.is_straggler(), &inj.target) {
+            culprits.insert(node_name(*n));
+            let at = start + inj.at;
+            let hit = flags.get(&node_name(*n));
+            report.injections.push(InjectionResult {
+                injection: inj.label(),
+                at_secs: inj.at.as_secs_f64(),
+                flagged_after_secs: hit.filter(|(t, _)| *t >= at).map(|(t, _)| (*t - at).as_secs_f64()),
+                signals: hit.map(|(_, s)| s.clone()).unwrap_or_default(),
+            });
+        }
+    }
+    let mut false_flags: Vec<String> = flags.keys().filter(|n| !culprits.contains(*n)).cloned().collect();
+    false_flags.sort();
+    report.false_flags = false_flags;
+    Ok(report)
+}
+
+fn summarize(nodes: &[String]) -> String {
+    let mut v = nodes.to_vec();
+    v.sort();
+    if v.len() <= 4 {
+        v.join(", ")
+    } else {
+        format!("{} and {} more", v[..4].join(", "), v.len() - 4)
+    }
+}

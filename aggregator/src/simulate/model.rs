@@ -1,0 +1,300 @@
+//! The data-parallel job model: each rank's step time, the collective that
+//! waits for the slowest rank, and the rows an agent would ship for it.
+
+use arrow::array::RecordBatch;
+use ingero_proto::hist::Histogram;
+use ingero_proto::rows::{BatchBuilder, Common, Val};
+use ingero_proto::Table;
+
+use super::faults::{FaultKind, Injection};
+
+/// Per-step costs of a healthy rank (ms).
+const HOST_MS: f64 = 20.0;
+const COMPUTE_MS: f64 = 60.0;
+const ALLREDUCE_MS: f64 = 15.0;
+const KERNELS_PER_STEP: f64 = 150.0;
+
+/// Deterministic per-run noise.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Multiplicative jitter around 1.0 (±pct, triangular).
+    pub fn jitter(&mut self, pct: f64) -> f64 {
+        1.0 + pct * (self.uniform() + self.uniform() - 1.0)
+    }
+}
+
+/// What one rank did in one window.
+#[derive(Debug, Clone, Default)]
+pub struct RankWindow {
+    pub steps: f64,
+    pub host_ms: f64,
+    pub compute_ms: f64,
+    pub runq_ms: f64,
+    pub blocked_ms: f64,
+    pub nccl_ms: f64,
+    pub io_ms: f64,
+    pub io_count: f64,
+    pub mem_events: u32,
+    pub noisy_neighbour: bool,
+}
+
+/// Computes every rank of one job for one window. `t` is the time since start.
+pub fn step_job(
+    ranks: &[usize],
+    t: std::time::Duration,
+    faults: &[Injection],
+    jitter: f64,
+    rng: &mut Rng,
+) -> Vec<RankWindow> {
+    let mut out: Vec<RankWindow> = Vec::with_capacity(ranks.len());
+    let mut net_extra = Vec::with_capacity(ranks.len());
+    for &node in ranks {
+        let mut r = RankWindow {
+            host_ms: HOST_MS * rng.jitter(jitter),
+            compute_ms: COMPUTE_MS * rng.jitter(jitter),
+            io_ms: 0.3 * rng.jitter(jitter),
+            io_count: 20.0,
+            ..Default::default()
+        };
+        let mut own_net = 0.0;
+        for f in faults.iter().filter(|f| f.active(t) && f.hits(node)) {
+            match f.kind {
+                FaultKind::Cpu => {
+                    r.runq_ms += 2.5 * HOST_MS;
+                    r.noisy_neighbour = true;
+                }
+                FaultKind::Gpu => r.compute_ms *= 1.8,
+                FaultKind::Net => own_net += 50.0,
+                FaultKind::Io => {
+                    r.blocked_ms += 40.0;
+                    r.io_ms = 8.0;
+                    r.io_count = 200.0;
+                }
+                FaultKind::Mem => {
+                    r.blocked_ms += 35.0;
+                    r.mem_events += 3;
+                }
+                FaultKind::JobSlow => r.compute_ms *= 1.5,
+                // A one-window spike only.
+                FaultKind::Blip if t < f.at + std::time::Duration::from_secs(1) => r.runq_ms += 4.0 * HOST_MS,
+                FaultKind::Blip => {}
+            }
+        }
+        net_extra.push(own_net);
+        out.push(r);
+    }
+    let ready = |r: &RankWindow| r.host_ms + r.runq_ms + r.blocked_ms + r.compute_ms;
+    let slowest = out.iter().map(ready).fold(0.0, f64::max);
+    let slow_net = net_extra.iter().copied().fold(0.0, f64::max);
+    // Everyone waits for the slowest rank, then for the collective; a slow link
+    // delays everyone's collective, its own most.
+    let step = slowest + ALLREDUCE_MS + 0.6 * slow_net;
+    for (r, own) in out.iter_mut().zip(&net_extra) {
+        r.steps = (1000.0 / step).max(0.5);
+        r.nccl_ms = step - ready(r) + 0.4 * own;
+    }
+    out
+}
+
+/// Identity of one simulated rank.
+pub struct RankId<'a> {
+    pub node: &'a str,
+    pub job: &'a str,
+    pub rank: usize,
+    pub world: usize,
+    pub window_start_us: i64,
+}
+
+fn call_row(b: &mut BatchBuilder, c: &Common, lib: &str, op: &str, count: f64, per_call_ms: f64, rng: &mut Rng) {
+    let count = count.round().max(0.0) as u64;
+    let mut h = Histogram::default();
+    let mut total = 0u64;
+    let mut max = 0u64;
+    if per_call_ms > 0.0 && count > 0 {
+        for _ in 0..count.min(64) {
+            let d = (per_call_ms * 1e6 * rng.jitter(0.2)) as u64;
+            h.record(d);
+            max = max.max(d);
+        }
+        // Scale the sample up to the full count.
+        let (bk, ct) = h.sparse();
+        let sample = count.min(64);
+        h = Histogram::default();
+        for (bi, ci) in bk.iter().zip(ct) {
+            h.add(*bi, ci * count / sample);
+        }
+        total = (per_call_ms * 1e6 * count as f64) as u64;
+    }
+    let (bk, ct) = h.sparse();
+    let vals = [
+        Val::Str(lib),
+        Val::Str(op),
+        Val::U(count),
+        Val::U(0),
+        Val::U(total),
+        Val::U(max),
+        Val::Bool(false),
+        Val::U8s(&bk),
+        Val::U64s(&ct),
+    ];
+    b.push(c, &vals).expect("simulated row fits the schema");
+}
+
+/// The rows an agent on this node would ship for the window.
+pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Vec<(Table, RecordBatch)> {
+    let common = Common {
+        node: id.node.to_string(),
+        namespace: Some("ml".into()),
+        pod: Some(format!("{}-worker-{}", id.job, id.rank)),
+        container: Some("trainer".into()),
+        job: Some(id.job.to_string()),
+        rank: Some(id.rank as i32),
+        world_size: Some(id.world as i32),
+        pid: 4242,
+        comm: "python3".into(),
+        cgroup_id: 10_000 + id.rank as u64,
+        window_start_us: id.window_start_us,
+        window_us: 1_000_000,
+    };
+    let mut calls = BatchBuilder::new(Table::CallWindows);
+    let s = r.steps;
+    call_row(&mut calls, &common, "cudart", "cudaLaunchKernel", s * KERNELS_PER_STEP, 0.0, rng);
+    call_row(&mut calls, &common, "cudart", "cudaMemcpyAsync", s * 4.0, 0.2, rng);
+    call_row(&mut calls, &common, "cudart", "cudaStreamSynchronize", s, r.compute_ms * 0.85, rng);
+    call_row(&mut calls, &common, "nccl", "ncclAllReduce", s, r.nccl_ms.max(0.01), rng);
+
+    let mut sched = BatchBuilder::new(Table::SchedWindows);
+    let runq = (s * r.runq_ms * 1e6).min(0.9e9);
+    let off = (40e6 + s * r.blocked_ms * 1e6).min(1e9 - runq);
+    let on = 1e9 - runq - off;
+    let own = [
+        Val::U(1),
+        Val::U(on as u64),
+        Val::U(off as u64),
+        Val::U(runq as u64),
+        Val::U((r.runq_ms * 1e6) as u64),
+        Val::U((s * 3.0) as u64),
+        Val::U((s * (1.0 + r.runq_ms / 10.0)) as u64),
+        Val::U((s * 3.0) as u64),
+    ];
+    sched.push(&common, &own).expect("simulated row fits the schema");
+
+    let mut cg = BatchBuilder::new(Table::CgroupWindows);
+    let pod_cg = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", id.rank);
+    cg.push(&common, &[Val::Str(&pod_cg), Val::U(on as u64), Val::U(runq as u64), Val::U((s * 4.0) as u64)])
+        .expect("simulated row fits the schema");
+    if r.noisy_neighbour {
+        let hog = Common {
+            namespace: Some("batch".into()),
+            pod: Some("video-transcode-7f9c".into()),
+            container: Some("ffmpeg".into()),
+            job: None,
+            rank: None,
+            world_size: None,
+            pid: 9911,
+            comm: "ffmpeg".into(),
+            cgroup_id: 77_777,
+            ..common.clone()
+        };
+        let path = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podhog.slice";
+        cg.push(&hog, &[Val::Str(path), Val::U(1_800_000_000), Val::U(50_000_000), Val::U(900)])
+            .expect("simulated row fits the schema");
+    }
+
+    let mut io = BatchBuilder::new(Table::IoWindows);
+    let io_count = r.io_count.round() as u64;
+    let mut h = Histogram::default();
+    h.add(ingero_proto::hist::bucket((r.io_ms * 1e6) as u64), io_count);
+    let (bk, ct) = h.sparse();
+    let io_total = (r.io_ms * 1e6) as u64 * io_count;
+    io.push(
+        &common,
+        &[
+            Val::Str("259:0"),
+            Val::Str("read"),
+            Val::U(io_count),
+            Val::U(io_count * 131_072),
+            Val::U(io_total),
+            Val::U((r.io_ms * 1.5e6) as u64),
+            Val::U8s(&bk),
+            Val::U64s(&ct),
+        ],
+    )
+    .expect("simulated row fits the schema");
+
+    let mut out = vec![
+        (Table::CallWindows, calls.finish().expect("valid")),
+        (Table::SchedWindows, sched.finish().expect("valid")),
+        (Table::CgroupWindows, cg.finish().expect("valid")),
+        (Table::IoWindows, io.finish().expect("valid")),
+    ];
+    if r.mem_events > 0 {
+        let mut ev = BatchBuilder::new(Table::HostEvents);
+        for k in 0..r.mem_events {
+            ev.push(
+                &common,
+                &[
+                    Val::Ts(id.window_start_us + k as i64 * 300_000),
+                    Val::Str("mem_pressure"),
+                    Val::I(512 << 20),
+                    Val::Str("memory.high reclaim"),
+                ],
+            )
+            .expect("simulated row fits the schema");
+        }
+        out.push((Table::HostEvents, ev.finish().expect("valid")));
+    }
+    if first {
+        let mut pm = BatchBuilder::new(Table::ProcessMeta);
+        pm.push(
+            &common,
+            &[
+                Val::Str("python3 train.py --model llama-7b"),
+                Val::Str("4f1c0d2e9a7b"),
+                Val::Null,
+                Val::Str("/kubepods.slice/kubepods-burstable.slice"),
+                Val::I(0),
+                Val::Str("10.0.0.1:29500"),
+                Val::Null,
+                Val::Str("0"),
+                Val::Str("/usr/lib/x86_64-linux-gnu/libcudart.so.12"),
+                Val::Null,
+            ],
+        )
+        .expect("simulated row fits the schema");
+        out.push((Table::ProcessMeta, pm.finish().expect("valid")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::faults::Injection;
+    use std::time::Duration;
+
+    #[test]
+    fn the_straggler_waits_least_at_the_collective() {
+        let faults = vec![Injection::parse("cpu@1:0s", 4).unwrap()];
+        let mut rng = Rng::new(1);
+        let w = step_job(&[0, 1, 2, 3], Duration::from_secs(1), &faults, 0.03, &mut rng);
+        assert!(w[1].nccl_ms < w[0].nccl_ms / 2.0, "{w:?}");
+        assert!(w.iter().all(|r| (r.steps - w[0].steps).abs() < 1e-9), "ranks step in lockstep");
+        let tables =
+            rows(&RankId { node: "node-1", job: "j", rank: 1, world: 4, window_start_us: 0 }, &w[1], true, &mut rng);
+        assert!(
+            tables.iter().any(|(t, b)| *t == Table::CgroupWindows && b.num_rows() == 2),
+            "noisy neighbour cgroup row"
+        );
+    }
+}
