@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::signals::{fmt_value, NodeWindowKey, Signal, Signals, SPECS};
+use super::signals::{fmt_value, NodeWindowKey, Signals, SPECS};
 
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {

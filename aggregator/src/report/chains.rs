@@ -260,7 +260,7 @@ pub fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
 
     // A rank that waits least at collectives but has no host cause: the GPU or the link.
     if chains.iter().all(|c| c.severity != Severity::High) {
-        if let (Some(peer), Some(b), Some(w)) = (s.peer_nccl_share, s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {
+        if let Some(peer) = s.peer_nccl_share {
             if s.nccl_share < peer * 0.7 && s.stall_share < 0.1 {
                 chains.push(Chain {
                     severity: Severity::High,

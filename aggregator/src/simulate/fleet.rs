@@ -11,7 +11,7 @@ use ingero_proto::pb::StragglersRequest;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-use super::faults::{FaultKind, Injection, Target};
+use super::faults::{Injection, Target};
 use super::model::{rows, step_job, RankId, Rng};
 
 #[derive(Debug, Clone)]
