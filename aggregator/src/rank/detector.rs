@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::signals::{fmt_value, NodeWindowKey, Signals, SPECS};
+use super::signals::{fmt_value, NodeWindowKey, Signal, SignalSpec, Signals, NCCL_HIGH, SPECS};
 
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {
@@ -67,7 +67,7 @@ struct NodeState {
 struct JobState {
     pending: BTreeMap<i64, HashMap<String, Signals>>,
     nodes: HashMap<String, NodeState>,
-    evaluated_up_to: i64,
+    evaluated_up_to: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -84,7 +84,7 @@ impl Detector {
     /// Adds node-window signals (may arrive in several pieces).
     pub fn add(&mut self, key: NodeWindowKey, s: &Signals) {
         let job = self.jobs.entry(key.job).or_default();
-        if key.window_start_us <= job.evaluated_up_to {
+        if job.evaluated_up_to.is_some_and(|e| key.window_start_us <= e) {
             return; // too late: that window was already judged
         }
         job.pending.entry(key.window_start_us).or_default().entry(key.node).or_default().merge(s);
@@ -108,7 +108,7 @@ impl Detector {
                 }
                 let nodes = job.pending.remove(&w).unwrap_or_default();
                 judge(&cfg, job, w, &nodes);
-                job.evaluated_up_to = w;
+                job.evaluated_up_to = Some(w);
                 judged += 1;
             }
         }
@@ -174,6 +174,38 @@ fn robust(values: &[f64]) -> (f64, f64) {
     (m, 1.4826 * median(&mut dev))
 }
 
+/// How far `values[i]` deviates in the spec's bad direction from the nodes in
+/// `reference` (itself excluded when the set is small: leave-one-out).
+fn deviation(cfg: &DetectorConfig, spec: &SignalSpec, values: &[f64], i: usize, reference: &[usize]) -> Option<Deviation> {
+    let others: Vec<f64> = if reference.len() >= cfg.loo_below {
+        reference.iter().map(|&j| values[j]).collect()
+    } else {
+        reference.iter().filter(|&&j| j != i).map(|&j| values[j]).collect()
+    };
+    if others.is_empty() {
+        return None;
+    }
+    let (med, mad) = robust(&others);
+    let effect = spec.direction * (values[i] - med);
+    // Scale never below the signal's minimum effect / z, nor 10% of the median:
+    // identical peers (MAD 0) must not turn noise into infinite z.
+    let scale = mad.max(spec.min_effect / cfg.z_threshold).max(0.1 * med.abs());
+    let z = effect / scale;
+    (z >= cfg.z_threshold && effect >= spec.min_effect).then(|| Deviation {
+        signal: spec.name.to_string(),
+        value: values[i],
+        job_median: med,
+        z: (z * 10.0).round() / 10.0,
+        text: format!("{} {} vs job median {}", spec.label, fmt_value(spec, values[i]), fmt_value(spec, med)),
+    })
+}
+
+fn add(d: &mut (f64, Vec<Deviation>, bool), dev: Deviation, cause: bool) {
+    d.0 = d.0.max(dev.z);
+    d.2 |= cause;
+    d.1.push(dev);
+}
+
 fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<String, Signals>) {
     let names: Vec<&String> = nodes.keys().collect();
     let n = names.len();
@@ -187,40 +219,25 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     }
     // devs[node] = (score, deviations, has_cause)
     let mut devs: Vec<(f64, Vec<Deviation>, bool)> = vec![(0.0, Vec::new(), false); n];
+    let all: Vec<usize> = (0..n).collect();
+    let mut nccl_low = vec![false; n];
     for spec in SPECS.iter() {
         let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(spec.signal)).collect();
-        let full = (n >= cfg.loo_below).then(|| robust(&values));
         for i in 0..n {
-            let (med, mad) = match full {
-                Some(r) => r,
-                None => {
-                    let others: Vec<f64> =
-                        values.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, v)| *v).collect();
-                    robust(&others)
-                }
-            };
-            let effect = spec.direction * (values[i] - med);
-            // Scale never below the signal's minimum effect / z, nor 10% of the median:
-            // identical peers (MAD 0) must not turn noise into infinite z.
-            let scale = mad.max(spec.min_effect / cfg.z_threshold).max(0.1 * med.abs());
-            let z = effect / scale;
-            if z >= cfg.z_threshold && effect >= spec.min_effect {
-                let d = &mut devs[i];
-                d.0 = d.0.max(z);
-                d.2 |= spec.cause;
-                d.1.push(Deviation {
-                    signal: spec.name.to_string(),
-                    value: values[i],
-                    job_median: med,
-                    z: (z * 10.0).round() / 10.0,
-                    text: format!(
-                        "{} {} vs job median {}",
-                        spec.label,
-                        fmt_value(spec, values[i]),
-                        fmt_value(spec, med)
-                    ),
-                });
+            if let Some(d) = deviation(cfg, spec, &values, i, &all) {
+                nccl_low[i] |= spec.signal == Signal::NcclShare;
+                add(&mut devs[i], d, spec.cause);
             }
+        }
+    }
+    // A slow link shows as *more* time in collectives than the peers. The
+    // peers of a straggler wait more too, so compare only against nodes that
+    // are not themselves waiting less (stragglers leave the reference).
+    let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(Signal::NcclShare)).collect();
+    let reference: Vec<usize> = (0..n).filter(|&i| !nccl_low[i]).collect();
+    for &i in &reference {
+        if let Some(d) = deviation(cfg, &NCCL_HIGH, &values, i, &reference) {
+            add(&mut devs[i], d, true);
         }
     }
     // Waiting less at collectives than the peers is the straggler's signature;

@@ -100,6 +100,17 @@ pub const SPECS: [SignalSpec; 6] = [
     },
 ];
 
+/// More time in collectives than the (non-straggler) peers: a slow link.
+pub const NCCL_HIGH: SignalSpec = SignalSpec {
+    signal: Signal::NcclShare,
+    name: "nccl_share_high",
+    label: "NCCL collective time",
+    direction: 1.0,
+    min_effect: 0.08,
+    percent: true,
+    cause: true,
+};
+
 /// Signals of one node in one window.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Signals {

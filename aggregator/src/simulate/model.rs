@@ -101,7 +101,7 @@ pub fn step_job(
     let step = slowest + ALLREDUCE_MS + 0.6 * slow_net;
     for (r, own) in out.iter_mut().zip(&net_extra) {
         r.steps = (1000.0 / step).max(0.5);
-        r.nccl_ms = step - ready(r) + 0.4 * own;
+        r.nccl_ms = step - ready(r) + own;
     }
     out
 }
