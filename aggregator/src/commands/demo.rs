@@ -89,7 +89,8 @@ pub async fn run(a: DemoArgs) -> CmdResult {
     if a.keep.is_none() {
         let _ = std::fs::remove_dir_all(&tmp);
     } else {
-        println!("dataset kept in {} (try: ingero sql --store {store} \"SELECT node, SUM(runq_wait_ns) FROM sched_windows GROUP BY node ORDER BY 2 DESC LIMIT 3\")", root.display());
+        println!("dataset kept in {}", root.display());
+        eprintln!("try: ingero stragglers --store {store} --since 5m");
     }
     Ok(())
 }

@@ -1,0 +1,138 @@
+//! The `ingero` binary as a user runs it: demo, history, SQL, reports (the
+//! HTML one opened in headless Chromium), and refusals with exit code 2.
+
+mod fixtures;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use fixtures::*;
+
+fn ingero(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+#[test]
+fn demo_then_history_sql_and_reports_on_its_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("demo.html");
+    let keep = dir.path().join("ds");
+    let o = ingero(&[
+        "demo",
+        "--nodes=6",
+        "--duration=12s",
+        "--inject=cpu@2:4s",
+        &format!("--html={}", html.display()),
+        &format!("--keep={}", keep.display()),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "demo failed: {err}");
+    assert!(out.contains("cpu@node-2") && !out.contains("NOT FLAGGED"), "{out}");
+    assert!(out.contains("CPU scheduling contention"), "{out}");
+    assert!(
+        out.lines().filter(|l| !l.starts_with("dataset kept in")).all(|l| l.chars().count() <= 80),
+        "demo output wider than 80 columns:\n{out}"
+    );
+    assert!(err.contains("window   1/12"), "no progress shown: {err}");
+    assert!(html.exists());
+
+    let store = format!("--store=file://{}", keep.join("data").display());
+    let o = ingero(&["stragglers", &store, "--since=5m", "--format=json"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["stragglers"][0]["node"], "node-2", "{v}");
+    assert_eq!(v["stragglers"][0]["flagged"], true);
+    let o = ingero(&["stragglers", &store, "--since=5m"]);
+    let (out, _) = text(&o);
+    assert!(out.starts_with("NODE") && out.contains("node-2") && out.lines().all(|l| l.chars().count() <= 80), "{out}");
+
+    let o = ingero(&["sql", "SELECT count(*) AS n FROM call_windows WHERE node = 'node-2'", &store, "--format=json"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v[0]["n"].as_u64().unwrap() >= 40, "{v}");
+    for refused in ["DROP TABLE call_windows", "INSERT INTO call_windows VALUES (1)", "COPY call_windows TO '/tmp/x.parquet'", "CREATE TABLE t AS SELECT 1", "DELETE FROM call_windows"] {
+        let o = ingero(&["sql", refused, &store]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{refused}: {err}");
+        assert!(err.contains("read-only"), "{refused}: {err}");
+    }
+    // A query smuggling a write after a SELECT is refused by the planner too.
+    let o = ingero(&["sql", "SELECT 1; DROP TABLE call_windows", &store]);
+    assert_ne!(o.status.code(), Some(0), "multi-statement accepted");
+
+    let report = dir.path().join("r.html");
+    let o = ingero(&["report", "--pod=ml/llama-pretrain-worker-2", &store, "--since=5m", "--format=html", &format!("--out={}", report.display())]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = ingero(&["report", "--pod=ml/llama-pretrain-worker-2", &store, "--since=5m", "--format=json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["chains"][0]["cause"], "cpu_contention", "{v}");
+    check_in_chromium(&report, dir.path());
+
+    let o = ingero(&["report", "--pod=ml/nobody", &store, "--since=5m"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    assert!(text(&o).1.contains("no data for pod ml/nobody"));
+}
+
+/// Renders the page as a person would see it and checks what is on screen.
+fn check_in_chromium(page: &Path, tmp: &Path) {
+    let chromium = which("chromium").or_else(|| which("chromium-browser"));
+    if !require("Debian chromium (apt-get install chromium)", chromium.is_some()) {
+        return;
+    }
+    let common = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ];
+    let profile = format!("--user-data-dir={}", tmp.join("chromium").display());
+    let url = format!("file://{}", page.display());
+    let dom = Command::new(chromium.as_ref().unwrap()).args(common).arg(&profile).arg("--dump-dom").arg(&url).output().unwrap();
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("CPU scheduling contention"), "chain not in the rendered DOM");
+    assert_eq!(dom.matches("<svg").count(), 3, "expected three plots");
+    assert!(dom.contains("job's other nodes"), "plots lack the peer comparison");
+    let shot = tmp.join("report.png");
+    let o = Command::new(chromium.unwrap())
+        .args(common)
+        .arg(&profile)
+        .arg("--window-size=900,2000")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .output()
+        .unwrap();
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 20_000, "screenshot missing or blank ({size} bytes): {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn bad_arguments_exit_2_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = format!("--store=file://{}", dir.path().display());
+    for (args, needle) in [
+        (vec!["serve", "--store=ftp://host/x"], "unsupported scheme"),
+        (vec!["serve", "--flush-rows=0"], "--flush-rows"),
+        (vec!["serve", "--max-message-size=12parsecs"], "unknown size unit"),
+        (vec!["simulate", "--nodes=1"], "at least 2"),
+        (vec!["simulate", "--inject=cpu@99:1s"], "does not exist"),
+        (vec!["report", "--pod=noslash", &empty], "NAMESPACE/NAME"),
+        (vec!["stragglers", &empty], "holds no Ingero data"),
+        (vec!["stragglers", "--since=yesterday-ish", &empty], "neither a duration"),
+    ] {
+        let o = ingero(&args);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: `{err}` lacks `{needle}`");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    }
+}
