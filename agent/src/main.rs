@@ -1,1 +1,250 @@
-fn main() {}
+//! `ingero-agent`: per-node eBPF tracing of CUDA, NCCL and the scheduler.
+
+mod attribution;
+mod check;
+mod error;
+mod metrics;
+mod probes;
+mod run;
+mod ship;
+mod window;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use ingero_proto::client::{IngestClient, RetryPolicy};
+
+/// Ingero agent: traces CUDA/NCCL calls and the scheduler with eBPF,
+/// aggregates in the kernel, and ships per-window data to `ingero serve`
+/// (or writes the Parquet dataset itself with --store).
+#[derive(Debug, Parser)]
+#[command(name = "ingero-agent", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Trace this node.
+    Run(Box<RunArgs>),
+    /// Check that this host can run the agent (kernel, BTF, tracefs, uprobes, capabilities, libraries).
+    Check,
+}
+
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    ingero_aggregator::cli::parse_bytes(s)
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Aggregator gRPC address (e.g. http://ingero:7070).
+    #[arg(long, env = "INGERO_AGGREGATOR", conflicts_with = "store", required_unless_present = "store")]
+    aggregator: Option<String>,
+    /// Single-node use: write the Parquet dataset here, no server needed (file://, s3://, …).
+    #[arg(long, env = "INGERO_STORE")]
+    store: Option<String>,
+    /// S3-compatible endpoint for --store s3://…
+    #[arg(long, env = "INGERO_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// Node name (default: $NODE_NAME, then the hostname).
+    #[arg(long, env = "INGERO_NODE")]
+    node: Option<String>,
+    /// Aggregation window.
+    #[arg(long, env = "INGERO_WINDOW", default_value = "1s", value_parser = humantime::parse_duration)]
+    window: Duration,
+    /// Batches wait here until acknowledged (survives restarts and outages).
+    #[arg(long, env = "INGERO_SPOOL_DIR", default_value = "/var/lib/ingero-agent/spool")]
+    spool_dir: PathBuf,
+    /// Largest spool; when full the oldest batches are dropped (and counted).
+    #[arg(long, env = "INGERO_SPOOL_MAX", default_value = "256MiB", value_parser = parse_bytes)]
+    spool_max: usize,
+    /// Prometheus metrics address (e.g. 0.0.0.0:9464).
+    #[arg(long, env = "INGERO_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Trace only processes under this cgroup (v2 directory, e.g. /sys/fs/cgroup/kubepods.slice).
+    #[arg(long, env = "INGERO_CGROUP_ROOT")]
+    cgroup_root: Option<PathBuf>,
+    /// Trace only these processes (repeatable).
+    #[arg(long = "pid", env = "INGERO_PID", value_delimiter = ',')]
+    pids: Vec<u32>,
+    /// How often to rescan processes for newly loaded libraries.
+    #[arg(long, env = "INGERO_RESCAN", default_value = "2s", value_parser = humantime::parse_duration)]
+    rescan: Duration,
+    /// A call is an outlier above this multiple of its op's running median…
+    #[arg(long, env = "INGERO_OUTLIER_FACTOR", default_value_t = 10.0)]
+    outlier_factor: f64,
+    /// …and above this duration.
+    #[arg(long, env = "INGERO_OUTLIER_MIN", default_value = "1ms", value_parser = humantime::parse_duration)]
+    outlier_min: Duration,
+    /// Use a fixed outlier threshold instead.
+    #[arg(long, env = "INGERO_OUTLIER_ABS", value_parser = humantime::parse_duration)]
+    outlier_abs: Option<Duration>,
+    /// Mount point of the cgroup v2 hierarchy.
+    #[arg(long, env = "INGERO_CGROUP_MOUNT", default_value = "/sys/fs/cgroup")]
+    cgroup_mount: PathBuf,
+}
+
+/// cgroup v2 mount: the given one, or the hybrid layout's `unified` subdirectory.
+fn cgroup_mount(given: &std::path::Path) -> PathBuf {
+    if !given.join("cgroup.controllers").exists() && given.join("unified/cgroup.controllers").exists() {
+        return given.join("unified");
+    }
+    given.to_path_buf()
+}
+
+fn node_name(arg: Option<String>) -> String {
+    arg.or_else(|| std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| "unknown-node".into())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("INGERO_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match cli.command {
+        Command::Check => {
+            let mut ok = true;
+            for c in check::run_checks() {
+                ok &= c.ok;
+                println!("{:<4} {:<13} {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+                if !c.ok {
+                    println!("     fix: {}", c.fix);
+                }
+            }
+            let libs = check::libraries();
+            if libs.is_empty() {
+                println!("--   libraries     no process maps libcudart/libcuda/libnccl right now (probes attach when one does)");
+            }
+            for (lib, pids) in libs {
+                println!("ok   library       {lib} in {} process(es): {:?}", pids.len(), &pids[..pids.len().min(8)]);
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Run(a) => match run(*a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(
+                    if e.downcast_ref::<error::Error>().is_some_and(|e| matches!(e, error::Error::Config(_))) {
+                        2
+                    } else {
+                        1
+                    },
+                )
+            }
+        },
+    }
+}
+
+fn run(a: RunArgs) -> anyhow::Result<()> {
+    if a.window < Duration::from_millis(100) {
+        return Err(error::Error::Config("--window must be at least 100ms".into()).into());
+    }
+    if let Some(root) = &a.cgroup_root {
+        if !root.join("cgroup.procs").exists() {
+            return Err(
+                error::Error::Config(format!("--cgroup-root {} is not a cgroup v2 directory", root.display())).into()
+            );
+        }
+    }
+    let failed: Vec<_> = check::run_checks().into_iter().filter(|c| !c.ok && c.name != "cgroup v2").collect();
+    if !failed.is_empty() {
+        let lines: Vec<String> = failed.iter().map(|c| format!("{}: {} — fix: {}", c.name, c.detail, c.fix)).collect();
+        return Err(error::Error::Config(format!("this host cannot run the agent:\n  {}", lines.join("\n  "))).into());
+    }
+    let node = node_name(a.node);
+    let rt = tokio::runtime::Runtime::new()?;
+    let _guard = rt.enter();
+    // --store: an embedded aggregator on loopback writes the dataset.
+    let (server, url) = match (&a.aggregator, &a.store) {
+        (Some(u), _) => (None, u.clone()),
+        (None, Some(store)) => {
+            let url =
+                ingero_aggregator::store::StoreUrl::parse(store).map_err(|e| error::Error::Config(e.to_string()))?;
+            let opts = ingero_aggregator::store::StoreOptions { s3_endpoint: a.s3_endpoint.clone() };
+            let mut cfg = ingero_aggregator::serve::ServeConfig::ephemeral(url, opts, a.spool_dir.join("wal"));
+            cfg.commit.flush_age = Duration::from_secs(10);
+            let s = rt.block_on(ingero_aggregator::serve::Server::start(cfg))?;
+            let u = s.grpc_url();
+            (Some(s), u)
+        }
+        (None, None) => unreachable!("clap requires one of --aggregator/--store"),
+    };
+    let policy = RetryPolicy { give_up_after: Duration::from_secs(2), ..Default::default() };
+    let client = IngestClient::new(&url, &node, policy)?;
+    let spool = ship::spool::Spool::open(&a.spool_dir.join("batches"), a.spool_max as u64)?;
+    let ship_stats = Arc::new(ship::ShipStats::default());
+    let loop_stats = Arc::new(run::LoopStats::default());
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let shipper = rt.spawn(ship::run(rx, client, spool, ship_stats.clone(), Duration::from_secs(5)));
+    if let Some(addr) = a.metrics_addr {
+        let (l, s) = (loop_stats.clone(), ship_stats.clone());
+        rt.spawn(async move {
+            if let Err(e) = metrics::serve(addr, l, s).await {
+                tracing::error!(error = %e, "metrics endpoint failed");
+            }
+        });
+    }
+    let probes = probes::load::Probes::load()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let stop = stop.clone();
+        let mut s = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(sig))?;
+        rt.spawn(async move {
+            s.recv().await;
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    let cfg = run::LoopConfig {
+        node: node.clone(),
+        window: a.window,
+        rescan: a.rescan,
+        cgroup_root: a.cgroup_root.clone(),
+        cgroup_mount: cgroup_mount(&a.cgroup_mount),
+        pids: a.pids.clone(),
+        outlier_factor: a.outlier_factor,
+        outlier_min: a.outlier_min,
+        outlier_abs: a.outlier_abs,
+    };
+    tracing::info!(node = %node, aggregator = %url, window = ?a.window, "ingero-agent tracing");
+    let (ls, ss) = (loop_stats.clone(), ship_stats.clone());
+    let probe_thread = std::thread::spawn(move || {
+        // The spool's drop count reaches the node_windows rows through the loop stats.
+        let forward = std::thread::spawn({
+            let (ls, ss) = (ls.clone(), ss.clone());
+            move || loop {
+                ls.spool_dropped.store(ss.dropped.load(Ordering::Relaxed), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(200));
+                if Arc::strong_count(&ls) <= 2 {
+                    break;
+                }
+            }
+        });
+        let r = run::probe_loop(probes, cfg, tx, stop, ls);
+        drop(forward);
+        r
+    });
+    let res = probe_thread.join().map_err(|_| anyhow::anyhow!("probe thread panicked"))?;
+    rt.block_on(async {
+        let _ = shipper.await;
+        if let Some(s) = server {
+            s.shutdown().await?;
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    res?;
+    Ok(())
+}

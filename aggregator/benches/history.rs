@@ -31,7 +31,9 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default()).unwrap();
+        let store =
+            Store::open(&StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default())
+                .unwrap();
         let end_us = chrono::Utc::now().timestamp_micros() / 1_000_000 * 1_000_000;
         let start_us = end_us - secs as i64 * 1_000_000;
         let faults = vec![Injection::parse(&format!("cpu@{}:{}s", nodes / 3, secs / 2), nodes).unwrap()];
@@ -45,7 +47,13 @@ fn main() {
         for w in 0..secs {
             let win = step_job(&ranks, Duration::from_secs(w as u64), &faults, 0.05, &mut rng);
             for (i, r) in win.iter().enumerate() {
-                let id = RankId { node: &names[i], job: "bench", rank: i, world: nodes, window_start_us: start_us + w as i64 * 1_000_000 };
+                let id = RankId {
+                    node: &names[i],
+                    job: "bench",
+                    rank: i,
+                    world: nodes,
+                    window_start_us: start_us + w as i64 * 1_000_000,
+                };
                 for (t, b) in rows(&id, r, false, &mut rng) {
                     if matches!(t, Table::CallWindows | Table::SchedWindows) {
                         rows_total += b.num_rows();
@@ -58,7 +66,10 @@ fn main() {
                     for (part, batch) in parquet::partition(t, &batches).unwrap() {
                         for (chunk, off) in (0..batch.num_rows()).step_by(parquet::FILE_ROWS).enumerate() {
                             let slice = batch.slice(off, parquet::FILE_ROWS.min(batch.num_rows() - off));
-                            store.put_durable(&part.file(segment, chunk), parquet::encode(&slice).unwrap().into()).await.unwrap();
+                            store
+                                .put_durable(&part.file(segment, chunk), parquet::encode(&slice).unwrap().into())
+                                .await
+                                .unwrap();
                         }
                     }
                 }
@@ -68,14 +79,26 @@ fn main() {
         }
         let files = ingero_aggregator::store::read::list_files(&store, Table::CallWindows).await.unwrap();
         let bytes: u64 = files.iter().map(|f| f.1).sum();
-        println!("dataset: {nodes} nodes x {secs} s, {rows_total} rows, call_windows {} files {:.1} MB", files.len(), bytes as f64 / 1e6);
+        println!(
+            "dataset: {nodes} nodes x {secs} s, {rows_total} rows, call_windows {} files {:.1} MB",
+            files.len(),
+            bytes as f64 / 1e6
+        );
         for run in 0..3 {
             let t = Instant::now();
             let engine = QueryEngine::open(&store, Default::default()).await.unwrap();
             let req = HistoryRequest { start_us, end_us, job: None, resolution: None };
             let r = history::rank(&engine, &req, DetectorConfig::default()).await.unwrap();
-            let top = r.stragglers.first().map(|s| format!("{} flagged={} score={:.1}", s.node, s.flagged, s.score)).unwrap_or_default();
-            println!("history ranking run {run}: {:.2?} (resolution {} s), top: {top}", t.elapsed(), req.bin_us() / 1_000_000);
+            let top = r
+                .stragglers
+                .first()
+                .map(|s| format!("{} flagged={} score={:.1}", s.node, s.flagged, s.score))
+                .unwrap_or_default();
+            println!(
+                "history ranking run {run}: {:.2?} (resolution {} s), top: {top}",
+                t.elapsed(),
+                req.bin_us() / 1_000_000
+            );
         }
     });
 }

@@ -56,7 +56,13 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     assert!(o.status.success(), "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!(v[0]["n"].as_u64().unwrap() >= 40, "{v}");
-    for refused in ["DROP TABLE call_windows", "INSERT INTO call_windows VALUES (1)", "COPY call_windows TO '/tmp/x.parquet'", "CREATE TABLE t AS SELECT 1", "DELETE FROM call_windows"] {
+    for refused in [
+        "DROP TABLE call_windows",
+        "INSERT INTO call_windows VALUES (1)",
+        "COPY call_windows TO '/tmp/x.parquet'",
+        "CREATE TABLE t AS SELECT 1",
+        "DELETE FROM call_windows",
+    ] {
         let o = ingero(&["sql", refused, &store]);
         let (_, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{refused}: {err}");
@@ -67,7 +73,14 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     assert_ne!(o.status.code(), Some(0), "multi-statement accepted");
 
     let report = dir.path().join("r.html");
-    let o = ingero(&["report", "--pod=ml/llama-pretrain-worker-2", &store, "--since=5m", "--format=html", &format!("--out={}", report.display())]);
+    let o = ingero(&[
+        "report",
+        "--pod=ml/llama-pretrain-worker-2",
+        &store,
+        "--since=5m",
+        "--format=html",
+        &format!("--out={}", report.display()),
+    ]);
     assert!(o.status.success(), "{}", text(&o).1);
     let o = ingero(&["report", "--pod=ml/llama-pretrain-worker-2", &store, "--since=5m", "--format=json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -97,7 +110,13 @@ fn check_in_chromium(page: &Path, tmp: &Path) {
     ];
     let profile = format!("--user-data-dir={}", tmp.join("chromium").display());
     let url = format!("file://{}", page.display());
-    let dom = Command::new(chromium.as_ref().unwrap()).args(common).arg(&profile).arg("--dump-dom").arg(&url).output().unwrap();
+    let dom = Command::new(chromium.as_ref().unwrap())
+        .args(common)
+        .arg(&profile)
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .unwrap();
     let dom = String::from_utf8_lossy(&dom.stdout);
     assert!(dom.contains("CPU scheduling contention"), "chain not in the rendered DOM");
     assert_eq!(dom.matches("<svg").count(), 3, "expected three plots");

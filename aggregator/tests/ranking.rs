@@ -44,11 +44,17 @@ async fn every_fault_kind_is_flagged_fast_and_explained() {
     server.committer.flush().await.unwrap();
     let engine = QueryEngine::open(&server.store, Default::default()).await.unwrap();
     let now = chrono::Utc::now().timestamp_micros();
-    let req = HistoryRequest { start_us: now - 60_000_000, end_us: now, job: Some("train".into()), resolution: Some(Duration::from_secs(1)) };
+    let req = HistoryRequest {
+        start_us: now - 60_000_000,
+        end_us: now,
+        job: Some("train".into()),
+        resolution: Some(Duration::from_secs(1)),
+    };
     let ranking = history::rank(&engine, &req, DetectorConfig::default()).await.unwrap();
     let json = serde_json::to_value(&ranking).unwrap();
     let list = json["stragglers"].as_array().unwrap();
-    let flagged: Vec<&str> = list.iter().filter(|s| s["flagged"] == true).map(|s| s["node"].as_str().unwrap()).collect();
+    let flagged: Vec<&str> =
+        list.iter().filter(|s| s["flagged"] == true).map(|s| s["node"].as_str().unwrap()).collect();
     for n in ["node-1", "node-3", "node-5", "node-7", "node-9"] {
         assert!(flagged.contains(&n), "history did not flag {n}: {flagged:?}");
     }
@@ -69,7 +75,11 @@ async fn every_fault_kind_is_flagged_fast_and_explained() {
         assert!(rep.chains.iter().any(|c| c.cause == cause), "worker-{rank}: expected {cause}, got {:#?}", rep.chains);
         assert!(rep.straggler.iter().any(|s| s.flagged), "worker-{rank} report lacks the straggler flag");
         if cause == "cpu_contention" {
-            assert!(rep.neighbours.iter().any(|n| n.comm == "ffmpeg"), "noisy neighbour not named: {:?}", rep.neighbours);
+            assert!(
+                rep.neighbours.iter().any(|n| n.comm == "ffmpeg"),
+                "noisy neighbour not named: {:?}",
+                rep.neighbours
+            );
         }
     }
     let healthy = Target::Pod { namespace: "ml".into(), name: "train-worker-0".into() };

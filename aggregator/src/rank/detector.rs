@@ -176,7 +176,13 @@ fn robust(values: &[f64]) -> (f64, f64) {
 
 /// How far `values[i]` deviates in the spec's bad direction from the nodes in
 /// `reference` (itself excluded when the set is small: leave-one-out).
-fn deviation(cfg: &DetectorConfig, spec: &SignalSpec, values: &[f64], i: usize, reference: &[usize]) -> Option<Deviation> {
+fn deviation(
+    cfg: &DetectorConfig,
+    spec: &SignalSpec,
+    values: &[f64],
+    i: usize,
+    reference: &[usize],
+) -> Option<Deviation> {
     let others: Vec<f64> = if reference.len() >= cfg.loo_below {
         reference.iter().map(|&j| values[j]).collect()
     } else {

@@ -1,0 +1,94 @@
+//! cgroup path → container id and pod UID, for both kubelet cgroup drivers,
+//! containerd, CRI-O and docker, cgroup v1 and v2, every QoS class.
+
+/// What a cgroup path says about its owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupOwner {
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+    pub qos: Option<&'static str>,
+}
+
+/// Parses e.g.
+/// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd.slice/cri-containerd-<64hex>.scope` (systemd)
+/// or `/kubepods/burstable/pod1234-abcd/<64hex>` (cgroupfs).
+pub fn parse(path: &str) -> CgroupOwner {
+    let mut o = CgroupOwner::default();
+    for seg in path.split('/').filter(|s| !s.is_empty()) {
+        let s = seg.strip_suffix(".slice").or_else(|| seg.strip_suffix(".scope")).unwrap_or(seg);
+        if o.qos.is_none() {
+            o.qos = if s.contains("besteffort") {
+                Some("besteffort")
+            } else if s.contains("burstable") {
+                Some("burstable")
+            } else if s == "kubepods" || s.starts_with("kubepods-pod") {
+                Some("guaranteed")
+            } else {
+                None
+            };
+        }
+        if let Some(i) = s.rfind("pod") {
+            let uid = &s[i + 3..];
+            let uid = uid.replace('_', "-");
+            if is_uid(&uid) {
+                o.pod_uid = Some(uid);
+                continue;
+            }
+        }
+        let id = ["cri-containerd-", "crio-", "docker-", "containerd-", "libpod-"]
+            .iter()
+            .find_map(|p| s.strip_prefix(p))
+            .unwrap_or(s);
+        if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            o.container_id = Some(id.to_string());
+        }
+    }
+    if o.pod_uid.is_none() && o.container_id.is_none() {
+        o.qos = None;
+    }
+    o
+}
+
+fn is_uid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes()
+            .enumerate()
+            .all(|(i, b)| if [8, 13, 18, 23].contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() })
+}
+
+/// The process's cgroup v2 path (the `0::` line), or the first v1 path.
+pub fn of_pid(pid: u32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("0::").map(String::from))
+        .or_else(|| s.lines().find_map(|l| l.splitn(3, ':').nth(2).map(String::from)))
+}
+
+/// cgroup v2 id (= inode of the cgroup directory) of a path below the mount.
+pub fn id_of(root: &std::path::Path, path: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(root.join(path.trim_start_matches('/'))).map(|m| m.ino()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn both_drivers_all_runtimes_and_qos() {
+        let sd = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1d2c3b4a_1111_2222_3333_444455556666.slice/cri-containerd-{C}.scope");
+        let o = parse(&sd);
+        assert_eq!(o.pod_uid.as_deref(), Some("1d2c3b4a-1111-2222-3333-444455556666"));
+        assert_eq!(o.container_id.as_deref(), Some(C));
+        assert_eq!(o.qos, Some("burstable"));
+        let fs = format!("/kubepods/besteffort/pod1d2c3b4a-1111-2222-3333-444455556666/{C}");
+        let o = parse(&fs);
+        assert_eq!((o.pod_uid.is_some(), o.container_id.as_deref(), o.qos), (true, Some(C), Some("besteffort")));
+        let g = format!("/kubepods.slice/kubepods-pod1d2c3b4a_1111_2222_3333_444455556666.slice/crio-{C}.scope");
+        assert_eq!(parse(&g).qos, Some("guaranteed"));
+        assert_eq!(parse(&format!("/system.slice/docker-{C}.scope")).container_id.as_deref(), Some(C));
+        assert_eq!(parse("/user.slice/user-0.slice/session-1.scope"), CgroupOwner::default());
+    }
+}

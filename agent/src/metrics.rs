@@ -1,0 +1,52 @@
+//! Agent metrics on `--metrics-addr` (Prometheus text).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::run::LoopStats;
+use crate::ship::ShipStats;
+
+pub fn render(l: &LoopStats, s: &ShipStats) -> String {
+    let g = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
+    let rows = [
+        ("ingero_agent_windows_total", "counter", "Windows drained from the kernel", g(&l.windows)),
+        ("ingero_agent_events_total", "counter", "Probe hits aggregated in the kernel", g(&l.events)),
+        (
+            "ingero_agent_ringbuf_drops_total",
+            "counter",
+            "Outlier/process events lost to a full ring buffer",
+            g(&l.ringbuf_drops),
+        ),
+        ("ingero_agent_map_full_total", "counter", "Kernel map updates lost to a full map", g(&l.map_full)),
+        (
+            "ingero_agent_probe_run_ns_total",
+            "counter",
+            "eBPF program run time (BPF_STATS_RUN_TIME)",
+            g(&l.probe_run_ns),
+        ),
+        ("ingero_agent_libraries", "gauge", "Distinct library files probed", g(&l.libraries)),
+        ("ingero_agent_batches_sent_total", "counter", "Batches acknowledged by the aggregator", g(&s.sent)),
+        ("ingero_agent_batches_rejected_total", "counter", "Batches the aggregator refused", g(&s.rejected)),
+        ("ingero_agent_spool_dropped_total", "counter", "Batches dropped from a full spool", g(&s.dropped)),
+        ("ingero_agent_spool_depth", "gauge", "Batches waiting in the spool", g(&s.spooled)),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, v) in rows {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
+    }
+    out
+}
+
+pub async fn serve(addr: std::net::SocketAddr, l: Arc<LoopStats>, s: Arc<ShipStats>) -> std::io::Result<()> {
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let (l, s) = (l.clone(), s.clone());
+                async move { render(&l, &s) }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app).await
+}

@@ -1,0 +1,162 @@
+//! Rust mirrors of `ebpf/events.h`, with size and offset assertions so the
+//! two layouts cannot drift.
+
+use std::mem::{offset_of, size_of};
+
+pub const HIST_BUCKETS: usize = 252;
+pub const COOKIE_TIMED: u64 = 1 << 16;
+pub const COOKIE_COMM_INIT: u64 = 1 << 17;
+
+pub const PROC_EXEC: u32 = 1;
+pub const PROC_EXIT: u32 = 2;
+pub const PROC_FORK: u32 = 3;
+pub const PROC_OOM: u32 = 4;
+pub const PROC_COMM_INIT: u32 = 5;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct CallKey {
+    pub tgid: u32,
+    pub op: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CallVal {
+    pub count: u64,
+    pub errors: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub hist: [u32; HIST_BUCKETS],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SchedVal {
+    pub on_ns: u64,
+    pub off_ns: u64,
+    pub runq_ns: u64,
+    pub runq_max_ns: u64,
+    pub voluntary: u64,
+    pub involuntary: u64,
+    pub wakeups: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CgroupVal {
+    pub on_ns: u64,
+    pub switches: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct IoKey {
+    pub tgid: u32,
+    pub dev: u32,
+    pub op: u32,
+    pub pad: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IoVal {
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub hist: [u32; HIST_BUCKETS],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StallEvent {
+    pub ts_ns: u64,
+    pub duration_ns: u64,
+    pub threshold_ns: u64,
+    pub cgroup_id: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub op: u32,
+    pub reason: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcEvent {
+    pub ts_ns: u64,
+    pub cgroup_id: u64,
+    pub kind: u32,
+    pub tgid: u32,
+    pub other: u32,
+    pub value: i32,
+    pub extra: u64,
+    pub comm: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub events: u64,
+    pub ringbuf_drops: u64,
+    pub map_full: u64,
+    pub inflight_full: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Config {
+    pub active: u32,
+    pub scoped: u32,
+    pub track_all: u32,
+    pub pad: u32,
+}
+
+// SAFETY: plain-old-data mirrors of the C structs (no padding holes with
+// uninitialised bytes, every bit pattern valid).
+unsafe impl aya::Pod for CallKey {}
+unsafe impl aya::Pod for CallVal {}
+unsafe impl aya::Pod for SchedVal {}
+unsafe impl aya::Pod for CgroupVal {}
+unsafe impl aya::Pod for IoKey {}
+unsafe impl aya::Pod for IoVal {}
+unsafe impl aya::Pod for Counters {}
+unsafe impl aya::Pod for Config {}
+
+const _: () = {
+    assert!(size_of::<CallKey>() == 8);
+    assert!(size_of::<CallVal>() == 32 + 4 * HIST_BUCKETS);
+    assert!(offset_of!(CallVal, hist) == 32);
+    assert!(size_of::<SchedVal>() == 56);
+    assert!(size_of::<CgroupVal>() == 16);
+    assert!(size_of::<IoKey>() == 16);
+    assert!(size_of::<IoVal>() == 32 + 4 * HIST_BUCKETS);
+    assert!(size_of::<StallEvent>() == 48);
+    assert!(offset_of!(StallEvent, tgid) == 32);
+    assert!(size_of::<ProcEvent>() == 56);
+    assert!(offset_of!(ProcEvent, extra) == 32);
+    assert!(offset_of!(ProcEvent, comm) == 40);
+    assert!(size_of::<Counters>() == 32);
+    assert!(size_of::<Config>() == 16);
+};
+
+/// Reads a `#[repr(C)]` event from ring-buffer bytes (None when too short).
+pub fn read_event<T: Copy + Default>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < size_of::<T>() {
+        return None;
+    }
+    let mut out = T::default();
+    // SAFETY: T is a repr(C) POD mirror and `bytes` holds at least size_of::<T>() bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), &mut out as *mut T as *mut u8, size_of::<T>()) };
+    Some(out)
+}
+
+/// The C side's sizes, checked against the compiled object in a test.
+pub fn c_sizes() -> [(&'static str, usize); 4] {
+    [
+        ("call_val", size_of::<CallVal>()),
+        ("sched_val", size_of::<SchedVal>()),
+        ("stall_event", size_of::<StallEvent>()),
+        ("proc_event", size_of::<ProcEvent>()),
+    ]
+}

@@ -1,0 +1,137 @@
+//! Reads the kernel's aggregates once per window (flip A/B, then drain the
+//! idle half, so no increment is lost) and the event ring buffers.
+
+use std::time::Duration;
+
+use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::Pod;
+
+use super::abi::{read_event, CallKey, CallVal, CgroupVal, Counters, IoKey, IoVal, ProcEvent, SchedVal, StallEvent};
+use super::load::{map, Probes};
+use crate::error::{Error, Result};
+
+/// One window's worth of kernel aggregates.
+#[derive(Default)]
+pub struct Drained {
+    pub calls: Vec<(CallKey, CallVal)>,
+    pub sched: Vec<(u32, SchedVal)>,
+    pub cgroups: Vec<(u64, CgroupVal)>,
+    pub io: Vec<(IoKey, IoVal)>,
+    /// Cumulative since load, summed over CPUs.
+    pub counters: Counters,
+}
+
+/// Sums per-CPU values with `add` and empties the map.
+fn drain_map<K: Pod + Eq + std::hash::Hash, V: Pod>(
+    probes: &mut Probes,
+    name: &str,
+    add: impl Fn(&mut V, &V),
+) -> Result<Vec<(K, V)>> {
+    let mut m: PerCpuHashMap<&mut MapData, K, V> = map(&mut probes.ebpf, name)?;
+    let keys: Vec<K> = m.keys().filter_map(|k| k.ok()).collect();
+    let mut out = Vec::with_capacity(keys.len());
+    for k in keys {
+        let Ok(per_cpu) = m.get(&k, 0) else { continue };
+        let mut it = per_cpu.iter();
+        let Some(first) = it.next() else { continue };
+        let mut total = *first;
+        for v in it {
+            add(&mut total, v);
+        }
+        out.push((k, total));
+        // Nothing writes the idle half, so removing loses nothing.
+        let _ = m.remove(&k);
+    }
+    Ok(out)
+}
+
+fn add_call(a: &mut CallVal, b: &CallVal) {
+    a.count += b.count;
+    a.errors += b.errors;
+    a.total_ns += b.total_ns;
+    a.max_ns = a.max_ns.max(b.max_ns);
+    for (x, y) in a.hist.iter_mut().zip(b.hist.iter()) {
+        *x += y;
+    }
+}
+
+fn add_io(a: &mut IoVal, b: &IoVal) {
+    a.count += b.count;
+    a.bytes += b.bytes;
+    a.total_ns += b.total_ns;
+    a.max_ns = a.max_ns.max(b.max_ns);
+    for (x, y) in a.hist.iter_mut().zip(b.hist.iter()) {
+        *x += y;
+    }
+}
+
+/// Flips the active half and drains the other one.
+pub fn drain(probes: &mut Probes) -> Result<Drained> {
+    let idle = probes.active();
+    probes.flip()?;
+    // Programs that read the old index finish within microseconds (they run
+    // with migration disabled); give them a generous margin.
+    std::thread::sleep(Duration::from_millis(2));
+    let s = if idle == 0 { "a" } else { "b" };
+    let calls = drain_map::<CallKey, CallVal>(probes, &format!("calls_{s}"), add_call)?;
+    let sched = drain_map::<u32, SchedVal>(probes, &format!("sched_{s}"), |a, b| {
+        a.on_ns += b.on_ns;
+        a.off_ns += b.off_ns;
+        a.runq_ns += b.runq_ns;
+        a.runq_max_ns = a.runq_max_ns.max(b.runq_max_ns);
+        a.voluntary += b.voluntary;
+        a.involuntary += b.involuntary;
+        a.wakeups += b.wakeups;
+    })?;
+    let cgroups = drain_map::<u64, CgroupVal>(probes, &format!("cgcpu_{s}"), |a, b| {
+        a.on_ns += b.on_ns;
+        a.switches += b.switches;
+    })?;
+    let io = drain_map::<IoKey, IoVal>(probes, &format!("io_{s}"), add_io)?;
+    Ok(Drained { calls, sched, cgroups, io, counters: counters(probes)? })
+}
+
+pub fn counters(probes: &mut Probes) -> Result<Counters> {
+    let m: PerCpuArray<&mut MapData, Counters> = map(&mut probes.ebpf, "counters")?;
+    let per_cpu = m.get(&0, 0).map_err(|e| Error::Bpf(format!("counters: {e}")))?;
+    let mut c = Counters::default();
+    for v in per_cpu.iter() {
+        c.events += v.events;
+        c.ringbuf_drops += v.ringbuf_drops;
+        c.map_full += v.map_full;
+        c.inflight_full += v.inflight_full;
+    }
+    Ok(c)
+}
+
+/// The two ring buffers, owned outside the `Ebpf` so they stay mapped.
+pub struct Rings {
+    stalls: RingBuf<aya::maps::MapData>,
+    procs: RingBuf<aya::maps::MapData>,
+}
+
+impl Rings {
+    pub fn take(probes: &mut Probes) -> Result<Rings> {
+        let mut take = |name: &str| -> Result<RingBuf<MapData>> {
+            let m = probes.ebpf.take_map(name).ok_or_else(|| Error::Bpf(format!("map {name} missing")))?;
+            RingBuf::try_from(m).map_err(|e| Error::Bpf(format!("ring buffer {name}: {e}")))
+        };
+        Ok(Rings { stalls: take("stalls")?, procs: take("procs")? })
+    }
+
+    pub fn stalls(&mut self) -> Vec<StallEvent> {
+        let mut out = Vec::new();
+        while let Some(item) = self.stalls.next() {
+            out.extend(read_event::<StallEvent>(&item));
+        }
+        out
+    }
+
+    pub fn procs(&mut self) -> Vec<ProcEvent> {
+        let mut out = Vec::new();
+        while let Some(item) = self.procs.next() {
+            out.extend(read_event::<ProcEvent>(&item));
+        }
+        out
+    }
+}

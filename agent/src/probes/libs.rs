@@ -1,0 +1,118 @@
+//! Finds CUDA/NCCL libraries mapped by processes, through /proc/PID/maps,
+//! opened via /proc/PID/root so libraries inside containers are found.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::ops::Lib;
+
+/// One library file mapped by some process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// (device, inode) from the maps line: one attach per distinct file.
+    pub id: (u64, u64),
+    /// Path that reaches the file from the agent's mount namespace.
+    pub path: PathBuf,
+    /// Path as the process sees it.
+    pub mapped_as: String,
+    pub lib: Lib,
+    pub pid: u32,
+}
+
+/// Parses `/proc/PID/maps` text for traced libraries.
+pub fn parse_maps(pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
+    let mut out: BTreeMap<(u64, u64), Found> = BTreeMap::new();
+    for line in maps.lines() {
+        // addr perms offset dev inode path
+        let mut f = line.split_whitespace();
+        let (Some(_), Some(_), Some(_), Some(dev), Some(inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let path: String = f.collect::<Vec<_>>().join(" ");
+        if !path.starts_with('/') || path.ends_with("(deleted)") {
+            continue;
+        }
+        let Some(name) = path.rsplit('/').next() else { continue };
+        let Some(lib) = Lib::from_file_name(name) else { continue };
+        let Ok(ino) = inode.parse::<u64>() else { continue };
+        let dev = parse_dev(dev).unwrap_or(0);
+        out.entry((dev, ino)).or_insert_with(|| Found {
+            id: (dev, ino),
+            path: proc_root.join(pid.to_string()).join("root").join(path.trim_start_matches('/')),
+            mapped_as: path.clone(),
+            lib,
+            pid,
+        });
+    }
+    out.into_values().collect()
+}
+
+/// `08:01` (hex major:minor) → a single number.
+fn parse_dev(s: &str) -> Option<u64> {
+    let (a, b) = s.split_once(':')?;
+    Some((u64::from_str_radix(a, 16).ok()? << 32) | u64::from_str_radix(b, 16).ok()?)
+}
+
+/// Libraries mapped by one process (empty when it is gone or unreadable).
+pub fn scan_pid(pid: u32) -> Vec<Found> {
+    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(m) => parse_maps(pid, &m, Path::new("/proc")),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Processes to look at: those under the cgroup subtree, or all of them.
+pub fn pids(scope: Option<&Path>) -> Vec<u32> {
+    match scope {
+        Some(dir) => {
+            let mut out = Vec::new();
+            walk_procs(dir, &mut out, 0);
+            out.sort_unstable();
+            out.dedup();
+            out
+        }
+        None => std::fs::read_dir("/proc")
+            .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default(),
+    }
+}
+
+fn walk_procs(dir: &Path, out: &mut Vec<u32>, depth: usize) {
+    if depth > 32 {
+        return;
+    }
+    if let Ok(s) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+        out.extend(s.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+    }
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk_procs(&e.path(), out, depth + 1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_versioned_libraries_once_per_file() {
+        let maps = "\
+7f0000000000-7f0000001000 r--p 00000000 08:01 1234 /usr/lib/libcudart.so.12.9.79
+7f0000001000-7f0000002000 r-xp 00001000 08:01 1234 /usr/lib/libcudart.so.12.9.79
+7f0000003000-7f0000004000 r-xp 00000000 00:2a 99 /opt/conda/lib/libnccl.so.2
+7f0000005000-7f0000006000 r-xp 00000000 08:01 77 /usr/lib/libc.so.6
+7f0000007000-7f0000008000 rw-p 00000000 00:00 0 [heap]
+7f0000009000-7f000000a000 r-xp 00000000 08:01 55 /tmp/libcuda.so.1 (deleted)
+";
+        let f = parse_maps(42, maps, Path::new("/proc"));
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].lib, Lib::Nccl);
+        assert_eq!(f[0].path, PathBuf::from("/proc/42/root/opt/conda/lib/libnccl.so.2"));
+        assert_eq!(f[1].id, ((8 << 32) | 1, 1234));
+        assert_eq!(f[1].mapped_as, "/usr/lib/libcudart.so.12.9.79");
+    }
+}

@@ -1,0 +1,138 @@
+//! The traced functions: which library, which symbol, whether the return is
+//! probed (only where a duration is needed).
+
+use super::abi::{COOKIE_COMM_INIT, COOKIE_TIMED};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lib {
+    /// CUDA runtime, libcudart.so.*
+    Cudart,
+    /// CUDA driver, libcuda.so.*
+    Cuda,
+    /// NCCL, libnccl.so.*
+    Nccl,
+}
+
+impl Lib {
+    pub fn name(self) -> &'static str {
+        match self {
+            Lib::Cudart => "cudart",
+            Lib::Cuda => "cuda",
+            Lib::Nccl => "nccl",
+        }
+    }
+
+    /// Recognises a library by its file name (versioned sonames included).
+    pub fn from_file_name(name: &str) -> Option<Lib> {
+        let stem = name.split(".so").next()?;
+        if !name.contains(".so") {
+            return None;
+        }
+        match stem {
+            "libcudart" => Some(Lib::Cudart),
+            "libcuda" => Some(Lib::Cuda),
+            "libnccl" => Some(Lib::Nccl),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Op {
+    pub id: u16,
+    pub lib: Lib,
+    pub symbol: &'static str,
+    /// Return-probed: durations, errors, outliers.
+    pub timed: bool,
+    pub comm_init: bool,
+}
+
+impl Op {
+    pub fn cookie(&self) -> u64 {
+        self.id as u64 | if self.timed { COOKIE_TIMED } else { 0 } | if self.comm_init { COOKIE_COMM_INIT } else { 0 }
+    }
+}
+
+macro_rules! ops {
+    ($(($lib:ident, $sym:literal, $timed:literal $(, $ci:literal)?)),* $(,)?) => {
+        const TABLE: &[(Lib, &str, bool, bool)] = &[$((Lib::$lib, $sym, $timed, false $(|| $ci)?)),*];
+    };
+}
+
+ops![
+    (Cudart, "cudaLaunchKernel", false),
+    (Cudart, "cudaLaunchKernel_ptsz", false),
+    (Cudart, "cudaLaunchKernelExC", false),
+    (Cudart, "cudaLaunchKernelExC_ptsz", false),
+    (Cudart, "cudaGraphLaunch", false),
+    (Cudart, "cudaGraphLaunch_ptsz", false),
+    (Cudart, "cudaFree", false),
+    (Cudart, "cudaMemcpy", true),
+    (Cudart, "cudaMemcpy_ptds", true),
+    (Cudart, "cudaMemcpyAsync", true),
+    (Cudart, "cudaMemcpyAsync_ptsz", true),
+    (Cudart, "cudaStreamSynchronize", true),
+    (Cudart, "cudaStreamSynchronize_ptsz", true),
+    (Cudart, "cudaDeviceSynchronize", true),
+    (Cudart, "cudaEventSynchronize", true),
+    (Cudart, "cudaMalloc", true),
+    (Cuda, "cuLaunchKernel", false),
+    (Cuda, "cuLaunchKernel_ptsz", false),
+    (Cuda, "cuLaunchKernelEx", false),
+    (Cuda, "cuLaunchKernelEx_ptsz", false),
+    (Cuda, "cuMemcpy", true),
+    (Cuda, "cuMemcpyAsync", true),
+    (Cuda, "cuMemcpyHtoD_v2", true),
+    (Cuda, "cuMemcpyDtoH_v2", true),
+    (Cuda, "cuMemcpyHtoDAsync_v2", true),
+    (Cuda, "cuMemcpyDtoHAsync_v2", true),
+    (Cuda, "cuCtxSynchronize", true),
+    (Cuda, "cuStreamSynchronize", true),
+    (Cuda, "cuMemAlloc_v2", true),
+    (Nccl, "ncclAllReduce", true),
+    (Nccl, "ncclAllGather", true),
+    (Nccl, "ncclReduceScatter", true),
+    (Nccl, "ncclBroadcast", true),
+    (Nccl, "ncclSend", true),
+    (Nccl, "ncclRecv", true),
+    (Nccl, "ncclGroupStart", false),
+    (Nccl, "ncclGroupEnd", true),
+    (Nccl, "ncclCommInitRank", true, true),
+];
+
+/// Every traced op; the index is the op id carried in the attach cookie.
+pub fn all() -> Vec<Op> {
+    TABLE
+        .iter()
+        .enumerate()
+        .map(|(i, &(lib, symbol, timed, comm_init))| Op { id: i as u16, lib, symbol, timed, comm_init })
+        .collect()
+}
+
+pub fn by_id(id: u32) -> Option<Op> {
+    all().into_iter().nth(id as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_versioned_sonames_only() {
+        assert_eq!(Lib::from_file_name("libcudart.so.12"), Some(Lib::Cudart));
+        assert_eq!(Lib::from_file_name("libcudart.so.13.0.48"), Some(Lib::Cudart));
+        assert_eq!(Lib::from_file_name("libcuda.so.1"), Some(Lib::Cuda));
+        assert_eq!(Lib::from_file_name("libnccl.so.2"), Some(Lib::Nccl));
+        assert_eq!(Lib::from_file_name("libcudart_static.a"), None);
+        assert_eq!(Lib::from_file_name("libcudnn.so.9"), None);
+    }
+
+    #[test]
+    fn ids_are_unique_and_fit_the_cookie() {
+        let ops = all();
+        assert!(ops.len() < 256);
+        let comm: Vec<_> = ops.iter().filter(|o| o.comm_init).collect();
+        assert_eq!(comm.len(), 1);
+        assert!(ops.iter().all(|o| by_id(o.id as u32).unwrap().symbol == o.symbol));
+    }
+}

@@ -1,0 +1,107 @@
+//! Shipping windows to the aggregator: spool first, send in order, retry.
+
+pub mod spool;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use ingero_proto::client::{IngestClient, SendError};
+use ingero_proto::Table;
+use tokio::sync::mpsc;
+
+use spool::Spool;
+
+/// Counters shared with the metrics endpoint and the node_windows rows.
+#[derive(Default)]
+pub struct ShipStats {
+    pub sent: AtomicU64,
+    pub rejected: AtomicU64,
+    pub dropped: AtomicU64,
+    pub spooled: AtomicU64,
+}
+
+/// Ships every batch from `rx`; returns when `rx` closes and the spool is
+/// drained (or `drain_timeout` passes with the aggregator still down).
+pub async fn run(
+    mut rx: mpsc::Receiver<Vec<(Table, RecordBatch)>>,
+    mut client: IngestClient,
+    mut spool: Spool,
+    stats: Arc<ShipStats>,
+    drain_timeout: Duration,
+) {
+    client.advance_past(spool.max_sequence());
+    let mut backoff = Duration::from_millis(200);
+    let mut closing: Option<tokio::time::Instant> = None;
+    loop {
+        // Take new windows without waiting while the spool has work.
+        let pending = spool.files().len();
+        let next = if pending == 0 && closing.is_none() {
+            rx.recv().await
+        } else {
+            match rx.try_recv() {
+                Ok(t) => Some(t),
+                Err(mpsc::error::TryRecvError::Empty) => None,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    closing.get_or_insert_with(|| tokio::time::Instant::now() + drain_timeout);
+                    None
+                }
+            }
+        };
+        match next {
+            Some(tables) => match client.request(&tables) {
+                Ok(req) => {
+                    if let Err(e) = spool.push(&req) {
+                        tracing::error!(error = %e, "cannot spool a batch; it is lost");
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "cannot encode a batch"),
+            },
+            None if pending == 0 && closing.is_some() => return,
+            None if closing.is_none() && rx.is_closed() && pending == 0 => return,
+            None => {}
+        }
+        stats.dropped.store(spool.dropped, Ordering::Relaxed);
+        stats.spooled.store(spool.files().len() as u64, Ordering::Relaxed);
+        // Send the oldest spooled batch.
+        let Some((path, req)) = spool.oldest() else { continue };
+        match client.push(&req).await {
+            Ok(_) => {
+                spool.remove(&path);
+                stats.sent.fetch_add(1, Ordering::Relaxed);
+                backoff = Duration::from_millis(200);
+            }
+            Err(SendError::Rejected(s)) => {
+                tracing::error!(sequence = req.sequence, status = %s.message(), "aggregator refused a batch; dropping it");
+                spool.remove(&path);
+                stats.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if closing.is_some_and(|c| tokio::time::Instant::now() >= c) {
+                    tracing::warn!(
+                        spooled = spool.files().len(),
+                        "aggregator still unreachable at shutdown; batches stay in the spool for the next start"
+                    );
+                    return;
+                }
+                tracing::warn!(error = %e, spooled = spool.files().len(), retry_in = ?backoff, "aggregator unreachable; spooling");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    t = rx.recv(), if closing.is_none() => {
+                        match t {
+                            Some(tables) => {
+                                if let Ok(req) = client.request(&tables) {
+                                    let _ = spool.push(&req);
+                                }
+                            }
+                            None => { closing.get_or_insert_with(|| tokio::time::Instant::now() + drain_timeout); }
+                        }
+                    }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+/* CUDA runtime, driver and NCCL calls: one entry and one return program,
+ * attached to every traced symbol with the op id as the attach cookie.
+ * Calls are aggregated in per-CPU maps (count, errors, sum, max, histogram)
+ * that userspace drains once per window; outliers go to a ring buffer
+ * without a wakeup per event. */
+#include "common.bpf.h"
+
+#define MAX_TRACKED_CALLS 1024
+
+struct call_map {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MAX_TRACKED_CALLS);
+	__type(key, struct call_key);
+	__type(value, struct call_val);
+};
+/* Double buffer: programs fill the active one, userspace drains the other. */
+struct call_map calls_a SEC(".maps");
+struct call_map calls_b SEC(".maps");
+
+/* Always zero: the initial value of a new aggregate (too big for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct call_val);
+} zero_call SEC(".maps");
+
+struct inflight_key {
+	__u64 pid_tgid;
+	__u32 op;
+	__u32 pad;
+};
+
+/* Start time of calls in progress; LRU so threads that die mid-call do not leak. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct inflight_key);
+	__type(value, __u64);
+} inflight SEC(".maps");
+
+/* Outlier threshold per op (ns); 0 = no outlier reporting. Set by userspace
+ * from the op's running median x N or the absolute threshold. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_OPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} thresholds SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} stalls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} procs SEC(".maps");
+
+static __always_inline struct call_val *call_agg(struct config *c, struct call_key *k)
+{
+	__u32 zero = 0;
+	struct call_val *z = bpf_map_lookup_elem(&zero_call, &zero);
+	if (!z)
+		return 0;
+	if (c->active)
+		return AGG_GET(&calls_b, k, z);
+	return AGG_GET(&calls_a, k, z);
+}
+
+static __always_inline void track(__u32 tgid)
+{
+	__u8 one = 1;
+	if (!bpf_map_lookup_elem(&tracked, &tgid))
+		bpf_map_update_elem(&tracked, &tgid, &one, BPF_NOEXIST);
+}
+
+SEC("uprobe")
+int call_entry(struct pt_regs *ctx)
+{
+	struct config *c = cfg();
+	if (!c || !in_scope(c))
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 op = cookie & COOKIE_OP_MASK;
+	track(tgid);
+	struct counters *cn = ctrs();
+	if (cn)
+		cn->events++;
+	if (cookie & COOKIE_COMM_INIT) {
+		/* ncclCommInitRank(comm, nranks, commId (128 B by value, on the stack), rank) */
+		struct proc_event *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
+		if (e) {
+			__u64 id = 0;
+			bpf_probe_read_user(&id, sizeof(id), (void *)(PT_REGS_SP(ctx) + 8));
+			e->ts_ns = bpf_ktime_get_ns();
+			e->cgroup_id = bpf_get_current_cgroup_id();
+			e->kind = PROC_COMM_INIT;
+			e->tgid = tgid;
+			e->other = (__u32)PT_REGS_PARM3(ctx);
+			e->value = (__s32)PT_REGS_PARM2(ctx);
+			e->extra = id;
+			bpf_get_current_comm(e->comm, sizeof(e->comm));
+			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+		} else if (cn) {
+			cn->ringbuf_drops++;
+		}
+	}
+	if (cookie & COOKIE_TIMED) {
+		struct inflight_key k = { .pid_tgid = pid_tgid, .op = op };
+		__u64 now = bpf_ktime_get_ns();
+		if (bpf_map_update_elem(&inflight, &k, &now, BPF_ANY) && cn)
+			cn->inflight_full++;
+		return 0;
+	}
+	/* Entry-only op (launches): count it now. */
+	struct call_key key = { .tgid = tgid, .op = op };
+	struct call_val *v = call_agg(c, &key);
+	if (v)
+		v->count++;
+	return 0;
+}
+
+SEC("uretprobe")
+int call_return(struct pt_regs *ctx)
+{
+	struct config *c = cfg();
+	if (!c)
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 op = cookie & COOKIE_OP_MASK;
+	struct inflight_key k = { .pid_tgid = pid_tgid, .op = op };
+	__u64 *start = bpf_map_lookup_elem(&inflight, &k);
+	if (!start)
+		return 0; /* entry not seen (out of scope, or attached mid-call) */
+	__u64 began = *start;
+	__u64 d = bpf_ktime_get_ns() - began;
+	bpf_map_delete_elem(&inflight, &k);
+
+	struct call_key key = { .tgid = pid_tgid >> 32, .op = op };
+	struct call_val *v = call_agg(c, &key);
+	if (v) {
+		v->count++;
+		if ((int)PT_REGS_RC(ctx) != 0)
+			v->errors++;
+		v->total_ns += d;
+		if (d > v->max_ns)
+			v->max_ns = d;
+		__u32 b = hist_bucket(d);
+		if (b < INGERO_HIST_BUCKETS)
+			v->hist[b]++;
+	}
+	__u32 opi = op;
+	__u64 *thr = bpf_map_lookup_elem(&thresholds, &opi);
+	if (thr && *thr && d > *thr) {
+		struct stall_event *e = bpf_ringbuf_reserve(&stalls, sizeof(*e), 0);
+		if (!e) {
+			struct counters *cn = ctrs();
+			if (cn)
+				cn->ringbuf_drops++;
+			return 0;
+		}
+		e->ts_ns = began;
+		e->duration_ns = d;
+		e->threshold_ns = *thr;
+		e->cgroup_id = bpf_get_current_cgroup_id();
+		e->tgid = pid_tgid >> 32;
+		e->tid = (__u32)pid_tgid;
+		e->op = op;
+		e->reason = 0;
+		/* No wakeup: userspace polls once per window. */
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	}
+	return 0;
+}

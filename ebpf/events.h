@@ -1,0 +1,109 @@
+/* Layout shared by the eBPF programs and the agent (agent/src/probes/abi.rs
+ * mirrors every struct with size/offset assertions so they cannot drift). */
+#ifndef INGERO_EVENTS_H
+#define INGERO_EVENTS_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/* Latency histogram: the log-linear scheme of proto/src/hist.rs. */
+#define INGERO_HIST_BUCKETS 252
+
+/* Cookie of a call probe: op id in the low 16 bits, flags above. */
+#define COOKIE_OP_MASK 0xffffu
+#define COOKIE_TIMED (1u << 16)      /* entry stores a start time for the return probe */
+#define COOKIE_COMM_INIT (1u << 17)  /* ncclCommInitRank: report rank and nranks */
+
+#define MAX_OPS 256
+
+struct call_key {
+	__u32 tgid;
+	__u32 op;
+};
+
+struct call_val {
+	__u64 count;
+	__u64 errors;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u32 hist[INGERO_HIST_BUCKETS];
+};
+
+struct sched_val {
+	__u64 on_ns;
+	__u64 off_ns;
+	__u64 runq_ns;
+	__u64 runq_max_ns;
+	__u64 voluntary;
+	__u64 involuntary;
+	__u64 wakeups;
+};
+
+struct cgroup_val {
+	__u64 on_ns;
+	__u64 switches;
+};
+
+struct io_key {
+	__u32 tgid;
+	__u32 dev;
+	__u32 op;
+	__u32 pad;
+};
+
+struct io_val {
+	__u64 count;
+	__u64 bytes;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u32 hist[INGERO_HIST_BUCKETS];
+};
+
+/* One outlier call, sent through the stalls ring buffer. */
+struct stall_event {
+	__u64 ts_ns;
+	__u64 duration_ns;
+	__u64 threshold_ns;
+	__u64 cgroup_id;
+	__u32 tgid;
+	__u32 tid;
+	__u32 op;
+	__u32 reason; /* 1: absolute threshold / N x median (set by userspace) */
+};
+
+#define PROC_EXEC 1
+#define PROC_EXIT 2
+#define PROC_FORK 3
+#define PROC_OOM 4
+#define PROC_COMM_INIT 5
+
+/* Process lifecycle and rare events, through the procs ring buffer. */
+struct proc_event {
+	__u64 ts_ns;
+	__u64 cgroup_id;
+	__u32 kind;
+	__u32 tgid;
+	__u32 other; /* fork: child tgid; comm init: rank */
+	__s32 value; /* exit: code; oom: -; comm init: nranks */
+	__u64 extra; /* comm init: first 8 bytes of the NCCL unique id */
+	char comm[16];
+};
+
+/* Loss and activity counters, one per CPU. */
+struct counters {
+	__u64 events;
+	__u64 ringbuf_drops;
+	__u64 map_full;
+	__u64 inflight_full;
+};
+
+/* Written by userspace. */
+struct config {
+	__u32 active;       /* which of the A/B aggregation maps the programs fill */
+	__u32 scoped;       /* 1: only tasks under the cgroup in scope_cgroup[0] */
+	__u32 track_all;    /* 1: scheduler stats for every process (tests, --pid) */
+	__u32 pad;
+};
+
+#endif

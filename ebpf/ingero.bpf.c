@@ -1,0 +1,5 @@
+/* One object, one set of shared maps (config, counters, tracked, scope). */
+#include "calls.bpf.c"
+#include "sched.bpf.c"
+#include "io.bpf.c"
+#include "proc.bpf.c"

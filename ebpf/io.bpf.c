@@ -1,0 +1,77 @@
+/* Block IO latency (issue → complete) per process, device and op. */
+#include "common.bpf.h"
+
+struct io_map {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 2048);
+	__type(key, struct io_key);
+	__type(value, struct io_val);
+};
+struct io_map io_a SEC(".maps");
+struct io_map io_b SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct io_val);
+} zero_io SEC(".maps");
+
+struct io_start {
+	__u64 ts_ns;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct io_start);
+} io_inflight SEC(".maps");
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(on_rq_issue, struct request *rq)
+{
+	struct config *c = cfg();
+	if (!c || !in_scope(c))
+		return 0;
+	__u64 key = (__u64)rq;
+	struct io_start s = { .ts_ns = bpf_ktime_get_ns(), .tgid = bpf_get_current_pid_tgid() >> 32 };
+	bpf_map_update_elem(&io_inflight, &key, &s, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(on_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	struct config *c = cfg();
+	if (!c)
+		return 0;
+	__u64 key = (__u64)rq;
+	struct io_start *s = bpf_map_lookup_elem(&io_inflight, &key);
+	if (!s)
+		return 0;
+	__u64 d = bpf_ktime_get_ns() - s->ts_ns;
+	struct io_key k = { .tgid = s->tgid, .op = BPF_CORE_READ(rq, cmd_flags) & 0xff };
+	struct block_device *bd = BPF_CORE_READ(rq, part);
+	if (bd)
+		k.dev = BPF_CORE_READ(bd, bd_dev);
+	bpf_map_delete_elem(&io_inflight, &key);
+	__u32 zero = 0;
+	struct io_val *z = bpf_map_lookup_elem(&zero_io, &zero);
+	if (!z)
+		return 0;
+	struct io_val *v = c->active ? AGG_GET(&io_b, &k, z) : AGG_GET(&io_a, &k, z);
+	if (!v)
+		return 0;
+	v->count++;
+	v->bytes += nr_bytes;
+	v->total_ns += d;
+	if (d > v->max_ns)
+		v->max_ns = d;
+	__u32 b = hist_bucket(d);
+	if (b < INGERO_HIST_BUCKETS)
+		v->hist[b]++;
+	return 0;
+}

@@ -1,0 +1,166 @@
+/* Scheduler: per-thread off-CPU and run-queue time of tracked processes,
+ * summed per process (tgid), plus on-CPU time of every cgroup so a report
+ * can name the noisy neighbour. Keys are always tgid for processes and tid
+ * for threads: a thread id is never taken for a process id. */
+#include "common.bpf.h"
+
+#define TASK_RUNNING 0
+#define ST_OFF 1  /* switched out while blocked/sleeping */
+#define ST_RUNQ 2 /* runnable, waiting for a CPU */
+
+struct sched_map {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct sched_val);
+};
+struct sched_map sched_a SEC(".maps");
+struct sched_map sched_b SEC(".maps");
+
+struct cgroup_map {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct cgroup_val);
+};
+struct cgroup_map cgcpu_a SEC(".maps");
+struct cgroup_map cgcpu_b SEC(".maps");
+
+struct thread_state {
+	__u64 since_ns;
+	__u32 state;
+	__u32 pad;
+};
+
+/* Per tracked thread (tid): what it is waiting for and since when. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} threads SEC(".maps");
+
+/* Per CPU: when the running task was switched in. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cpu_since SEC(".maps");
+
+static __always_inline struct sched_val *sched_agg(struct config *c, __u32 tgid)
+{
+	struct sched_val zero = {};
+	if (c->active)
+		return AGG_GET(&sched_b, &tgid, &zero);
+	return AGG_GET(&sched_a, &tgid, &zero);
+}
+
+static __always_inline int is_tracked(struct config *c, __u32 tgid)
+{
+	return c->track_all || bpf_map_lookup_elem(&tracked, &tgid) != 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct config *c = cfg();
+	if (!c)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 zero = 0;
+
+	/* cgroup CPU accounting for every task: current is still prev here. */
+	__u64 *since = bpf_map_lookup_elem(&cpu_since, &zero);
+	if (since) {
+		if (*since && now > *since) {
+			__u64 cg = bpf_get_current_cgroup_id();
+			struct cgroup_val cz = {};
+			struct cgroup_val *cv = c->active ? AGG_GET(&cgcpu_b, &cg, &cz) : AGG_GET(&cgcpu_a, &cg, &cz);
+			if (cv) {
+				cv->on_ns += now - *since;
+				cv->switches++;
+			}
+		}
+		*since = now;
+	}
+
+	__u32 ptgid = BPF_CORE_READ(prev, tgid);
+	__u32 ptid = BPF_CORE_READ(prev, pid);
+	if (ptid && is_tracked(c, ptgid)) {
+		struct sched_val *v = sched_agg(c, ptgid);
+		struct thread_state *ts = bpf_map_lookup_elem(&threads, &ptid);
+		/* on-CPU time since it was switched in */
+		if (v && ts && ts->state == 0 && ts->since_ns && now > ts->since_ns)
+			v->on_ns += now - ts->since_ns;
+		int runnable = preempt || BPF_CORE_READ(prev, __state) == TASK_RUNNING;
+		struct thread_state st = { .since_ns = now, .state = runnable ? ST_RUNQ : ST_OFF };
+		bpf_map_update_elem(&threads, &ptid, &st, BPF_ANY);
+		if (v) {
+			if (runnable)
+				v->involuntary++;
+			else
+				v->voluntary++;
+		}
+	}
+
+	__u32 ntgid = BPF_CORE_READ(next, tgid);
+	__u32 ntid = BPF_CORE_READ(next, pid);
+	if (ntid && is_tracked(c, ntgid)) {
+		struct thread_state *ts = bpf_map_lookup_elem(&threads, &ntid);
+		struct sched_val *v = sched_agg(c, ntgid);
+		if (ts && v && ts->since_ns && now > ts->since_ns) {
+			__u64 d = now - ts->since_ns;
+			if (ts->state == ST_RUNQ) {
+				v->runq_ns += d;
+				if (d > v->runq_max_ns)
+					v->runq_max_ns = d;
+			} else if (ts->state == ST_OFF) {
+				v->off_ns += d;
+			}
+		}
+		struct thread_state st = { .since_ns = now, .state = 0 };
+		bpf_map_update_elem(&threads, &ntid, &st, BPF_ANY);
+	}
+	return 0;
+}
+
+/* A blocked thread became runnable: off-CPU ends, run-queue wait begins. */
+static __always_inline void woken(struct task_struct *p)
+{
+	struct config *c = cfg();
+	if (!c)
+		return;
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 tid = BPF_CORE_READ(p, pid);
+	if (!tid || !is_tracked(c, tgid))
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	struct thread_state *ts = bpf_map_lookup_elem(&threads, &tid);
+	struct sched_val *v = sched_agg(c, tgid);
+	if (v)
+		v->wakeups++;
+	if (ts && ts->state == ST_OFF) {
+		if (v && now > ts->since_ns)
+			v->off_ns += now - ts->since_ns;
+		ts->since_ns = now;
+		ts->state = ST_RUNQ;
+	} else if (!ts) {
+		struct thread_state st = { .since_ns = now, .state = ST_RUNQ };
+		bpf_map_update_elem(&threads, &tid, &st, BPF_ANY);
+	}
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(on_wakeup, struct task_struct *p)
+{
+	woken(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(on_wakeup_new, struct task_struct *p)
+{
+	woken(p);
+	return 0;
+}
