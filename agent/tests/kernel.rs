@@ -1,0 +1,136 @@
+//! The agent against the real kernel: real uprobes on real processes, real
+//! cgroups, real scheduler contention. Needs root (CI runs as root).
+
+mod fixtures;
+
+
+use fixtures::*;
+use ingero_proto::Table;
+
+fn tmp(tag: &str) -> (tempfile::TempDir, Cgroup) {
+    let dir = tempfile::tempdir().unwrap();
+    let cg = Cgroup::new(&format!("ingero-test-{tag}-{}", std::process::id()));
+    (dir, cg)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_counts_durations_and_errors_across_libraries_and_paths() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("counts");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let nccl = dir.path().join("bin/libnccl.so.2");
+    // The same library at another path (another file): attached separately.
+    let other = dir.path().join("rootfs/usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(&lib, other.join("libcudart.so.12")).unwrap();
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let a = Workload::start(
+        &wl,
+        &lib,
+        &["open", "sleep:600", "call:cudaLaunchKernel:1234:0", "call:cudaStreamSynchronize:15:4000", "call:cudaMemcpyAsync:7:2000", "call:cudaFree:3:0", "sleep:300"],
+        &cg,
+    );
+    let b = Workload::start(&wl, &nccl, &["open", "sleep:600", "call:ncclAllReduce:9:3000", "call:ncclGroupStart:4:0", "sleep:300"], &cg);
+    let c = Workload::start(&wl, &other.join("libcudart.so.12"), &["open", "sleep:600", "call:cudaLaunchKernel:77:0", "call:cudaDeviceSynchronize:2:1000"], &cg);
+    let (pa, pb, pc) = (a.pid(), b.pid(), c.pid());
+    a.wait();
+    b.wait();
+    c.wait();
+    let log = agent.stop();
+    let calls = rows(dir.path(), Table::CallWindows).await;
+    let ca = calls_of(&calls, pa);
+    assert_eq!(ca["cudaLaunchKernel"].0, 1234, "{ca:?}\n{log}");
+    assert_eq!(ca["cudaStreamSynchronize"].0, 15);
+    assert_eq!(ca["cudaMemcpyAsync"].0, 7);
+    assert_eq!(ca["cudaFree"].0, 3);
+    let sync_ms = ca["cudaStreamSynchronize"].2 as f64 / 1e6;
+    assert!((60.0..80.0).contains(&sync_ms), "15 x 4 ms sync measured {sync_ms} ms");
+    let cb = calls_of(&calls, pb);
+    assert_eq!(cb["ncclAllReduce"].0, 9, "{cb:?}");
+    assert_eq!(cb["ncclGroupStart"].0, 4);
+    let ar_ms = cb["ncclAllReduce"].2 as f64 / 1e6;
+    assert!((27.0..35.0).contains(&ar_ms), "9 x 3 ms allreduce measured {ar_ms} ms");
+    let cc = calls_of(&calls, pc);
+    assert_eq!(cc["cudaLaunchKernel"].0, 77, "{cc:?}");
+    assert_eq!(cc["cudaDeviceSynchronize"].0, 2);
+    assert!(log.matches("attached").count() >= 3, "three distinct files attached:\n{log}");
+    // Node rows say nothing was lost.
+    let node = rows(dir.path(), Table::NodeWindows).await;
+    assert_eq!(sum_for(&node, std::process::id() * 0 + node_pid(&node), "ringbuf_drops"), 0);
+}
+
+fn node_pid(node: &[arrow::array::RecordBatch]) -> u32 {
+    use arrow::array::AsArray;
+    node[0].column_by_name("pid").unwrap().as_primitive::<arrow::datatypes::UInt32Type>().value(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_cpu_time_of_a_sleeping_process_and_a_late_dlopen() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("offcpu");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    // Starts without the library, dlopens it 1.5 s later, then sleeps 2 s in total.
+    let w = Workload::start(&wl, &lib, &["sleep:1500", "open", "sleep:500", "call:cudaStreamSynchronize:1:0", "sleep:800", "sleep:1200", "call:cudaLaunchKernel:10:0"], &cg);
+    let pid = w.pid();
+    w.wait();
+    agent.stop();
+    let calls = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    assert_eq!(calls["cudaLaunchKernel"].0, 10, "late-dlopen library traced: {calls:?}");
+    let sched = rows(dir.path(), Table::SchedWindows).await;
+    let off_ms = sum_for(&sched, pid, "off_cpu_ns") as f64 / 1e6;
+    // Tracked from its first CUDA call: the 800 + 1200 ms of sleep follow it.
+    assert!((1900.0..2300.0).contains(&off_ms), "off-CPU {off_ms} ms, expected ~2000");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_queue_latency_when_a_cpu_hog_shares_the_cpu() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("runq");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let mut hog = std::process::Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
+    let mut cmd = std::process::Command::new("taskset");
+    cmd.args(["-c", "0"]).arg(&wl);
+    let w = Workload::start_with(cmd, &lib, &["open", "sleep:500", "call:cudaLaunchKernel:1:0", "spin:2000", "call:cudaLaunchKernel:1:0"], &cg);
+    let pid = w.pid();
+    w.wait();
+    let _ = hog.kill();
+    let _ = hog.wait();
+    agent.stop();
+    let sched = rows(dir.path(), Table::SchedWindows).await;
+    let runq = sum_for(&sched, pid, "runq_wait_ns") as f64 / 1e6;
+    let on = sum_for(&sched, pid, "on_cpu_ns") as f64 / 1e6;
+    assert!(runq > 600.0, "run-queue wait {runq} ms (on-CPU {on} ms) with a hog on the same CPU");
+    assert!(sum_for(&sched, pid, "involuntary_switches") > 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooded_ring_buffer_reports_every_lost_event() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("flood");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let mut args = store_args(dir.path(), &cg);
+    args.push("--outlier-abs=1ns".into());
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    let n = 30_000u64;
+    let step = format!("call:cudaStreamSynchronize:{n}:0");
+    let w = Workload::start(&wl, &lib, &["open", "sleep:500", &step], &cg);
+    let pid = w.pid();
+    w.wait();
+    agent.stop();
+    let stalls: usize = rows(dir.path(), Table::StallEvents).await.iter().map(|b| b.num_rows()).sum();
+    let node = rows(dir.path(), Table::NodeWindows).await;
+    let drops = sum_for(&node, node_pid(&node), "ringbuf_drops");
+    assert!(drops > 0, "a 256 KiB ring buffer cannot hold {n} events in one window");
+    assert_eq!(stalls as u64 + drops, n, "every outlier is either delivered or counted as dropped");
+    assert_eq!(calls_of(&rows(dir.path(), Table::CallWindows).await, pid)["cudaStreamSynchronize"].0, n);
+}
