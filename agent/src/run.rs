@@ -167,7 +167,13 @@ pub fn probe_loop(
                 next_scan = Instant::now() + cfg.rescan;
             }
         }
-        let d = drain::drain(&mut probes)?;
+        let mut d = drain::drain(&mut probes)?;
+        if !pid_filter.is_empty() {
+            // Library probes fire for every process using the file: keep --pid only.
+            d.calls.retain(|(k, _)| pid_filter.contains(&k.tgid));
+            d.sched.retain(|(p, _)| pid_filter.contains(p));
+            d.io.retain(|(k, _)| pid_filter.contains(&k.tgid));
+        }
         let stalls = rings.stalls();
         let delta = Counters {
             events: d.counters.events - last_counters.events,

@@ -150,13 +150,3 @@ pub fn read_event<T: Copy + Default>(bytes: &[u8]) -> Option<T> {
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), &mut out as *mut T as *mut u8, size_of::<T>()) };
     Some(out)
 }
-
-/// The C side's sizes, checked against the compiled object in a test.
-pub fn c_sizes() -> [(&'static str, usize); 4] {
-    [
-        ("call_val", size_of::<CallVal>()),
-        ("sched_val", size_of::<SchedVal>()),
-        ("stall_event", size_of::<StallEvent>()),
-        ("proc_event", size_of::<ProcEvent>()),
-    ]
-}

@@ -34,7 +34,6 @@ pub struct Probes {
     config: Config,
     /// Files already probed, by (device, inode): each is attached once.
     attached: HashSet<(u64, u64)>,
-    pub missing_tracepoints: Vec<String>,
 }
 
 impl Probes {
@@ -46,7 +45,6 @@ impl Probes {
         }
         let btf =
             Btf::from_sys_fs().map_err(|e| Error::Bpf(format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}")))?;
-        let mut missing = Vec::new();
         for &(name, tp, required) in TRACEPOINTS {
             let res = (|| -> std::result::Result<(), String> {
                 let p: &mut BtfTracePoint =
@@ -60,10 +58,9 @@ impl Probes {
                     return Err(Error::Bpf(format!("attaching tp_btf/{tp}: {e}")));
                 }
                 tracing::warn!(tracepoint = tp, error = %e, "optional tracepoint unavailable; continuing without it");
-                missing.push(tp.to_string());
             }
         }
-        let mut p = Probes { ebpf, config: Config::default(), attached: HashSet::new(), missing_tracepoints: missing };
+        let mut p = Probes { ebpf, config: Config::default(), attached: HashSet::new() };
         p.write_config()?;
         Ok(p)
     }
@@ -90,12 +87,6 @@ impl Probes {
         let mut arr: CgroupArray<&mut MapData> = map(&mut self.ebpf, "scope_cgroup")?;
         arr.set(0, f, 0).map_err(|e| Error::Bpf(format!("scope map: {e}")))?;
         self.config.scoped = 1;
-        self.write_config()
-    }
-
-    /// Scheduler stats for every process (e.g. when only --pid filtering applies).
-    pub fn set_track_all(&mut self, on: bool) -> Result<()> {
-        self.config.track_all = on as u32;
         self.write_config()
     }
 

@@ -42,6 +42,7 @@ impl Spool {
         v
     }
 
+    #[cfg(test)]
     pub fn bytes(&self) -> u64 {
         self.files().iter().map(|f| f.1).sum()
     }
