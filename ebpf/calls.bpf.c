@@ -177,3 +177,11 @@ int call_return(struct pt_regs *ctx)
 	}
 	return 0;
 }
+
+/* The cheapest possible uprobe: the baseline the overhead benchmark compares
+ * call_entry against (agent/benches/overhead.rs). */
+SEC("uprobe")
+int bare_uprobe(struct pt_regs *ctx)
+{
+	return 0;
+}

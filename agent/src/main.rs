@@ -1,13 +1,6 @@
 //! `ingero-agent`: per-node eBPF tracing of CUDA, NCCL and the scheduler.
 
-mod attribution;
-mod check;
-mod error;
-mod metrics;
-mod probes;
-mod run;
-mod ship;
-mod window;
+use ingero_agent::{check, error, metrics, probes, run, ship};
 
 use std::path::PathBuf;
 use std::process::ExitCode;

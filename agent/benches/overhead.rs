@@ -1,0 +1,120 @@
+//! Probe overhead on this machine (root): ns per call with no probe, with a
+//! bare empty uprobe, and with Ingero's probes; paced workload slowdown at
+//! 10k and 100k launches/s; agent CPU and peak RSS.
+//!
+//! `sudo cargo bench -p ingero-agent --bench overhead`
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeScope};
+use aya::programs::UProbe;
+use ingero_agent::probes::load::Probes;
+use ingero_agent::probes::ops::Lib;
+
+fn native() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/native")
+}
+
+fn cc(args: &[&str]) {
+    assert!(Command::new("cc").args(args).status().unwrap().success(), "cc {args:?}");
+}
+
+fn run(bin: &Path, lib: &Path, sym: &str, n: u64, work_us: Option<f64>) -> f64 {
+    let mut c = Command::new(bin);
+    c.arg(lib).arg(sym).arg(n.to_string());
+    if let Some(w) = work_us {
+        c.arg(w.to_string());
+    }
+    let out = c.output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("overhead bench needs root");
+        return;
+    }
+    let _ = ingero_agent::check::ensure_tracefs();
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libcudart.so.12");
+    let bench = dir.path().join("callbench");
+    let src = native();
+    cc(&["-shared", "-fPIC", "-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-fcf-protection=none", "-o", lib.to_str().unwrap(), src.join("fakecuda.c").to_str().unwrap()]);
+    cc(&["-O2", "-o", bench.to_str().unwrap(), src.join("callbench.c").to_str().unwrap(), "-ldl"]);
+    let n = 2_000_000;
+    let per_call = |sym: &str| median((0..5).map(|_| run(&bench, &lib, sym, n, None)).collect());
+
+    let none_launch = per_call("cudaLaunchKernel");
+    let none_sync = per_call("cudaStreamSynchronize");
+
+    let mut probes = Probes::load().expect("loading probes (root, BTF)");
+    // A bare uprobe on the same function: the floor any uprobe pays here.
+    let bare_launch = {
+        let p: &mut UProbe = probes.ebpf.program_mut("bare_uprobe").unwrap().try_into().unwrap();
+        p.load().unwrap();
+        let link = p.attach(UProbeAttachLocation::Symbol("cudaLaunchKernel"), &lib, UProbeScope::AllProcesses).unwrap();
+        let v = per_call("cudaLaunchKernel");
+        p.detach(link).unwrap();
+        v
+    };
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(&lib).unwrap();
+    probes.attach_library((md.dev(), md.ino()), &lib, Lib::Cudart).unwrap();
+    let ingero_launch = per_call("cudaLaunchKernel");
+    let ingero_sync = per_call("cudaStreamSynchronize");
+    println!("per call (median of 5 x {n} calls, same run):");
+    println!("  cudaLaunchKernel      no probe {none_launch:>7.1} ns | bare uprobe {bare_launch:>7.1} ns | ingero {ingero_launch:>7.1} ns | ingero/bare = {:.3}x", ingero_launch / bare_launch);
+    println!("  cudaStreamSynchronize no probe {none_sync:>7.1} ns | ingero entry+return {ingero_sync:>7.1} ns");
+
+    // Paced workloads: each launch follows `work` µs of host work.
+    for (rate, work, steps) in [(10_000u64, 100.0, 30_000u64), (100_000, 10.0, 200_000)] {
+        drop(std::mem::replace(&mut probes, Probes::load().unwrap()));
+        // Unprobed first (fresh Probes has no library attached), then probed.
+        let off = median((0..3).map(|_| run(&bench, &lib, "cudaLaunchKernel", steps, Some(work))).collect());
+        probes.attach_library((md.dev(), md.ino()), &lib, Lib::Cudart).unwrap();
+        let on = median((0..3).map(|_| run(&bench, &lib, "cudaLaunchKernel", steps, Some(work))).collect());
+        println!("  paced ~{rate}/s: {steps} launches in {off:.3} s without, {on:.3} s with probes: {:+.2}% slowdown", (on / off - 1.0) * 100.0);
+    }
+    drop(probes);
+
+    // The agent process itself under a 100k launches/s workload for ~5 s.
+    let agent_dir = dir.path().join("agent");
+    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target");
+    let agent_bin = ["release", "debug"].iter().map(|p| target.join(p).join("ingero-agent")).find(|p| p.exists());
+    let Some(agent_bin) = agent_bin else {
+        println!("  (build ingero-agent to measure the agent process)");
+        return;
+    };
+    println!("  agent binary: {}", agent_bin.display());
+    let mut agent = Command::new(&agent_bin)
+        .args(["run", &format!("--store=file://{}", agent_dir.join("data").display()), &format!("--spool-dir={}", agent_dir.join("spool").display()), "--rescan=200ms"])
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Ok(agent) = agent.as_mut() {
+        std::thread::sleep(Duration::from_secs(2));
+        let t = Instant::now();
+        run(&bench, &lib, "cudaLaunchKernel", 500_000, Some(10.0));
+        let secs = t.elapsed().as_secs_f64();
+        let pid = agent.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let hwm = status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or("VmHWM: ?").to_string();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let f: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        println!("  agent (release) during {secs:.1} s at ~100k launches/s: {hwm}, CPU {:.2} s total since start", ticks / 100.0);
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let _ = agent.wait();
+    } else {
+        println!("  (build target/release/ingero-agent to measure the agent process)");
+    }
+}

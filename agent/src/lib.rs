@@ -1,0 +1,11 @@
+//! Ingero agent: eBPF probes (probe) → kernel windows (window) → process and
+//! pod attribution (attribution) → shipping with a disk spool (ship).
+
+pub mod attribution;
+pub mod check;
+pub mod error;
+pub mod metrics;
+pub mod probes;
+pub mod run;
+pub mod ship;
+pub mod window;
