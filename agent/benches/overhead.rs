@@ -49,7 +49,17 @@ fn main() {
     let lib = dir.path().join("libcudart.so.12");
     let bench = dir.path().join("callbench");
     let src = native();
-    cc(&["-shared", "-fPIC", "-O1", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-fcf-protection=none", "-o", lib.to_str().unwrap(), src.join("fakecuda.c").to_str().unwrap()]);
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-fno-omit-frame-pointer",
+        "-mno-omit-leaf-frame-pointer",
+        "-fcf-protection=none",
+        "-o",
+        lib.to_str().unwrap(),
+        src.join("fakecuda.c").to_str().unwrap(),
+    ]);
     cc(&["-O2", "-o", bench.to_str().unwrap(), src.join("callbench.c").to_str().unwrap(), "-ldl"]);
     let n = 2_000_000;
     let per_call = |sym: &str| median((0..5).map(|_| run(&bench, &lib, sym, n, None)).collect());
@@ -83,7 +93,10 @@ fn main() {
         let off = median((0..3).map(|_| run(&bench, &lib, "cudaLaunchKernel", steps, Some(work))).collect());
         probes.attach_library((md.dev(), md.ino()), &lib, Lib::Cudart).unwrap();
         let on = median((0..3).map(|_| run(&bench, &lib, "cudaLaunchKernel", steps, Some(work))).collect());
-        println!("  paced ~{rate}/s: {steps} launches in {off:.3} s without, {on:.3} s with probes: {:+.2}% slowdown", (on / off - 1.0) * 100.0);
+        println!(
+            "  paced ~{rate}/s: {steps} launches in {off:.3} s without, {on:.3} s with probes: {:+.2}% slowdown",
+            (on / off - 1.0) * 100.0
+        );
     }
     drop(probes);
 
@@ -97,7 +110,12 @@ fn main() {
     };
     println!("  agent binary: {}", agent_bin.display());
     let mut agent = Command::new(&agent_bin)
-        .args(["run", &format!("--store=file://{}", agent_dir.join("data").display()), &format!("--spool-dir={}", agent_dir.join("spool").display()), "--rescan=200ms"])
+        .args([
+            "run",
+            &format!("--store=file://{}", agent_dir.join("data").display()),
+            &format!("--spool-dir={}", agent_dir.join("spool").display()),
+            "--rescan=200ms",
+        ])
         .stderr(std::process::Stdio::null())
         .spawn();
     if let Ok(agent) = agent.as_mut() {
@@ -110,8 +128,12 @@ fn main() {
         let hwm = status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or("VmHWM: ?").to_string();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let f: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-        let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        println!("  agent (release) during {secs:.1} s at ~100k launches/s: {hwm}, CPU {:.2} s total since start", ticks / 100.0);
+        let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+            + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        println!(
+            "  agent (release) during {secs:.1} s at ~100k launches/s: {hwm}, CPU {:.2} s total since start",
+            ticks / 100.0
+        );
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let _ = agent.wait();
     } else {
