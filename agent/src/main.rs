@@ -77,6 +77,10 @@ struct RunArgs {
     /// Use a fixed outlier threshold instead.
     #[arg(long, env = "INGERO_OUTLIER_ABS", value_parser = humantime::parse_duration)]
     outlier_abs: Option<Duration>,
+    /// Library files or directories to probe at start, before any process maps
+    /// them (repeatable; the usual CUDA install directories are always included).
+    #[arg(long = "lib", env = "INGERO_LIB", value_delimiter = ',')]
+    libs: Vec<PathBuf>,
     /// Mount point of the cgroup v2 hierarchy.
     #[arg(long, env = "INGERO_CGROUP_MOUNT", default_value = "/sys/fs/cgroup")]
     cgroup_mount: PathBuf,
@@ -211,6 +215,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         outlier_factor: a.outlier_factor,
         outlier_min: a.outlier_min,
         outlier_abs: a.outlier_abs,
+        libs: a.libs.clone(),
     };
     tracing::info!(node = %node, aggregator = %url, window = ?a.window, "ingero-agent tracing");
     let (ls, ss) = (loop_stats.clone(), ship_stats.clone());

@@ -35,6 +35,8 @@ pub struct LoopConfig {
     pub outlier_min: Duration,
     /// Fixed threshold instead of the median rule.
     pub outlier_abs: Option<Duration>,
+    /// Library files to probe at start (plus the usual install locations).
+    pub libs: Vec<PathBuf>,
 }
 
 /// Shared with the metrics endpoint.
@@ -134,6 +136,19 @@ pub fn probe_loop(
     let now_us = chrono::Utc::now().timestamp_micros();
     let mut window_start = now_us - now_us % window_us;
     let mut events = Vec::new();
+    let mut follow_ups: Vec<(Instant, u32)> = Vec::new();
+    // Libraries named on the command line or in the usual places are probed
+    // before any process maps them, so a first process is traced from its first call.
+    for f in libs::well_known(&cfg.libs) {
+        match probes.attach_library(f.id, &f.path, f.lib) {
+            Ok(syms) if !syms.is_empty() => {
+                stats.libraries.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(library = %f.path.display(), probes = syms.len(), "attached ahead of use");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(library = %f.path.display(), error = %e, "cannot attach"),
+        }
+    }
 
     while !stop.load(Ordering::Relaxed) {
         let window_end = window_start + window_us;
@@ -143,13 +158,19 @@ pub fn probe_loop(
             if now >= window_end || stop.load(Ordering::Relaxed) {
                 break;
             }
-            std::thread::sleep(Duration::from_micros(((window_end - now) as u64).min(50_000)));
+            std::thread::sleep(Duration::from_micros(((window_end - now) as u64).min(10_000)));
             for e in rings.procs() {
                 match e.kind {
                     PROC_EXEC | PROC_FORK => {
                         let pid = if e.kind == PROC_FORK { e.other } else { e.tgid };
                         attr.refresh(pid);
                         scan(&mut probes, &mut attr, &[pid]);
+                        // The loader maps DT_NEEDED libraries and programs dlopen
+                        // theirs shortly after exec: look again soon.
+                        let now = Instant::now();
+                        for ms in [10, 40, 150, 500, 1500] {
+                            follow_ups.push((now + Duration::from_millis(ms), pid));
+                        }
                     }
                     PROC_COMM_INIT => {
                         let p = attr.get(e.tgid);
@@ -161,6 +182,12 @@ pub fn probe_loop(
                     _ => {}
                 }
                 events.push(e);
+            }
+            let now = Instant::now();
+            let due: Vec<u32> = follow_ups.iter().filter(|(t, _)| *t <= now).map(|(_, p)| *p).collect();
+            if !due.is_empty() {
+                follow_ups.retain(|(t, _)| *t > now);
+                scan(&mut probes, &mut attr, &due);
             }
             if Instant::now() >= next_scan {
                 scan(&mut probes, &mut attr, &libs::pids(cfg.cgroup_root.as_deref()));

@@ -273,3 +273,29 @@ async fn windows_spooled_while_the_aggregator_is_away_are_delivered_in_order() {
     assert_eq!(calls_of(&calls, pa)["cudaLaunchKernel"].0, 111);
     assert_eq!(calls_of(&calls, pb)["cudaLaunchKernel"].0, 222, "windows from the outage were lost");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_named_with_lib_is_traced_from_the_first_call() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("prelib");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let mut args = store_args(dir.path(), &cg);
+    args.push(format!("--lib={}", dir.path().join("bin").display()));
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    agent.wait_log("attached ahead of use", std::time::Duration::from_secs(10));
+    // No pause between loading the library and calling it.
+    let w = Workload::start(
+        &wl,
+        &lib,
+        &["call:cudaLaunchKernel:4321:0", "call:cudaStreamSynchronize:8:1000", "sleep:300"],
+        &cg,
+    );
+    let pid = w.pid();
+    w.wait();
+    agent.stop();
+    let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    assert_eq!(c["cudaLaunchKernel"].0, 4321, "{c:?}");
+    assert_eq!(c["cudaStreamSynchronize"].0, 8);
+}

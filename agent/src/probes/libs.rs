@@ -94,6 +94,51 @@ fn walk_procs(dir: &Path, out: &mut Vec<u32>, depth: usize) {
     }
 }
 
+/// Directories where CUDA/NCCL libraries usually live on a node.
+const WELL_KNOWN_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/local/cuda/lib64",
+    "/usr/local/nvidia/lib64",
+    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu",
+];
+
+/// Library files given explicitly (`--lib`, a file or a directory) or found in
+/// the usual install locations, ready to probe before any process maps them.
+pub fn well_known(extra: &[PathBuf]) -> Vec<Found> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for d in WELL_KNOWN_DIRS.iter().map(PathBuf::from).chain(extra.iter().cloned()) {
+        if d.is_file() {
+            files.push(d);
+        } else if let Ok(rd) = std::fs::read_dir(&d) {
+            files.extend(rd.flatten().map(|e| e.path()));
+        }
+    }
+    let mut out: BTreeMap<(u64, u64), Found> = BTreeMap::new();
+    for f in files {
+        let Some(lib) = f.file_name().and_then(|n| n.to_str()).and_then(Lib::from_file_name) else { continue };
+        // Follow symlinks: the id is the real file's.
+        let Ok(md) = std::fs::metadata(&f) else { continue };
+        if !md.is_file() {
+            continue;
+        }
+        let dev = md.dev();
+        // /proc/PID/maps shows the device as major:minor; match its encoding.
+        let id = ((libc_major(dev) << 32) | libc_minor(dev), md.ino());
+        out.entry(id).or_insert_with(|| Found { id, path: f.clone(), mapped_as: f.display().to_string(), lib, pid: 0 });
+    }
+    out.into_values().collect()
+}
+
+fn libc_major(dev: u64) -> u64 {
+    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff)
+}
+
+fn libc_minor(dev: u64) -> u64 {
+    ((dev >> 12) & 0xffff_ff00) | (dev & 0xff)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
