@@ -52,8 +52,8 @@ async fn exact_counts_durations_and_errors_across_libraries_and_paths() {
         &cg,
     );
     let (pa, pb, pc) = (a.pid(), b.pid(), c.pid());
-    a.wait();
-    b.wait();
+    let wall_a = a.wait();
+    let wall_b = b.wait();
     c.wait();
     let log = agent.stop();
     let calls = rows(dir.path(), Table::CallWindows).await;
@@ -62,13 +62,18 @@ async fn exact_counts_durations_and_errors_across_libraries_and_paths() {
     assert_eq!(ca["cudaStreamSynchronize"].0, 15);
     assert_eq!(ca["cudaMemcpyAsync"].0, 7);
     assert_eq!(ca["cudaFree"].0, 3);
-    let sync_ms = ca["cudaStreamSynchronize"].2 as f64 / 1e6;
-    assert!((60.0..80.0).contains(&sync_ms), "15 x 4 ms sync measured {sync_ms} ms");
+    // Durations match what the workload itself measured around its calls
+    // (sleeps overshoot on a loaded machine, so compare with the truth).
+    let within = |probe_ns: u64, wall_ns: f64, what: &str| {
+        let r = probe_ns as f64 / wall_ns;
+        assert!((0.9..=1.0).contains(&r), "{what}: probes measured {probe_ns} ns, workload {wall_ns} ns ({r:.3})");
+    };
+    within(ca["cudaStreamSynchronize"].2, wall_a["cudaStreamSynchronize"], "15 x 4 ms sync");
+    assert!(ca["cudaStreamSynchronize"].2 >= 60_000_000);
     let cb = calls_of(&calls, pb);
     assert_eq!(cb["ncclAllReduce"].0, 9, "{cb:?}");
     assert_eq!(cb["ncclGroupStart"].0, 4);
-    let ar_ms = cb["ncclAllReduce"].2 as f64 / 1e6;
-    assert!((27.0..35.0).contains(&ar_ms), "9 x 3 ms allreduce measured {ar_ms} ms");
+    within(cb["ncclAllReduce"].2, wall_b["ncclAllReduce"], "9 x 3 ms allreduce");
     let cc = calls_of(&calls, pc);
     assert_eq!(cc["cudaLaunchKernel"].0, 77, "{cc:?}");
     assert_eq!(cc["cudaDeviceSynchronize"].0, 2);
@@ -114,7 +119,7 @@ async fn off_cpu_time_of_a_sleeping_process_and_a_late_dlopen() {
     let sched = rows(dir.path(), Table::SchedWindows).await;
     let off_ms = sum_for(&sched, pid, "off_cpu_ns") as f64 / 1e6;
     // Tracked from its first CUDA call: the 800 + 1200 ms of sleep follow it.
-    assert!((1900.0..2300.0).contains(&off_ms), "off-CPU {off_ms} ms, expected ~2000");
+    assert!((1900.0..2600.0).contains(&off_ms), "off-CPU {off_ms} ms, expected ~2000 (+ sleep overshoot)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

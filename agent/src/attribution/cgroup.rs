@@ -16,16 +16,13 @@ pub fn parse(path: &str) -> CgroupOwner {
     let mut o = CgroupOwner::default();
     for seg in path.split('/').filter(|s| !s.is_empty()) {
         let s = seg.strip_suffix(".slice").or_else(|| seg.strip_suffix(".scope")).unwrap_or(seg);
-        if o.qos.is_none() {
-            o.qos = if s.contains("besteffort") {
-                Some("besteffort")
-            } else if s.contains("burstable") {
-                Some("burstable")
-            } else if s == "kubepods" || s.starts_with("kubepods-pod") {
-                Some("guaranteed")
-            } else {
-                None
-            };
+        // Guaranteed pods sit directly under kubepods; the others under a QoS level.
+        if s.contains("besteffort") {
+            o.qos = Some("besteffort");
+        } else if s.contains("burstable") {
+            o.qos = Some("burstable");
+        } else if (s == "kubepods" || s.starts_with("kubepods-pod")) && o.qos.is_none() {
+            o.qos = Some("guaranteed");
         }
         if let Some(i) = s.rfind("pod") {
             let uid = &s[i + 3..];
