@@ -48,13 +48,13 @@ struct LoadArgs {
     #[arg(long, env = "INGERO_SERVER", default_value = "http://127.0.0.1:7070")]
     server: String,
     /// Simulated nodes sending concurrently.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, env = "INGERO_LOAD_NODES")]
     nodes: usize,
     /// Batches each node sends.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, env = "INGERO_LOAD_BATCHES")]
     batches: usize,
     /// Call-window rows per batch.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 5_000, env = "INGERO_LOAD_ROWS")]
     rows: usize,
 }
 

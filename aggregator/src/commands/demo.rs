@@ -16,19 +16,19 @@ use crate::store::StoreUrl;
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Simulated nodes.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, env = "INGERO_DEMO_NODES")]
     pub nodes: usize,
     /// Run time of the simulated job.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "INGERO_DEMO_DURATION")]
     pub duration: Duration,
     /// The fault to inject (KIND@NODE:AT, see `ingero simulate --help`).
-    #[arg(long, default_value = "cpu@5:10s")]
+    #[arg(long, default_value = "cpu@5:10s", env = "INGERO_DEMO_INJECT")]
     pub inject: String,
     /// Where to write the HTML report.
-    #[arg(long, default_value = "ingero-demo-report.html")]
+    #[arg(long, default_value = "ingero-demo-report.html", env = "INGERO_DEMO_HTML")]
     pub html: PathBuf,
     /// Keep the demo's dataset here instead of a temporary directory.
-    #[arg(long)]
+    #[arg(long, env = "INGERO_DEMO_KEEP")]
     pub keep: Option<PathBuf>,
 }
 

@@ -18,13 +18,13 @@ pub enum Format {
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pod", "node", "pid"])))]
 pub struct ReportArgs {
     /// The pod, as NAMESPACE/NAME.
-    #[arg(long)]
+    #[arg(long, env = "INGERO_REPORT_POD")]
     pub pod: Option<String>,
     /// A node (bare metal, imported traces, or the whole node).
-    #[arg(long)]
+    #[arg(long, env = "INGERO_REPORT_NODE")]
     pub node: Option<String>,
     /// A process id (NODE:PID when several nodes are in the store).
-    #[arg(long)]
+    #[arg(long, env = "INGERO_REPORT_PID")]
     pub pid: Option<String>,
     /// How far back (10m, 1h) or from an RFC 3339 time.
     #[arg(long, default_value = "10m", env = "INGERO_SINCE", value_parser = Since::parse)]
@@ -32,7 +32,7 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value = "text", env = "INGERO_FORMAT")]
     pub format: Format,
     /// Write to this file instead of standard output.
-    #[arg(long)]
+    #[arg(long, env = "INGERO_REPORT_OUT")]
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub source: SourceArgs,

@@ -14,25 +14,25 @@ pub struct SimulateArgs {
     #[arg(long, env = "INGERO_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
     /// Simulated nodes (named node-0 … node-N-1), one rank each.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, env = "INGERO_SIM_NODES")]
     pub nodes: usize,
     /// Split the nodes into this many data-parallel jobs.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, env = "INGERO_SIM_JOBS")]
     pub jobs: usize,
     /// How long to run (real time; 1-s windows).
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, env = "INGERO_SIM_DURATION")]
     pub duration: Duration,
     /// Fault to inject, KIND@NODE:AT[+FOR]; KIND: cpu, gpu, net, io, mem (stragglers),
     /// jobslow (whole job, NODE=all) or blip (one window); repeatable.
-    #[arg(long = "inject")]
+    #[arg(long = "inject", env = "INGERO_SIM_INJECT")]
     pub inject: Vec<String>,
     /// Per-window jitter of every rank (0.05 = ±5 %).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, env = "INGERO_SIM_JITTER")]
     pub jitter: f64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, env = "INGERO_SIM_SEED")]
     pub seed: u64,
     /// Print the result as JSON.
-    #[arg(long)]
+    #[arg(long, env = "INGERO_SIM_JSON")]
     pub json: bool,
 }
 
