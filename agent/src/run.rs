@@ -137,6 +137,8 @@ pub fn probe_loop(
     let mut window_start = now_us - now_us % window_us;
     let mut events = Vec::new();
     let mut follow_ups: Vec<(Instant, u32)> = Vec::new();
+    // A fixed outlier threshold applies from the first call, not the first window.
+    update_thresholds(&mut probes, &drain::Drained::default(), &mut medians, &cfg);
     // Libraries named on the command line or in the usual places are probed
     // before any process maps them, so a first process is traced from its first call.
     for f in libs::well_known(&cfg.libs) {

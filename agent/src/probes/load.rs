@@ -7,7 +7,7 @@ use std::path::Path;
 use aya::maps::{Array, CgroupArray, HashMap as BpfHashMap, MapData};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::programs::{BtfTracePoint, UProbe};
-use aya::{Btf, Ebpf};
+use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::abi::Config;
 use super::ops::{self, Lib};
@@ -38,13 +38,18 @@ pub struct Probes {
 
 impl Probes {
     pub fn load() -> Result<Probes> {
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| Error::Bpf(format!("loading eBPF object: {e}")))?;
+        // Parse the kernel's BTF once, for CO-RE relocation and the tp_btf
+        // attach points both (it is the largest allocation the agent makes).
+        let btf =
+            Btf::from_sys_fs().map_err(|e| Error::Bpf(format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}")))?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .load(OBJECT)
+            .map_err(|e| Error::Bpf(format!("loading eBPF object: {e}")))?;
         for name in ["call_entry", "call_return"] {
             let p: &mut UProbe = prog(&mut ebpf, name)?.try_into().map_err(|e| Error::Bpf(format!("{name}: {e}")))?;
             p.load().map_err(|e| Error::Bpf(format!("loading {name}: {e:#}")))?;
         }
-        let btf =
-            Btf::from_sys_fs().map_err(|e| Error::Bpf(format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}")))?;
         for &(name, tp, required) in TRACEPOINTS {
             let res = (|| -> std::result::Result<(), String> {
                 let p: &mut BtfTracePoint =
