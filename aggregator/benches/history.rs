@@ -13,9 +13,10 @@ use ingero_aggregator::query::QueryEngine;
 use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::rank::history::{self, HistoryRequest};
 use ingero_aggregator::simulate::faults::Injection;
-use ingero_aggregator::simulate::model::{rows, step_job, RankId, Rng};
+use ingero_aggregator::simulate::model::{step_job, Rng};
 use ingero_aggregator::store::parquet;
 use ingero_aggregator::store::{Store, StoreUrl};
+use ingero_proto::rows::{BatchBuilder, Common, Val};
 use ingero_proto::Table;
 
 fn env(name: &str, default: usize) -> usize {
@@ -46,20 +47,75 @@ fn main() {
         let mut segment = 1u64;
         for w in 0..secs {
             let win = step_job(&ranks, Duration::from_secs(w as u64), &faults, 0.05, &mut rng);
+            // One builder per table and window for all nodes (the simulator's
+            // per-node batches are too slow for 3.6 M node-windows).
+            let mut calls = BatchBuilder::new(Table::CallWindows);
+            let mut sched = BatchBuilder::new(Table::SchedWindows);
             for (i, r) in win.iter().enumerate() {
-                let id = RankId {
-                    node: &names[i],
-                    job: "bench",
-                    rank: i,
-                    world: nodes,
+                let c = Common {
+                    node: names[i].clone(),
+                    namespace: Some("ml".into()),
+                    pod: Some(format!("bench-worker-{i}")),
+                    job: Some("bench".into()),
+                    rank: Some(i as i32),
+                    world_size: Some(nodes as i32),
+                    pid: 4242,
+                    comm: "python3".into(),
                     window_start_us: start_us + w as i64 * 1_000_000,
+                    window_us: 1_000_000,
+                    ..Default::default()
                 };
-                for (t, b) in rows(&id, r, false, &mut rng) {
-                    if matches!(t, Table::CallWindows | Table::SchedWindows) {
-                        rows_total += b.num_rows();
-                        buffered.entry(t).or_default().push(b);
-                    }
+                let s = r.steps;
+                for (lib, op, count, ms) in [
+                    ("cudart", "cudaLaunchKernel", s * 150.0, 0.0),
+                    ("cudart", "cudaMemcpyAsync", s * 4.0, 0.2),
+                    ("cudart", "cudaStreamSynchronize", s, r.compute_ms * 0.85),
+                    ("nccl", "ncclAllReduce", s, r.nccl_ms.max(0.01)),
+                ] {
+                    let n = count.round() as u64;
+                    let per = (ms * 1e6) as u64;
+                    let b = [ingero_proto::hist::bucket(per)];
+                    let hc = [n];
+                    calls
+                        .push(
+                            &c,
+                            &[
+                                Val::Str(lib),
+                                Val::Str(op),
+                                Val::U(n),
+                                Val::U(0),
+                                Val::U(per * n),
+                                Val::U(per),
+                                Val::Bool(false),
+                                Val::U8s(&b),
+                                Val::U64s(&hc),
+                            ],
+                        )
+                        .unwrap();
                 }
+                let runq = (s * r.runq_ms * 1e6).min(0.9e9);
+                let off = (40e6 + s * r.blocked_ms * 1e6).min(1e9 - runq);
+                let on = 1e9 - runq - off;
+                sched
+                    .push(
+                        &c,
+                        &[
+                            Val::U(1),
+                            Val::U(on as u64),
+                            Val::U(off as u64),
+                            Val::U(runq as u64),
+                            Val::U(0),
+                            Val::U(0),
+                            Val::U(0),
+                            Val::U(0),
+                        ],
+                    )
+                    .unwrap();
+            }
+            for mut b in [calls, sched] {
+                rows_total += b.len();
+                let t = b.table();
+                buffered.entry(t).or_default().push(b.finish().unwrap());
             }
             if (w + 1) % 300 == 0 || w + 1 == secs {
                 for (t, batches) in std::mem::take(&mut buffered) {
