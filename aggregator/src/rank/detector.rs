@@ -153,7 +153,8 @@ pub fn rfc3339(us: i64) -> String {
         .map_or_else(|| us.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// Median (0 for an empty set); sorts `v` in place.
+pub fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }

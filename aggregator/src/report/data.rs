@@ -326,14 +326,5 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    crate::rank::detector::median(&mut v)
 }
