@@ -1,7 +1,8 @@
-//! Compiles `ingero.proto` with the pure-Rust `protox` (no protoc binary needed).
+//! Compiles `ingero.proto` and the kubelet's `podresources.proto` with the pure-Rust `protox` (no protoc binary needed).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=ingero.proto");
-    let fds = protox::compile(["ingero.proto"], ["."])?;
+    println!("cargo:rerun-if-changed=podresources.proto");
+    let fds = protox::compile(["ingero.proto", "podresources.proto"], ["."])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -1,6 +1,6 @@
 //! `ingero-agent`: per-node eBPF tracing of CUDA, NCCL and the scheduler.
 
-use ingero_agent::{check, error, metrics, probes, run, ship};
+use ingero_agent::{attribution, check, error, metrics, probes, run, ship};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,6 +84,42 @@ struct RunArgs {
     /// Mount point of the cgroup v2 hierarchy.
     #[arg(long, env = "INGERO_CGROUP_MOUNT", default_value = "/sys/fs/cgroup")]
     cgroup_mount: PathBuf,
+    /// Pod names, containers, labels and owners from the Kubernetes API: `auto` uses the
+    /// in-cluster service account or a kubeconfig when there is one, `off` never asks.
+    #[arg(long, env = "INGERO_KUBERNETES", default_value = "auto", value_parser = ["auto", "off"])]
+    kubernetes: String,
+    /// kubeconfig to use instead of the in-cluster account / $KUBECONFIG / ~/.kube/config.
+    #[arg(long, env = "INGERO_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubelet PodResources socket (GPU → pod); absent is fine.
+    #[arg(long, env = "INGERO_POD_RESOURCES_SOCKET", default_value = "/var/lib/kubelet/pod-resources/kubelet.sock")]
+    pod_resources_socket: PathBuf,
+    /// How often to ask the kubelet which GPUs each container holds.
+    #[arg(long, env = "INGERO_POD_RESOURCES_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pod_resources_interval: Duration,
+}
+
+/// The pod watcher and GPU poller, unless Kubernetes is off or absent.
+async fn kube_sources(a: &RunArgs, node: &str) -> anyhow::Result<attribution::KubeSources> {
+    use attribution::kube::PodWatch;
+    if a.kubernetes == "off" {
+        tracing::info!("Kubernetes off; attributing by container id, cgroup path and process name only");
+        return Ok(Default::default());
+    }
+    let watch = match &a.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| error::Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| error::Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
+            let client = kube::Client::try_from(cfg).map_err(|e| error::Error::Config(format!("kube client: {e}")))?;
+            Some(PodWatch::with_client(client, node))
+        }
+        None => PodWatch::start(node).await,
+    };
+    let gpus = attribution::podresources::Gpus::start(a.pod_resources_socket.clone(), a.pod_resources_interval);
+    Ok(attribution::KubeSources { watch, gpus: Some(gpus) })
 }
 
 /// cgroup v2 mount: the given one, or the hybrid layout's `unified` subdirectory.
@@ -100,10 +136,15 @@ fn node_name(arg: Option<String>) -> String {
         .unwrap_or_else(|| "unknown-node".into())
 }
 
+/// kube-client logs every failed request; the pod watcher says an outage once instead.
+const LOG_DEFAULT: &str = "info,kube_client::client::builder=off";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("INGERO_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("INGERO_LOG").unwrap_or_else(|_| LOG_DEFAULT.into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -162,7 +203,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         let lines: Vec<String> = failed.iter().map(|c| format!("{}: {} — fix: {}", c.name, c.detail, c.fix)).collect();
         return Err(error::Error::Config(format!("this host cannot run the agent:\n  {}", lines.join("\n  "))).into());
     }
-    let node = node_name(a.node);
+    let node = node_name(a.node.clone());
     let rt = tokio::runtime::Runtime::new()?;
     let _guard = rt.enter();
     // --store: an embedded aggregator on loopback writes the dataset.
@@ -194,6 +235,10 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
                 tracing::error!(error = %e, "metrics endpoint failed");
             }
         });
+    }
+    let kube = rt.block_on(kube_sources(&a, &node))?;
+    if let Some(w) = &kube.watch {
+        let _ = loop_stats.kube.set(w.stats.clone());
     }
     let probes = probes::load::Probes::load()?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -231,7 +276,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
                 }
             }
         });
-        let r = run::probe_loop(probes, cfg, tx, stop, ls);
+        let r = run::probe_loop(probes, cfg, tx, stop, ls, kube);
         drop(forward);
         r
     });

@@ -30,6 +30,19 @@ pub fn render(l: &LoopStats, s: &ShipStats) -> String {
         ("ingero_agent_spool_dropped_total", "counter", "Batches dropped from a full spool", g(&s.dropped)),
         ("ingero_agent_spool_depth", "gauge", "Batches waiting in the spool", g(&s.spooled)),
     ];
+    let mut rows = rows.to_vec();
+    if let Some(k) = l.kube.get() {
+        rows.extend([
+            (
+                "ingero_agent_kube_connected",
+                "gauge",
+                "1 while the pod watch is up (pods are kept while it is down)",
+                k.connected.load(Ordering::Relaxed) as u64,
+            ),
+            ("ingero_agent_kube_watch_errors_total", "counter", "Failed pod watch/list calls", g(&k.errors)),
+            ("ingero_agent_kube_pods", "gauge", "Pods of this node known from the API", g(&k.pods)),
+        ]);
+    }
     let mut out = String::new();
     for (name, kind, help, v) in rows {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));

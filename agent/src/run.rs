@@ -49,6 +49,7 @@ pub struct LoopStats {
     pub probe_run_ns: AtomicU64,
     pub libraries: AtomicU64,
     pub spool_dropped: AtomicU64,
+    pub kube: std::sync::OnceLock<Arc<crate::attribution::kube::KubeStats>>,
 }
 
 /// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.
@@ -87,6 +88,7 @@ pub fn probe_loop(
     tx: mpsc::Sender<Vec<(Table, RecordBatch)>>,
     stop: Arc<AtomicBool>,
     stats: Arc<LoopStats>,
+    kube: crate::attribution::KubeSources,
 ) -> Result<()> {
     let mut rings = Rings::take(&mut probes)?;
     if let Some(root) = &cfg.cgroup_root {
@@ -98,11 +100,12 @@ pub fn probe_loop(
         }
     }
     let host = HostFacts::read();
-    let mut attr = Attributor::new(cfg.cgroup_mount.clone());
+    let mut attr = Attributor::new(cfg.cgroup_mount.clone()).with_kubernetes(kube.watch, kube.gpus);
     let mut cg_paths = cgroup_paths(&cfg.cgroup_mount);
     let mut last_counters = Counters::default();
     let mut medians: HashMap<u32, f64> = HashMap::new();
-    let mut described: HashSet<u32> = HashSet::new();
+    // pid → what its last process_meta row said (ProcInfo::meta_key).
+    let mut described: HashMap<u32, u64> = HashMap::new();
     let pid_filter: HashSet<u32> = cfg.pids.iter().copied().collect();
     let run_time_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
     let mut last_run_ns = 0u64;
@@ -227,9 +230,16 @@ pub fn probe_loop(
             probe_run_ns,
             host: &host,
         };
+        attr.begin_window();
         // Only processes in scope produce rows (a scoped agent shares the kernel maps' view).
         let mut tables = window::build(&ctx, &d, &stalls, &events, &mut attr, &cg_paths);
-        let new: Vec<u32> = d.calls.iter().map(|(k, _)| k.tgid).filter(|p| described.insert(*p)).collect();
+        let mut new: Vec<u32> = Vec::new();
+        for (k, _) in &d.calls {
+            let key = attr.get(k.tgid).meta_key();
+            if described.insert(k.tgid, key) != Some(key) {
+                new.push(k.tgid);
+            }
+        }
         if let Some(meta) = window::process_meta(&ctx, &new, &mut attr) {
             tables.push(meta);
         }

@@ -49,10 +49,10 @@ impl HostFacts {
 fn common(ctx: &WindowCtx<'_>, pid: u32, p: &ProcInfo) -> Common {
     Common {
         node: ctx.node.to_string(),
-        namespace: None,
-        pod: None,
+        namespace: p.pod.as_ref().map(|m| m.namespace.clone()),
+        pod: p.pod.as_ref().map(|m| m.name.clone()),
         // Without Kubernetes metadata the container id is the best name we have.
-        container: p.owner.container_id.as_ref().map(|c| c[..12.min(c.len())].to_string()),
+        container: p.container(),
         job: p.job(),
         rank: p.nccl_rank.map(|r| r.0).or(p.env.rank),
         world_size: p.nccl_rank.map(|r| r.1).or(p.env.world_size),
@@ -122,9 +122,17 @@ pub fn build(
     for (id, v) in &d.cgroups {
         let path = cgroup_paths.get(id).cloned().unwrap_or_default();
         let owner = crate::attribution::cgroup::parse(&path);
+        let pod = attr.pod(owner.pod_uid.as_deref());
         let c = Common {
             node: ctx.node.to_string(),
-            container: owner.container_id.as_ref().map(|c| c[..12].to_string()),
+            namespace: pod.as_ref().map(|m| m.namespace.clone()),
+            pod: pod.as_ref().map(|m| m.name.clone()),
+            job: pod.as_ref().map(|m| m.job.clone()),
+            container: pod
+                .as_ref()
+                .and_then(|m| m.container(owner.container_id.as_deref()))
+                .map(String::from)
+                .or_else(|| owner.container_id.as_ref().map(|c| c[..12].to_string())),
             comm: path.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or("/").to_string(),
             cgroup_id: *id,
             window_start_us: ctx.window_start_us,
@@ -245,9 +253,9 @@ pub fn process_meta(ctx: &WindowCtx<'_>, pids: &[u32], attr: &mut Attributor) ->
             p.env.local_rank.map_or(Val::Null, |r| Val::I(r as i64)),
             p.env.master.as_deref().into(),
             p.nccl_comm.as_deref().into(),
-            Val::Null,
+            p.gpus.as_deref().into(),
             Val::Str(&libs),
-            Val::Null,
+            p.pod.as_ref().map(|m| m.labels_json.as_str()).into(),
         ];
         let _ = b.push(&common(ctx, pid, &p), &row);
     }

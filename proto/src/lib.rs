@@ -13,6 +13,11 @@ pub mod ipc;
 pub mod rows;
 pub mod schema;
 
+/// The kubelet PodResources API (v1), client and server (tests serve it).
+pub mod podresources {
+    tonic::include_proto!("v1");
+}
+
 /// Generated protobuf and tonic code.
 pub mod pb {
     tonic::include_proto!("ingero.v1");

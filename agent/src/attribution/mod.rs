@@ -2,9 +2,23 @@
 
 pub mod cgroup;
 pub mod environ;
+pub mod kube;
+pub mod podresources;
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use self::kube::{PodMeta, PodWatch};
+use self::podresources::Gpus;
+
+/// Where pod metadata comes from; both optional (single-node mode has neither).
+#[derive(Clone, Default)]
+pub struct KubeSources {
+    pub watch: Option<PodWatch>,
+    pub gpus: Option<Gpus>,
+}
 
 /// Everything known about one process.
 #[derive(Debug, Clone, Default)]
@@ -18,15 +32,44 @@ pub struct ProcInfo {
     pub nccl_comm: Option<String>,
     pub nccl_rank: Option<(i32, i32)>,
     pub libraries: Vec<String>,
+    /// The pod, resolved again every window (a pod may appear after its process).
+    pub pod: Option<Arc<PodMeta>>,
+    /// GPU device ids of the container (kubelet PodResources).
+    pub gpus: Option<String>,
 }
 
 impl ProcInfo {
-    /// Job identity: NCCL communicator, else torchrun master address.
+    /// Job identity: the pod's owner (Job, JobSet, PyTorchJob, Deployment…),
+    /// else the NCCL communicator, else the torchrun master address, else a bare pod.
     pub fn job(&self) -> Option<String> {
-        self.nccl_comm
-            .clone()
-            .map(|c| format!("nccl:{c}"))
+        let pod = self.pod.as_ref();
+        pod.filter(|p| p.owned)
+            .map(|p| p.job.clone())
+            .or_else(|| self.nccl_comm.clone().map(|c| format!("nccl:{c}")))
             .or_else(|| self.env.master.clone().map(|m| format!("torch:{m}")))
+            .or_else(|| pod.map(|p| p.job.clone()))
+    }
+
+    /// Container name from the pod, else the short container id.
+    pub fn container(&self) -> Option<String> {
+        let id = self.owner.container_id.as_deref();
+        self.pod
+            .as_ref()
+            .and_then(|p| p.container(id))
+            .map(String::from)
+            .or_else(|| id.map(|c| c[..12.min(c.len())].to_string()))
+    }
+
+    fn pod_container(&self, pm: &PodMeta) -> Option<String> {
+        pm.container(self.owner.container_id.as_deref()).map(String::from)
+    }
+
+    /// Changes whenever what process_meta says about the process changes.
+    pub fn meta_key(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.pod.as_ref().map(|p| (&p.name, &p.job, &p.labels_json)), &self.gpus, &self.nccl_comm).hash(&mut h);
+        (&self.libraries, &self.cgroup_path, self.nccl_rank).hash(&mut h);
+        h.finish()
     }
 }
 
@@ -34,11 +77,43 @@ impl ProcInfo {
 pub struct Attributor {
     pub cgroup_root: PathBuf,
     procs: HashMap<u32, ProcInfo>,
+    watch: Option<PodWatch>,
+    gpus: Option<Gpus>,
+    /// This window's pods by UID.
+    pods: HashMap<String, Arc<PodMeta>>,
 }
 
 impl Attributor {
     pub fn new(cgroup_root: PathBuf) -> Self {
-        Attributor { cgroup_root, procs: HashMap::new() }
+        Attributor { cgroup_root, procs: HashMap::new(), watch: None, gpus: None, pods: HashMap::new() }
+    }
+
+    pub fn with_kubernetes(mut self, watch: Option<PodWatch>, gpus: Option<Gpus>) -> Self {
+        self.watch = watch;
+        self.gpus = gpus;
+        self
+    }
+
+    /// Called once per window: takes the current pods, and re-reads the cgroup
+    /// of processes not yet placed in a container, so "unknown" is never final.
+    pub fn begin_window(&mut self) {
+        if let Some(w) = &self.watch {
+            self.pods = w.snapshot();
+        }
+        for (pid, p) in self.procs.iter_mut() {
+            if p.owner.pod_uid.is_none() && p.owner.container_id.is_none() {
+                if let Some(path) = cgroup::of_pid(*pid).filter(|path| *path != p.cgroup_path) {
+                    p.cgroup_id = cgroup::id_of(&self.cgroup_root, &path);
+                    p.owner = cgroup::parse(&path);
+                    p.cgroup_path = path;
+                }
+            }
+        }
+    }
+
+    /// The pod with this UID, if the API server told us about it.
+    pub fn pod(&self, uid: Option<&str>) -> Option<Arc<PodMeta>> {
+        uid.and_then(|u| self.pods.get(u)).cloned()
     }
 
     pub fn refresh(&mut self, pid: u32) -> &mut ProcInfo {
@@ -57,7 +132,14 @@ impl Attributor {
         if !self.procs.contains_key(&pid) {
             self.refresh(pid);
         }
-        self.procs.get_mut(&pid).expect("inserted above")
+        let pod = self.pod(self.procs[&pid].owner.pod_uid.as_deref());
+        let p = self.procs.get_mut(&pid).expect("inserted above");
+        p.gpus = match (&self.gpus, &pod) {
+            (Some(g), Some(pm)) => p.pod_container(pm).and_then(|c| g.of(&pm.namespace, &pm.name, &c)),
+            _ => None,
+        };
+        p.pod = pod;
+        p
     }
 
     pub fn forget(&mut self, pid: u32) {
