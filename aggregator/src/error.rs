@@ -24,6 +24,9 @@ pub enum Error {
     State(String),
     #[error("query: {0}")]
     Query(String),
+    /// A file given to `ingero import` that is not a trace we can read.
+    #[error("{path}: {reason}")]
+    Import { path: String, reason: String },
     #[error("the aggregator is shutting down")]
     ShuttingDown,
 }

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod commands;
 pub mod error;
 pub mod http;
+pub mod import;
 pub mod ingest;
 pub mod load;
 pub mod metrics;

@@ -38,6 +38,8 @@ enum Command {
     Simulate(Box<commands::simulate::SimulateArgs>),
     /// Everything in one minute: in-process server, simulated fleet, one straggler, its report.
     Demo(Box<commands::demo::DemoArgs>),
+    /// Import SQLite traces recorded by Ingero (Go) into a store, as one node.
+    Import(Box<commands::import::ImportArgs>),
     /// Push synthetic windows from many nodes as fast as possible (load test).
     Load(LoadArgs),
 }
@@ -103,6 +105,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Sql(a) => commands::sql::run(*a).await,
         Command::Simulate(a) => commands::simulate::run(*a).await,
         Command::Demo(a) => commands::demo::run(*a).await,
+        Command::Import(a) => commands::import::run(*a).await,
         Command::Load(args) => {
             if args.nodes == 0 || args.batches == 0 || args.rows == 0 {
                 return Err(Failure::Usage("--nodes, --batches and --rows must be > 0".into()));

@@ -2,6 +2,7 @@
 //! (`--server`) or straight from a store (`--store`).
 
 pub mod demo;
+pub mod import;
 pub mod report;
 pub mod simulate;
 pub mod sql;

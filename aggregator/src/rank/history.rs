@@ -81,6 +81,25 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
     if req.end_us <= req.start_us {
         return Err(Error::Query("the time range is empty (start must be before end)".into()));
     }
+    // Bins fit the data, not the asked range: `--since` a month ago over an
+    // imported 90-second trace must still give second-scale bins.
+    let mut req = req.clone();
+    let extent = engine
+        .sql(&format!(
+            "SELECT MIN(CAST(window_start AS BIGINT)), MAX(CAST(window_start AS BIGINT) + CAST(window_us AS BIGINT)) \
+             FROM node_windows WHERE {}",
+            time_predicate("window_start", req.start_us, req.end_us)
+        ))
+        .await?;
+    if let Some(b) = extent.first().filter(|b| b.num_rows() == 1 && !b.column(0).is_null(0)) {
+        let (lo, hi) =
+            (b.column(0).as_primitive::<Int64Type>().value(0), b.column(1).as_primitive::<Int64Type>().value(0));
+        if req.resolution.is_none() && lo < hi {
+            req.start_us = req.start_us.max(lo);
+            req.end_us = req.end_us.min(hi);
+        }
+    }
+    let req = &req;
     let bin_ns = req.bin_us() as f64 * 1e3;
     let mut det = Detector::new(cfg);
     for (kind, sql) in queries(req) {

@@ -97,6 +97,22 @@ pub struct Event {
     pub comm: String,
 }
 
+/// Latency of one CUDA/NCCL op over the whole report range.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct OpStat {
+    pub library: String,
+    pub op: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: u64,
+    /// Some durations come from a sample (imported traces).
+    pub sampled: bool,
+    #[serde(skip)]
+    pub hist: Histogram,
+}
+
 /// Raw material of a report.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct ReportData {
@@ -113,6 +129,10 @@ pub struct ReportData {
     pub events: Vec<Event>,
     pub peers: usize,
     pub window_secs: f64,
+    /// Per op, busiest first.
+    pub ops: Vec<OpStat>,
+    /// Diagnoses recorded by the source product of imported traces (JSON).
+    pub reference: Vec<String>,
 }
 
 fn f64s(b: &RecordBatch, i: usize) -> Vec<f64> {
@@ -181,10 +201,11 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
 
     let calls = engine
         .sql(&format!(
-            "SELECT {w} AS t, library, op, count, total_ns, hist_bucket, hist_count, window_us FROM call_windows WHERE {f}"
+            "SELECT {w} AS t, library, op, count, total_ns, hist_bucket, hist_count, window_us, max_ns, sampled FROM call_windows WHERE {f}"
         ))
         .await?;
     let mut hists: BTreeMap<i64, Histogram> = BTreeMap::new();
+    let mut ops: BTreeMap<String, OpStat> = BTreeMap::new();
     for b in &calls {
         let t = b.column(0).as_primitive::<Int64Type>();
         let (lib, op) = (b.column(1).as_string::<i32>(), b.column(2).as_string::<i32>());
@@ -193,10 +214,26 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
         let hb = b.column(5).as_list::<i32>();
         let hc = b.column(6).as_list::<i32>();
         let wu = b.column(7).as_primitive::<UInt64Type>();
+        let mx = b.column(8).as_primitive::<UInt64Type>();
+        let sampled = b.column(9).as_boolean();
         for i in 0..b.num_rows() {
             let p = points.entry(t.value(i)).or_default();
             let secs = (wu.value(i) as f64 / 1e6).max(1e-6);
             let (l, o) = (lib.value(i), op.value(i));
+            let st = ops.entry(o.to_string()).or_insert_with(|| OpStat {
+                library: l.into(),
+                op: o.into(),
+                ..Default::default()
+            });
+            st.count += count.value(i);
+            st.total_ns += total.value(i);
+            st.max_ns = st.max_ns.max(mx.value(i));
+            st.sampled |= sampled.value(i);
+            let (bk, ct) = (hb.value(i), hc.value(i));
+            st.hist.merge(&Histogram::from_sparse(
+                bk.as_primitive::<UInt8Type>().values(),
+                ct.as_primitive::<UInt64Type>().values(),
+            ));
             if is_sync_op(o) {
                 d.sync_calls += count.value(i);
                 let bk = hb.value(i);
@@ -216,6 +253,17 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
         points.entry(*t).or_default().sync_p99_ns = h.quantile(0.99);
     }
     d.sync_hist = hists.into_iter().collect();
+    d.ops = ops
+        .into_values()
+        .map(|mut o| {
+            // Bucket bounds can overshoot the largest call seen.
+            let cap = |q: Option<u64>| q.map(|v| if o.max_ns > 0 { v.min(o.max_ns) } else { v });
+            o.p50_ns = cap(o.hist.quantile(0.5));
+            o.p99_ns = cap(o.hist.quantile(0.99));
+            o
+        })
+        .collect();
+    d.ops.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
 
     let io = engine.sql(&format!("SELECT {w} AS t, SUM(CAST(total_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)) FROM io_windows WHERE {f} GROUP BY 1")).await?;
     for b in &io {
@@ -280,6 +328,13 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
             });
         }
     }
+
+    let refs = engine
+        .sql(&format!(
+            "SELECT detail FROM host_events WHERE kind = 'reference_chain' AND node IN ({node_list}) AND {time} ORDER BY event_time"
+        ))
+        .await?;
+    d.reference = refs.iter().flat_map(|b| strs(b, 0)).flatten().collect();
 
     // The job's other nodes, window by window.
     if let Some(job) = d.jobs.first() {

@@ -2,8 +2,10 @@
 //! text, JSON and a self-contained HTML page.
 
 pub mod chains;
+pub mod cuda;
 pub mod data;
 pub mod html;
+pub mod reference;
 pub mod text;
 
 use serde::Serialize;
@@ -31,6 +33,12 @@ pub struct Report {
     pub neighbours: Vec<data::Neighbour>,
     pub events: Vec<data::Event>,
     pub series: Vec<data::Point>,
+    /// Latency per CUDA/NCCL op, busiest first.
+    #[serde(default)]
+    pub ops: Vec<data::OpStat>,
+    /// For imported traces: the source product's own diagnoses and what we make of them.
+    #[serde(default)]
+    pub reference: Vec<reference::Verdict>,
 }
 
 pub async fn build(
@@ -42,7 +50,10 @@ pub async fn build(
 ) -> Result<Report> {
     let d = data::collect(engine, target, start_us, end_us).await?;
     let summary = chains::summarize(&d);
-    let chains = chains::diagnose(&d, &summary);
+    let mut chains = chains::diagnose(&d, &summary);
+    chains.extend(cuda::chains(&d, &summary));
+    chains.sort_by_key(|c| c.severity);
+    let reference = reference::judge(&d, &summary, &chains);
     let mut straggler = Vec::new();
     for job in &d.jobs {
         let req = HistoryRequest { start_us, end_us, job: Some(job.clone()), resolution: None };
@@ -63,5 +74,7 @@ pub async fn build(
         neighbours: d.neighbours.clone(),
         events: d.events.iter().take(50).cloned().collect(),
         series: d.series,
+        ops: d.ops.into_iter().take(20).collect(),
+        reference,
     })
 }

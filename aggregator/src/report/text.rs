@@ -96,6 +96,14 @@ pub fn render(r: &Report) -> String {
         }
         let _ = writeln!(o);
     }
+    if !r.reference.is_empty() {
+        let _ = writeln!(o, "Diagnoses stored in the imported trace (Ingero Go)");
+        let _ = writeln!(o, "{}", "━".repeat(WIDTH));
+        for v in &r.reference {
+            wrap(&mut o, "", "  ", &format!("{} — {}", v.verdict.to_uppercase(), v.their_summary));
+            wrap(&mut o, "  Why: ", "       ", &v.why);
+        }
+    }
     o
 }
 

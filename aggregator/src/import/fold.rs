@@ -1,0 +1,433 @@
+//! Raw events + minute aggregates of a reference trace → our window tables.
+//!
+//! The source stores every event of its first seconds and a sample after
+//! that; its minute aggregates count everything it saw after start-up, and
+//! `count − stored` is what it discarded (schema_info says so). Totals are
+//! therefore: stored raw events + discarded counts. Discarded calls are spread
+//! evenly over the traced seconds of their minute, and those rows say
+//! `sampled = true`: count and total are exact, the histogram is the sample's.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use arrow::array::RecordBatch;
+use ingero_proto::hist::{bucket, Histogram};
+use ingero_proto::rows::{BatchBuilder, Common, Val};
+use ingero_proto::Table;
+
+use super::source::{Event, Trace, CUDA, DRIVER, HOST, IO};
+use crate::error::Result;
+
+const MINUTE_NS: i64 = 60_000_000_000;
+
+#[derive(Debug, Default, Clone)]
+struct Calls {
+    count: u64,
+    errors: u64,
+    total_ns: u64,
+    max_ns: u64,
+    sampled: bool,
+    hist: Histogram,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Sched {
+    off_ns: u64,
+    switches: u64,
+    wakeups: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Io {
+    count: u64,
+    bytes: u64,
+    total_ns: u64,
+    max_ns: u64,
+}
+
+/// What an import produced, for the summary line and the tests.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct FoldStats {
+    pub events: u64,
+    pub windows: usize,
+    /// Calls per op (source names), stored + discarded.
+    pub calls: BTreeMap<String, u64>,
+    pub discarded_calls: u64,
+    pub skipped: BTreeMap<String, u64>,
+}
+
+pub struct Folder<'a> {
+    trace: &'a Trace,
+    node: String,
+    job: Option<String>,
+    window_ns: i64,
+    span: (i64, i64),
+    calls: HashMap<(i64, u32, i64, i64), Calls>,
+    raw_minute: HashMap<(i64, u32, i64, i64), (u64, u64)>,
+    sched: HashMap<(i64, u32), Sched>,
+    threads: HashMap<u32, HashSet<u32>>,
+    io: HashMap<(i64, u32, i64), Io>,
+    host: Vec<(i64, u32, &'static str, i64, String)>,
+    slow: Vec<Event>,
+    cgroups: HashMap<u32, HashMap<u64, u64>>,
+    pub stats: FoldStats,
+}
+
+/// Our name for a source op (the agent's symbol names).
+pub fn op_name(trace: &Trace, source: i64, op: i64) -> String {
+    let n = trace.ops.get(&(source, op)).cloned().unwrap_or_else(|| format!("op{source}.{op}"));
+    match n.as_str() {
+        "cudaStreamSync" => "cudaStreamSynchronize".into(),
+        "cudaDeviceSync" => "cudaDeviceSynchronize".into(),
+        _ => n,
+    }
+}
+
+impl<'a> Folder<'a> {
+    pub fn new(trace: &'a Trace, node: &str, job: Option<String>, window_ns: i64) -> Folder<'a> {
+        let span = trace.session.as_ref().map_or((i64::MAX, i64::MIN), |s| (s.started_ns, s.stopped_ns));
+        Folder {
+            trace,
+            node: node.into(),
+            job,
+            window_ns,
+            span,
+            calls: HashMap::new(),
+            raw_minute: HashMap::new(),
+            sched: HashMap::new(),
+            threads: HashMap::new(),
+            io: HashMap::new(),
+            host: Vec::new(),
+            slow: Vec::new(),
+            cgroups: HashMap::new(),
+            stats: FoldStats::default(),
+        }
+    }
+
+    fn win(&self, ts: i64) -> i64 {
+        ts.div_euclid(self.window_ns) * self.window_ns
+    }
+
+    pub fn event(&mut self, e: Event) {
+        self.stats.events += 1;
+        self.span = (self.span.0.min(e.ts_ns), self.span.1.max(e.ts_ns));
+        if e.pid == 0 {
+            return;
+        }
+        *self.cgroups.entry(e.pid).or_default().entry(e.cgroup_id).or_default() += 1;
+        self.threads.entry(e.pid).or_default().insert(e.tid);
+        let w = self.win(e.ts_ns);
+        let minute = e.ts_ns.div_euclid(MINUTE_NS) * MINUTE_NS;
+        let m = self.raw_minute.entry((minute, e.pid, e.source, e.op)).or_default();
+        m.0 += 1;
+        m.1 += e.dur_ns;
+        match (e.source, e.op) {
+            (CUDA | DRIVER, _) => {
+                let c = self.calls.entry((w, e.pid, e.source, e.op)).or_default();
+                c.count += 1;
+                c.errors += (e.ret != 0) as u64;
+                c.total_ns += e.dur_ns;
+                c.max_ns = c.max_ns.max(e.dur_ns);
+                c.hist.add(bucket(e.dur_ns), 1);
+                if e.dur_ns >= 1_000_000 {
+                    self.slow.push(e);
+                }
+            }
+            (HOST, 1) => {
+                // Off-CPU time ends at the switch back in: spread it over the
+                // windows it covers so no window holds more than it lasted.
+                let (mut from, to) = (e.ts_ns - e.dur_ns as i64, e.ts_ns);
+                self.sched.entry((w, e.pid)).or_default().switches += 1;
+                while from < to {
+                    let ws = self.win(from);
+                    let end = (ws + self.window_ns).min(to);
+                    self.sched.entry((ws, e.pid)).or_default().off_ns += (end - from) as u64;
+                    from = end;
+                }
+            }
+            (HOST, 2) => self.sched.entry((w, e.pid)).or_default().wakeups += 1,
+            (HOST, 4) => self.host.push((e.ts_ns, e.pid, "oom_kill", e.arg0, String::new())),
+            (HOST, 5) => self.host.push((e.ts_ns, e.pid, "exec", 0, String::new())),
+            (HOST, 6) => self.host.push((e.ts_ns, e.pid, "exit", e.ret, String::new())),
+            (HOST, 7) => self.host.push((e.ts_ns, e.pid, "fork", e.arg0, String::new())),
+            (HOST, 12) => self.host.push((e.ts_ns, e.pid, "oom_kill", e.arg0, "pod OOM kill".into())),
+            (IO, op) => {
+                let i = self.io.entry((w, e.pid, op)).or_default();
+                i.count += 1;
+                i.bytes += e.arg0.max(0) as u64;
+                i.total_ns += e.dur_ns;
+                i.max_ns = i.max_ns.max(e.dur_ns);
+            }
+            _ => *self.stats.skipped.entry(op_name(self.trace, e.source, e.op)).or_default() += 1,
+        }
+    }
+
+    /// Adds what the source counted but did not store.
+    fn discarded(&mut self) {
+        let aggs = self.trace.aggregates.clone();
+        let mut sample: HashMap<(u32, i64, i64), Histogram> = HashMap::new();
+        for (&(_, pid, src, op), c) in &self.calls {
+            sample.entry((pid, src, op)).or_default().merge(&c.hist);
+        }
+        for a in aggs.iter().filter(|a| a.pid != 0) {
+            let (raw_n, raw_sum) =
+                self.raw_minute.get(&(a.bucket_ns, a.pid, a.source, a.op)).copied().unwrap_or((0, 0));
+            // Stored events missing from the file (pruned) count as discarded.
+            let kept = a.stored.min(raw_n);
+            let n = a.count.saturating_sub(kept);
+            if n == 0 {
+                continue;
+            }
+            let kept_sum = if raw_n == 0 { 0 } else { (raw_sum as u128 * kept as u128 / raw_n as u128) as u64 };
+            let sum = a.sum_ns.saturating_sub(kept_sum);
+            let lo = a.bucket_ns.max(self.win(self.span.0));
+            let hi = (a.bucket_ns + MINUTE_NS).min(self.span.1 + 1);
+            let wins: Vec<i64> = if lo < hi {
+                (0..).map(|k| self.win(lo) + k * self.window_ns).take_while(|w| *w < hi).collect()
+            } else {
+                vec![self.win(a.bucket_ns)]
+            };
+            let k = wins.len() as u64;
+            for (i, &w) in wins.iter().enumerate() {
+                let share = n / k + ((i as u64) < n % k) as u64;
+                let share_sum = (sum as u128 * share as u128 / n as u128) as u64;
+                if share == 0 {
+                    continue;
+                }
+                match a.source {
+                    CUDA | DRIVER => {
+                        let c = self.calls.entry((w, a.pid, a.source, a.op)).or_default();
+                        c.count += share;
+                        c.total_ns += share_sum;
+                        c.sampled = true;
+                        // The histogram stays the stored sample's (the schema says
+                        // so for sampled rows); only an op with no stored call at all
+                        // gets its discarded calls at their mean duration.
+                        if sample.get(&(a.pid, a.source, a.op)).is_none_or(|h| h.total() == 0) {
+                            c.hist.add(bucket(share_sum / share), share);
+                        }
+                        c.max_ns = c.max_ns.max(if i == 0 { a.max_ns } else { share_sum / share });
+                    }
+                    HOST if a.op == 1 => {
+                        let s = self.sched.entry((w, a.pid)).or_default();
+                        s.switches += share;
+                        s.off_ns += share_sum;
+                    }
+                    HOST if a.op == 2 => self.sched.entry((w, a.pid)).or_default().wakeups += share,
+                    IO => {
+                        let io = self.io.entry((w, a.pid, a.op)).or_default();
+                        io.count += share;
+                        io.total_ns += share_sum;
+                    }
+                    _ => {}
+                }
+            }
+            if matches!(a.source, CUDA | DRIVER) {
+                self.stats.discarded_calls += n;
+            }
+        }
+        // Page allocations are only counted per minute; > 1 GiB in a minute
+        // is what the source itself treats as memory pressure.
+        for a in aggs.iter().filter(|a| a.source == HOST && a.op == 3 && a.sum_arg0 >= 1 << 30) {
+            self.host.push((a.bucket_ns, a.pid, "mem_pressure", a.sum_arg0 as i64, "mm_page_alloc".into()));
+        }
+    }
+
+    fn common(&self, pid: u32, w: i64) -> Common {
+        let cg = self.cgroups.get(&pid).and_then(|m| m.iter().max_by_key(|(_, n)| **n).map(|(id, _)| *id));
+        let meta = cg.and_then(|id| self.trace.cgroups.get(&id));
+        let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        Common {
+            node: self.node.clone(),
+            namespace: meta.and_then(|m| nonempty(&m.namespace)),
+            pod: meta.and_then(|m| nonempty(&m.pod)),
+            container: meta.and_then(|m| nonempty(&m.container_id)).map(|c| c[..12.min(c.len())].to_string()),
+            job: self.job.clone(),
+            rank: None,
+            world_size: None,
+            pid,
+            comm: self.trace.names.get(&pid).cloned().unwrap_or_else(|| format!("pid-{pid}")),
+            cgroup_id: cg.unwrap_or(0),
+            window_start_us: w / 1000,
+            window_us: (self.window_ns / 1000) as u64,
+        }
+    }
+
+    /// Every table, ready to write.
+    pub fn finish(mut self) -> Result<(Vec<(Table, RecordBatch)>, FoldStats)> {
+        self.discarded();
+        let mut out = Vec::new();
+        let mut t = BatchBuilder::new(Table::CallWindows);
+        let mut windows: HashSet<i64> = HashSet::new();
+        let mut medians: HashMap<(i64, i64), Histogram> = HashMap::new();
+        let mut keys: Vec<_> = self.calls.keys().copied().collect();
+        keys.sort_unstable();
+        for k @ (w, pid, src, op) in keys {
+            let c = &self.calls[&k];
+            windows.insert(w);
+            medians.entry((src, op)).or_default().merge(&c.hist);
+            let name = op_name(self.trace, src, op);
+            *self.stats.calls.entry(name.clone()).or_default() += c.count;
+            let (b, n) = c.hist.sparse();
+            let lib = if src == CUDA { "cudart" } else { "cuda" };
+            let row = [
+                Val::Str(lib),
+                Val::Str(&name),
+                Val::U(c.count),
+                Val::U(c.errors),
+                Val::U(c.total_ns),
+                Val::U(c.max_ns),
+                Val::Bool(c.sampled),
+                Val::U8s(&b),
+                Val::U64s(&n),
+            ];
+            t.push(&self.common(pid, w), &row)?;
+        }
+        out.push((Table::CallWindows, t.finish()?));
+
+        let mut t = BatchBuilder::new(Table::SchedWindows);
+        let mut keys: Vec<_> = self.sched.keys().copied().collect();
+        keys.sort_unstable();
+        for k @ (w, pid) in keys {
+            let s = &self.sched[&k];
+            windows.insert(w);
+            let threads = self.threads.get(&pid).map_or(1, |t| t.len()).max(1) as u64;
+            // The source records only off-CPU time: the rest of each thread's
+            // window counts as on-CPU (so shares are of thread time).
+            let on = (threads * self.window_ns as u64).saturating_sub(s.off_ns);
+            let row = [
+                Val::U(threads),
+                Val::U(on),
+                Val::U(s.off_ns),
+                Val::U(0),
+                Val::U(0),
+                Val::U(s.switches),
+                Val::U(0),
+                Val::U(s.wakeups),
+            ];
+            t.push(&self.common(pid, w), &row)?;
+        }
+        out.push((Table::SchedWindows, t.finish()?));
+
+        let mut t = BatchBuilder::new(Table::IoWindows);
+        for (&(w, pid, op), i) in &self.io {
+            let name = match op {
+                1 => "read",
+                2 => "write",
+                3 => "discard",
+                _ => "other",
+            };
+            let row = [
+                Val::Str("unknown"),
+                Val::Str(name),
+                Val::U(i.count),
+                Val::U(i.bytes),
+                Val::U(i.total_ns),
+                Val::U(i.max_ns),
+            ];
+            t.push(&self.common(pid, w), &row)?;
+        }
+        out.push((Table::IoWindows, t.finish()?));
+
+        let mut t = BatchBuilder::new(Table::HostEvents);
+        for (ts, pid, kind, value, detail) in &self.host {
+            let mut c = self.common(*pid, self.win(*ts));
+            if *pid == 0 {
+                c.comm = "node".into();
+            }
+            t.push(&c, &[Val::Ts(ts / 1000), Val::Str(kind), Val::I(*value), Val::Str(detail)])?;
+        }
+        for ch in &self.trace.chains {
+            let mut c = self.common(0, self.win(ch.detected_ns));
+            c.comm = "reference".into();
+            let sev = match ch.severity.as_str() {
+                "HIGH" => 3,
+                "MEDIUM" => 2,
+                _ => 1,
+            };
+            let json = serde_json::to_string(ch).unwrap_or_default();
+            t.push(&c, &[Val::Ts(ch.detected_ns / 1000), Val::Str("reference_chain"), Val::I(sev), Val::Str(&json)])?;
+        }
+        out.push((Table::HostEvents, t.finish()?));
+
+        // The calls the source kept because they were slow: > 10 × the op's median.
+        let mut t = BatchBuilder::new(Table::StallEvents);
+        for e in &self.slow {
+            let med = medians.get(&(e.source, e.op)).and_then(|h| h.quantile(0.5)).unwrap_or(0);
+            let thr = (med * 10).max(1_000_000);
+            if e.dur_ns >= thr {
+                let lib = if e.source == CUDA { "cudart" } else { "cuda" };
+                let name = op_name(self.trace, e.source, e.op);
+                let row = [
+                    Val::Ts(e.ts_ns / 1000),
+                    Val::U(e.tid as u64),
+                    Val::Str(lib),
+                    Val::Str(&name),
+                    Val::U(e.dur_ns),
+                    Val::U(thr),
+                    Val::Str("median_multiple"),
+                ];
+                t.push(&self.common(e.pid, self.win(e.ts_ns)), &row)?;
+            }
+        }
+        out.push((Table::StallEvents, t.finish()?));
+
+        let mut t = BatchBuilder::new(Table::ProcessMeta);
+        let mut pids: Vec<u32> = self.cgroups.keys().copied().collect();
+        pids.sort_unstable();
+        for pid in pids {
+            let c = self.common(pid, self.win(self.span.0));
+            let meta = self.trace.cgroups.get(&c.cgroup_id);
+            let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+            let cid = meta.and_then(|m| nonempty(&m.container_id));
+            let path = meta.map(|m| m.path.clone()).unwrap_or_default();
+            let row = [
+                Val::Str(&c.comm),
+                cid.as_deref().into(),
+                Val::Null,
+                Val::Str(&path),
+                Val::Null,
+                Val::Null,
+                Val::Null,
+                Val::Null,
+                Val::Str(""),
+                Val::Null,
+            ];
+            t.push(&c, &row)?;
+        }
+        out.push((Table::ProcessMeta, t.finish()?));
+
+        let mut t = BatchBuilder::new(Table::NodeWindows);
+        let s = self.trace.session.clone().unwrap_or_default();
+        fn opt(v: &str) -> Val<'_> {
+            if v.is_empty() {
+                Val::Null
+            } else {
+                Val::Str(v)
+            }
+        }
+        let mut ws: Vec<i64> = windows.into_iter().collect();
+        ws.sort_unstable();
+        self.stats.windows = ws.len();
+        for w in ws {
+            let mut c = self.common(0, w);
+            c.comm = "import".into();
+            let row = [
+                Val::U(0),
+                Val::U(0),
+                Val::U(0),
+                Val::U(0),
+                Val::U(0),
+                opt(&s.kernel),
+                opt(&s.cpu_model),
+                if s.cpu_cores > 0 { Val::U(s.cpu_cores as u64) } else { Val::Null },
+                opt(&s.gpu_model),
+                opt(&s.gpu_driver),
+                opt(&s.cuda_version),
+            ];
+            t.push(&c, &row)?;
+        }
+        out.push((Table::NodeWindows, t.finish()?));
+        out.retain(|(_, b)| b.num_rows() > 0);
+        Ok((out, self.stats))
+    }
+}

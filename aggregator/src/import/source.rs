@@ -1,0 +1,288 @@
+//! Reading a trace recorded by the Go reference product (an SQLite file,
+//! schema_info version ≤ 0.8), validated before anything is written.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{Error, Result};
+
+/// Newest schema this importer understands.
+pub const MAX_VERSION: (u32, u32) = (0, 8);
+const REQUIRED: [&str; 5] = ["events", "event_aggregates", "sources", "ops", "schema_info"];
+
+/// Source ids of the reference product.
+pub const CUDA: i64 = 1;
+pub const HOST: i64 = 3;
+pub const DRIVER: i64 = 4;
+pub const IO: i64 = 5;
+
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    pub started_ns: i64,
+    pub stopped_ns: i64,
+    pub gpu_model: String,
+    pub gpu_driver: String,
+    pub cpu_model: String,
+    pub cpu_cores: u32,
+    pub kernel: String,
+    pub cuda_version: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct CgroupMeta {
+    pub container_id: String,
+    pub path: String,
+    pub pod: String,
+    pub namespace: String,
+}
+
+/// One minute bucket of the source's own counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Aggregate {
+    pub bucket_ns: i64,
+    pub source: i64,
+    pub op: i64,
+    pub pid: u32,
+    pub count: u64,
+    pub stored: u64,
+    pub sum_ns: u64,
+    pub max_ns: u64,
+    pub sum_arg0: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Event {
+    pub ts_ns: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub source: i64,
+    pub op: i64,
+    pub dur_ns: u64,
+    pub arg0: i64,
+    pub ret: i64,
+    pub cgroup_id: u64,
+}
+
+/// The source product's own diagnosis.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct RefChain {
+    pub id: String,
+    pub detected_ns: i64,
+    pub severity: String,
+    pub summary: String,
+    pub root_cause: String,
+    pub explanation: String,
+    pub recommendations: Vec<String>,
+    pub cuda_op: String,
+    pub p99_us: i64,
+    pub p50_us: i64,
+    pub tail_ratio: f64,
+}
+
+pub struct Trace {
+    conn: Connection,
+    pub path: String,
+    pub version: String,
+    pub session: Option<Session>,
+    pub ops: HashMap<(i64, i64), String>,
+    pub names: HashMap<u32, String>,
+    pub cgroups: HashMap<u64, CgroupMeta>,
+    pub aggregates: Vec<Aggregate>,
+    pub chains: Vec<RefChain>,
+    pub events: u64,
+}
+
+fn bad(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Import { path: path.display().to_string(), reason: reason.into() }
+}
+
+impl Trace {
+    /// Opens read-only and checks integrity, tables and schema version.
+    pub fn open(path: &Path) -> Result<Trace> {
+        if !path.is_file() {
+            return Err(bad(path, "no such file"));
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| bad(path, e.to_string()))?;
+        let sq = |e: rusqlite::Error| {
+            let m = e.to_string();
+            if m.contains("not a database") {
+                bad(path, "not an SQLite file (is it an Ingero trace?)")
+            } else if m.contains("malformed") {
+                bad(path, format!("corrupt or truncated SQLite file ({m})"))
+            } else {
+                bad(path, format!("unreadable: {m}"))
+            }
+        };
+        let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(sq)?;
+        if check != "ok" {
+            return Err(bad(path, format!("corrupt or truncated SQLite file ({check})")));
+        }
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .map_err(sq)?;
+        let missing: Vec<&str> = REQUIRED.iter().copied().filter(|t| !tables.iter().any(|x| x == t)).collect();
+        if !missing.is_empty() {
+            return Err(bad(path, format!("not an Ingero trace: no table(s) {}", missing.join(", "))));
+        }
+        let version: String = conn
+            .query_row("SELECT value FROM schema_info WHERE key = 'version'", [], |r| r.get(0))
+            .map_err(|_| bad(path, "not an Ingero trace: schema_info has no version"))?;
+        let parsed = version
+            .split_once('.')
+            .and_then(|(a, b)| Some((a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?)))
+            .ok_or_else(|| bad(path, format!("unrecognised schema version `{version}`")))?;
+        if parsed > MAX_VERSION {
+            return Err(bad(
+                path,
+                format!(
+                    "schema version {version} is newer than this importer understands ({}.{}); upgrade ingero",
+                    MAX_VERSION.0, MAX_VERSION.1
+                ),
+            ));
+        }
+        let mut t = Trace {
+            conn,
+            path: path.display().to_string(),
+            version,
+            session: None,
+            ops: HashMap::new(),
+            names: HashMap::new(),
+            cgroups: HashMap::new(),
+            aggregates: Vec::new(),
+            chains: Vec::new(),
+            events: 0,
+        };
+        t.read_small(&tables).map_err(sq)?;
+        Ok(t)
+    }
+
+    fn read_small(&mut self, tables: &[String]) -> rusqlite::Result<()> {
+        let has = |n: &str| tables.iter().any(|t| t == n);
+        let c = &self.conn;
+        self.ops = c
+            .prepare("SELECT source_id, op_id, name FROM ops")?
+            .query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        if has("process_names") {
+            self.names = c
+                .prepare("SELECT pid, name FROM process_names")?
+                .query_map([], |r| Ok((r.get::<_, i64>(0)? as u32, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+        }
+        if has("cgroup_metadata") {
+            self.cgroups = c
+                .prepare("SELECT cgroup_id, container_id, cgroup_path, pod_name, namespace FROM cgroup_metadata")?
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)? as u64,
+                        CgroupMeta { container_id: r.get(1)?, path: r.get(2)?, pod: r.get(3)?, namespace: r.get(4)? },
+                    ))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+        }
+        if has("sessions") {
+            self.session = c
+                .query_row(
+                    "SELECT started_at, stopped_at, gpu_model, gpu_driver, cpu_model, cpu_cores, kernel, cuda_ver \
+                     FROM sessions ORDER BY started_at LIMIT 1",
+                    [],
+                    |r| {
+                        Ok(Session {
+                            started_ns: r.get(0)?,
+                            stopped_ns: r.get(1)?,
+                            gpu_model: r.get(2)?,
+                            gpu_driver: r.get(3)?,
+                            cpu_model: r.get(4)?,
+                            cpu_cores: r.get::<_, i64>(5)?.max(0) as u32,
+                            kernel: r.get(6)?,
+                            cuda_version: r.get(7)?,
+                        })
+                    },
+                )
+                .ok();
+        }
+        self.aggregates = c
+            .prepare("SELECT bucket, source, op, pid, count, stored, sum_dur, max_dur, sum_arg0 FROM event_aggregates")?
+            .query_map([], |r| {
+                let u = |i: usize| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
+                Ok(Aggregate {
+                    bucket_ns: r.get(0)?,
+                    source: r.get(1)?,
+                    op: r.get(2)?,
+                    pid: r.get::<_, i64>(3)? as u32,
+                    count: u(4)?,
+                    stored: u(5)?,
+                    sum_ns: u(6)?,
+                    max_ns: u(7)?,
+                    sum_arg0: u(8)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        if has("causal_chains") {
+            self.chains = c
+                .prepare(
+                    "SELECT id, detected_at, severity, summary, root_cause, explanation, recommendations, cuda_op, \
+                     cuda_p99_us, cuda_p50_us, tail_ratio FROM causal_chains ORDER BY detected_at",
+                )?
+                .query_map([], |r| {
+                    let recs: String = r.get(6)?;
+                    Ok(RefChain {
+                        id: r.get(0)?,
+                        detected_ns: r.get(1)?,
+                        severity: r.get(2)?,
+                        summary: r.get(3)?,
+                        root_cause: r.get(4)?,
+                        explanation: r.get(5)?,
+                        recommendations: serde_json::from_str(&recs).unwrap_or_default(),
+                        cuda_op: r.get(7)?,
+                        p99_us: r.get(8)?,
+                        p50_us: r.get(9)?,
+                        tail_ratio: r.get(10)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+        }
+        self.events = c.query_row("SELECT COUNT(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
+        Ok(())
+    }
+
+    /// Streams events in time order; `progress` is called every 100k events.
+    pub fn for_each_event(&self, mut f: impl FnMut(Event), mut progress: impl FnMut(u64)) -> Result<()> {
+        let err = |e: rusqlite::Error| Error::Import { path: self.path.clone(), reason: e.to_string() };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT timestamp, pid, tid, source, op, duration, arg0, ret_code, cgroup_id FROM events ORDER BY timestamp",
+            )
+            .map_err(err)?;
+        let mut rows = stmt.query([]).map_err(err)?;
+        let mut n = 0u64;
+        while let Some(r) = rows.next().map_err(err)? {
+            let g = |i: usize| r.get::<_, i64>(i);
+            let ev = (|| {
+                Ok::<_, rusqlite::Error>(Event {
+                    ts_ns: g(0)?,
+                    pid: g(1)? as u32,
+                    tid: g(2)? as u32,
+                    source: g(3)?,
+                    op: g(4)?,
+                    dur_ns: g(5)?.max(0) as u64,
+                    arg0: g(6)?,
+                    ret: g(7)?,
+                    cgroup_id: g(8)? as u64,
+                })
+            })()
+            .map_err(err)?;
+            f(ev);
+            n += 1;
+            if n.is_multiple_of(100_000) {
+                progress(n);
+            }
+        }
+        Ok(())
+    }
+}
