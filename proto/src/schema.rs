@@ -134,14 +134,19 @@ const IO_WINDOWS: &[Column] = &[
 
 const HOST_EVENTS: &[Column] = &[
     col("event_time", TimestampUs, "µs since epoch, UTC", "When it happened"),
-    col("kind", Utf8, "", "oom_kill, exec, exit, fork, mem_pressure, swap"),
+    col(
+        "kind",
+        Utf8,
+        "",
+        "oom_kill, exec, exit, fork, mem_pressure, swap; reference_chain for a diagnosis stored in an imported trace",
+    ),
     col(
         "value",
         I64,
         "kind-specific",
         "oom_kill: victim pages; exit: exit code; fork: child pid; mem_pressure/swap: bytes",
     ),
-    opt("detail", Utf8, "", "Free text: victim name, new binary path, …"),
+    opt("detail", Utf8, "", "Free text: victim name, new binary path, … (reference_chain: the chain as JSON)"),
 ];
 
 const STALL_EVENTS: &[Column] = &[
