@@ -19,6 +19,11 @@ use crate::error::Result;
 
 const MINUTE_NS: i64 = 60_000_000_000;
 
+/// The source writes '' for unknown text fields.
+fn nonempty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
 #[derive(Debug, Default, Clone)]
 struct Calls {
     count: u64,
@@ -235,7 +240,6 @@ impl<'a> Folder<'a> {
     fn common(&self, pid: u32, w: i64) -> Common {
         let cg = self.cgroups.get(&pid).and_then(|m| m.iter().max_by_key(|(_, n)| **n).map(|(id, _)| *id));
         let meta = cg.and_then(|id| self.trace.cgroups.get(&id));
-        let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
         Common {
             node: self.node.clone(),
             namespace: meta.and_then(|m| nonempty(&m.namespace)),
@@ -377,7 +381,6 @@ impl<'a> Folder<'a> {
         for pid in pids {
             let c = self.common(pid, self.win(self.span.0));
             let meta = self.trace.cgroups.get(&c.cgroup_id);
-            let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
             let cid = meta.and_then(|m| nonempty(&m.container_id));
             let path = meta.map(|m| m.path.clone()).unwrap_or_default();
             let row = [

@@ -5,6 +5,7 @@
 
 use super::chains::{fmt_ns, Chain, Severity, Summary};
 use super::data::{OpStat, ReportData};
+use crate::rank::signals::is_launch;
 
 fn is_alloc(op: &str) -> bool {
     op.starts_with("cudaFree")
@@ -15,10 +16,6 @@ fn is_alloc(op: &str) -> bool {
 
 fn is_copy(op: &str) -> bool {
     op.starts_with("cudaMemcpy") || op.starts_with("cuMemcpy")
-}
-
-fn is_launch(op: &str) -> bool {
-    crate::rank::signals::is_launch(op)
 }
 
 fn ratio(o: &OpStat) -> f64 {
