@@ -62,10 +62,12 @@ fn mono_to_wall_us() -> i64 {
 }
 
 /// Walks the cgroup tree: id (inode) → path, for naming cgroups in reports.
-fn cgroup_paths(mount: &std::path::Path) -> HashMap<u64, String> {
+/// cgroup id → path relative to the mount; only under `scope` when the agent
+/// is scoped with --cgroup-root (that subtree is its "node").
+fn cgroup_paths(mount: &std::path::Path, scope: Option<&std::path::Path>) -> HashMap<u64, String> {
     use std::os::unix::fs::MetadataExt;
     let mut out = HashMap::new();
-    let mut stack = vec![mount.to_path_buf()];
+    let mut stack = vec![scope.unwrap_or(mount).to_path_buf()];
     while let Some(dir) = stack.pop() {
         if let Ok(m) = std::fs::metadata(&dir) {
             let rel = dir.strip_prefix(mount).map(|p| format!("/{}", p.display())).unwrap_or_default();
@@ -101,7 +103,7 @@ pub fn probe_loop(
     }
     let host = HostFacts::read();
     let mut attr = Attributor::new(cfg.cgroup_mount.clone()).with_kubernetes(kube.watch, kube.gpus);
-    let mut cg_paths = cgroup_paths(&cfg.cgroup_mount);
+    let mut cg_paths = cgroup_paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref());
     let mut last_counters = Counters::default();
     let mut medians: HashMap<u32, f64> = HashMap::new();
     // pid → what its last process_meta row said (ProcInfo::meta_key).
@@ -218,7 +220,7 @@ pub fn probe_loop(
         let probe_run_ns = run_ns.saturating_sub(last_run_ns);
         last_run_ns = run_ns;
         if d.cgroups.iter().any(|(id, _)| !cg_paths.contains_key(id)) {
-            cg_paths = cgroup_paths(&cfg.cgroup_mount);
+            cg_paths = cgroup_paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref());
         }
         let ctx = WindowCtx {
             node: &cfg.node,
@@ -229,6 +231,7 @@ pub fn probe_loop(
             spool_dropped: stats.spool_dropped.load(Ordering::Relaxed),
             probe_run_ns,
             host: &host,
+            cgroup_scoped: cfg.cgroup_root.is_some(),
         };
         attr.begin_window();
         // Only processes in scope produce rows (a scoped agent shares the kernel maps' view).

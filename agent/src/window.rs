@@ -23,6 +23,9 @@ pub struct WindowCtx<'a> {
     pub spool_dropped: u64,
     pub probe_run_ns: u64,
     pub host: &'a HostFacts,
+    /// Scoped by --cgroup-root: cgroups outside the subtree are another
+    /// "node's" and are left out of cgroup_windows.
+    pub cgroup_scoped: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -120,7 +123,11 @@ pub fn build(
     }
     let mut cg = BatchBuilder::new(Table::CgroupWindows);
     for (id, v) in &d.cgroups {
-        let path = cgroup_paths.get(id).cloned().unwrap_or_default();
+        let path = match cgroup_paths.get(id) {
+            Some(p) => p.clone(),
+            None if ctx.cgroup_scoped => continue,
+            None => String::new(),
+        };
         let owner = crate::attribution::cgroup::parse(&path);
         let pod = attr.pod(owner.pod_uid.as_deref());
         let c = Common {

@@ -2,8 +2,15 @@
  * controllable durations: the agent probes it exactly as it would the real
  * libraries. Built as libcudart.so.12 / libnccl.so.2 by the tests.
  * Durations: the last argument that is a duration is in microseconds. */
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static void spin_us(long us)
 {
@@ -30,7 +37,55 @@ TIMED(cudaMalloc)
 ENTRY_ONLY(cuLaunchKernel)
 TIMED(cuCtxSynchronize)
 TIMED(cuStreamSynchronize)
-TIMED(ncclAllReduce)
+/* Data-parallel mode: with FAKE_NCCL_BARRIER=FILE and FAKE_NCCL_WORLD=N set,
+ * ncclAllReduce also waits until all N ranks (processes sharing FILE) have
+ * arrived, as real collectives do, so the healthy ranks wait for a straggler
+ * inside the traced call. A sense-reversing barrier in a shared mapping;
+ * waiters sleep on a (process-shared) futex, so waiting costs no CPU. */
+struct barrier { int count; int sense; };
+
+static struct barrier *shared_barrier(int *world)
+{
+	static struct barrier *b;
+	static int n = -1;
+	if (n < 0) {
+		const char *path = getenv("FAKE_NCCL_BARRIER"), *w = getenv("FAKE_NCCL_WORLD");
+		n = 0;
+		if (path && w && atoi(w) > 1) {
+			int fd = open(path, O_RDWR | O_CREAT, 0600);
+			if (fd >= 0 && ftruncate(fd, sizeof(*b)) == 0) {
+				void *m = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+				if (m != MAP_FAILED) {
+					b = m;
+					n = atoi(w);
+				}
+			}
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	*world = n;
+	return b;
+}
+
+int ncclAllReduce(long us)
+{
+	int world;
+	struct barrier *b = shared_barrier(&world);
+	if (b) {
+		int sense = __atomic_load_n(&b->sense, __ATOMIC_ACQUIRE);
+		if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == world) {
+			__atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
+			__atomic_store_n(&b->sense, !sense, __ATOMIC_RELEASE);
+			syscall(SYS_futex, &b->sense, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		} else {
+			while (__atomic_load_n(&b->sense, __ATOMIC_ACQUIRE) == sense)
+				syscall(SYS_futex, &b->sense, FUTEX_WAIT, sense, NULL, NULL, 0);
+		}
+	}
+	spin_us(us);
+	return 0;
+}
 TIMED(ncclAllGather)
 TIMED(ncclReduceScatter)
 TIMED(ncclBroadcast)

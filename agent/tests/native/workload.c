@@ -1,5 +1,8 @@
 /* Calls CUDA-named functions in a pattern given on the command line:
- *   workload LIB [wait] [sleep:MS] [call:SYMBOL:N:US] [fail:SYMBOL:N:US] [spin:MS]
+ *   workload LIB [wait] [sleep:MS] [call:SYMBOL:N:US] [spin:MS]
+ *                [work:MS] (MS of CPU time: takes longer when the CPU is shared)
+ *                [repeat:N]   (the steps after it run N times)
+ *                [nccl:PATH]  (nccl* symbols come from this library from now on)
  * `wait` blocks until a byte arrives on stdin (the test moves us into a
  * cgroup first). The library is dlopen'd when the first call needs it. */
 #define _GNU_SOURCE
@@ -12,11 +15,16 @@
 
 typedef int (*fn_t)(long);
 
-static double now_ms(void)
+static double clock_ms(clockid_t c)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(c, &t);
 	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static double now_ms(void)
+{
+	return clock_ms(CLOCK_MONOTONIC);
 }
 
 int main(int argc, char **argv)
@@ -25,10 +33,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: workload LIB [steps...]\n");
 		return 2;
 	}
-	void *lib = NULL;
+	void *lib = NULL, *nccl = NULL;
+	int loop_start = -1;
+	long loops = 0;
 	for (int i = 2; i < argc; i++) {
 		char *a = argv[i];
-		if (!strcmp(a, "wait")) {
+		if (!strncmp(a, "repeat:", 7)) {
+			loop_start = i + 1;
+			loops = atol(a + 7);
+			if (loops <= 0)
+				break;
+		} else if (!strcmp(a, "wait")) {
 			char c;
 			if (read(0, &c, 1) < 0)
 				return 3;
@@ -45,6 +60,17 @@ int main(int argc, char **argv)
 			volatile unsigned long x = 0;
 			while (now_ms() < end)
 				x++;
+		} else if (!strncmp(a, "nccl:", 5)) {
+			nccl = dlopen(a + 5, RTLD_NOW);
+			if (!nccl) {
+				fprintf(stderr, "dlopen: %s\n", dlerror());
+				return 4;
+			}
+		} else if (!strncmp(a, "work:", 5)) {
+			double end = clock_ms(CLOCK_THREAD_CPUTIME_ID) + atol(a + 5);
+			volatile unsigned long x = 0;
+			while (clock_ms(CLOCK_THREAD_CPUTIME_ID) < end)
+				x++;
 		} else if (!strncmp(a, "call:", 5)) {
 			char sym[128];
 			long n = 0, us = 0;
@@ -54,7 +80,8 @@ int main(int argc, char **argv)
 			}
 			if (!lib)
 				lib = dlopen(argv[1], RTLD_NOW);
-			fn_t f = lib ? (fn_t)dlsym(lib, sym) : NULL;
+			void *from = nccl && !strncmp(sym, "nccl", 4) ? nccl : lib;
+			fn_t f = from ? (fn_t)dlsym(from, sym) : NULL;
 			if (!f) {
 				fprintf(stderr, "no symbol %s\n", sym);
 				return 5;
@@ -62,9 +89,16 @@ int main(int argc, char **argv)
 			double t0 = now_ms();
 			for (long k = 0; k < n; k++)
 				f(us);
-			/* What really happened, for the test to compare against. */
-			printf("step %s %ld %.0f\n", sym, n, (now_ms() - t0) * 1e6);
+			/* What really happened, for the test to compare against
+			 * (not per iteration of a repeat: nobody reads those). */
+			if (loop_start < 0)
+				printf("step %s %ld %.0f\n", sym, n, (now_ms() - t0) * 1e6);
+		} else {
+			fprintf(stderr, "unknown step %s\n", a);
+			return 2;
 		}
+		if (i == argc - 1 && loop_start > 0 && --loops > 0)
+			i = loop_start - 1;
 	}
 	printf("done\n");
 	fflush(stdout);
