@@ -1,0 +1,53 @@
+{{/* Chart name, truncated to the 63 characters a DNS label allows. */}}
+{{- define "ingero.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name: "<release>" when it already contains the chart name. */}}
+{{- define "ingero.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "ingero.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "ingero.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ingero
+{{- end }}
+
+{{- define "ingero.agent.selector" -}}
+app.kubernetes.io/name: {{ include "ingero.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{- define "ingero.aggregator.selector" -}}
+app.kubernetes.io/name: {{ include "ingero.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: aggregator
+{{- end }}
+
+{{- define "ingero.agent.fullname" -}}
+{{- printf "%s-agent" (include "ingero.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ingero.aggregator.fullname" -}}
+{{- printf "%s-aggregator" (include "ingero.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ingero.tokenSecret" -}}
+{{- default (printf "%s-token" (include "ingero.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
+{{/* image reference: repository/name:tag (tag defaults to appVersion). */}}
+{{- define "ingero.image" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- printf "%s/%s:%s" $root.Values.image.repository $name (default $root.Chart.AppVersion $root.Values.image.tag) }}
+{{- end }}
