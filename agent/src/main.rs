@@ -94,6 +94,18 @@ struct RunArgs {
     /// The kubelet PodResources socket (GPU → pod); absent is fine.
     #[arg(long, env = "INGERO_POD_RESOURCES_SOCKET", default_value = "/var/lib/kubelet/pod-resources/kubelet.sock")]
     pod_resources_socket: PathBuf,
+    /// Bearer token for the aggregator, read from this file (a mounted Secret).
+    #[arg(long, env = "INGERO_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// CA bundle (PEM) that signed the aggregator's certificate; implies TLS.
+    #[arg(long, env = "INGERO_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS, with --tls-key.
+    #[arg(long, env = "INGERO_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Client private key (PEM) for mutual TLS, with --tls-cert.
+    #[arg(long, env = "INGERO_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// How often to ask the kubelet which GPUs each container holds.
     #[arg(long, env = "INGERO_POD_RESOURCES_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pod_resources_interval: Duration,
@@ -222,7 +234,19 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         (None, None) => unreachable!("clap requires one of --aggregator/--store"),
     };
     let policy = RetryPolicy { give_up_after: Duration::from_secs(2), ..Default::default() };
-    let client = IngestClient::new(&url, &node, policy)?;
+    let auth = if a.store.is_some() {
+        Default::default() // the embedded aggregator on loopback
+    } else {
+        ingero_proto::auth::ClientAuth::from_files(
+            a.token_file.as_deref(),
+            a.tls_ca.as_deref(),
+            a.tls_cert.as_deref(),
+            a.tls_key.as_deref(),
+        )
+        .map_err(|e| error::Error::Config(e.to_string()))?
+    };
+    let client =
+        IngestClient::with_auth(&url, &node, policy, &auth).map_err(|e| error::Error::Config(e.to_string()))?;
     let spool = ship::spool::Spool::open(&a.spool_dir.join("batches"), a.spool_max as u64)?;
     let ship_stats = Arc::new(ship::ShipStats::default());
     let loop_stats = Arc::new(run::LoopStats::default());

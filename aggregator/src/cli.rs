@@ -85,6 +85,19 @@ pub struct ServeArgs {
     pub max_future: Duration,
     #[command(flatten)]
     pub query: QueryArgs,
+    /// Require this bearer token (read from the file, e.g. a mounted Secret) on
+    /// every gRPC call and on /api/v1/*. Without it the server is open.
+    #[arg(long, env = "INGERO_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Serve gRPC over TLS with this certificate chain (PEM), with --tls-key.
+    #[arg(long, env = "INGERO_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) for --tls-cert.
+    #[arg(long, env = "INGERO_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must present a certificate signed by this CA (PEM).
+    #[arg(long, env = "INGERO_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     #[command(flatten)]
     pub rank: RankArgs,
 }
@@ -169,6 +182,13 @@ impl ServeArgs {
                 ..DetectorConfig::default()
             },
             grace: self.rank.grace,
+            auth: crate::auth::ServerAuth::from_files(
+                self.token_file.as_deref(),
+                self.tls_cert.as_deref(),
+                self.tls_key.as_deref(),
+                self.tls_client_ca.as_deref(),
+            )
+            .map_err(|e| e.to_string())?,
         })
     }
 }

@@ -27,6 +27,9 @@ pub enum Error {
     /// A file given to `ingero import` that is not a trace we can read.
     #[error("{path}: {reason}")]
     Import { path: String, reason: String },
+    /// Bad flags or files given to the server (exit code 2).
+    #[error("{0}")]
+    Config(String),
     #[error("the aggregator is shutting down")]
     ShuttingDown,
 }

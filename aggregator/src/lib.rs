@@ -3,6 +3,7 @@
 //! Data flows one way: `ingest` (validate) → `store::commit` (WAL, buffer,
 //! flush) → `store::parquet` (files in the object store).
 
+pub mod auth;
 pub mod cli;
 pub mod commands;
 pub mod error;

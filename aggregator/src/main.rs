@@ -95,9 +95,17 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Serve(args) => {
             let cfg = args.config().map_err(Failure::Usage)?;
             let server = Server::start(cfg).await.map_err(|e| match e {
-                ingero_aggregator::Error::StoreUrl { .. } => Failure::Usage(e.to_string()),
+                ingero_aggregator::Error::StoreUrl { .. } | ingero_aggregator::Error::Config(_) => {
+                    Failure::Usage(e.to_string())
+                }
                 other => Failure::Run(other.into()),
             })?;
+            if server.grpc_addr.ip().is_unspecified() && args.token_file.is_none() {
+                tracing::warn!(
+                    "listening on all interfaces without --token-file: anyone who can reach {} can write and read data",
+                    server.grpc_addr
+                );
+            }
             Ok(server.run_until(shutdown_signal()).await?)
         }
         Command::Stragglers(a) => commands::stragglers::run(*a).await,

@@ -23,6 +23,7 @@ use crate::rank::LiveRanker;
 use crate::store::commit::{CommitConfig, Committer};
 use crate::store::{Store, StoreOptions, StoreUrl};
 use ingero_proto::pb::query_server::QueryServer;
+use tonic::service::interceptor::InterceptedService;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -36,6 +37,7 @@ pub struct ServeConfig {
     pub detector: DetectorConfig,
     /// How long a window waits for late nodes before it is judged anyway.
     pub grace: std::time::Duration,
+    pub auth: crate::auth::ServerAuth,
 }
 
 /// A running aggregator.
@@ -64,7 +66,7 @@ impl Server {
         let ranker = LiveRanker::start(cfg.detector.clone(), cfg.grace);
         let state = Arc::new(HttpState { metrics: metrics.clone(), ready: false.into(), ranker: ranker.clone() });
         let http_task = tokio::spawn({
-            let app = router(state.clone());
+            let app = router(state.clone(), cfg.auth.token.clone());
             async move { axum::serve(http, app).await }
         });
 
@@ -82,19 +84,29 @@ impl Server {
             .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        // Batches are hundreds of KiB: HTTP/2's default 64 KiB windows would
-        // make every push wait for window updates.
-        let grpc_server = tonic::transport::Server::builder()
-            .initial_stream_window_size(Some(4 << 20))
-            .initial_connection_window_size(Some(16 << 20))
-            .layer(tower::util::MapResponseLayer::new(remap_too_large))
-            .add_service(ingest)
-            .add_service(QueryServer::new(QueryService {
+        let check = crate::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
+        let ingest = InterceptedService::new(ingest, check.clone());
+        let query = InterceptedService::new(
+            QueryServer::new(QueryService {
                 store: store.clone(),
                 ranker: ranker.clone(),
                 limits: cfg.query.clone(),
                 detector: cfg.detector.clone(),
-            }))
+            }),
+            check,
+        );
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = cfg.auth.tls_config() {
+            builder = builder.tls_config(tls).map_err(|e| Error::Config(format!("TLS: {e}")))?;
+        }
+        // Batches are hundreds of KiB: HTTP/2's default 64 KiB windows would
+        // make every push wait for window updates.
+        let grpc_server = builder
+            .initial_stream_window_size(Some(4 << 20))
+            .initial_connection_window_size(Some(16 << 20))
+            .layer(tower::util::MapResponseLayer::new(remap_too_large))
+            .add_service(ingest)
+            .add_service(query)
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async {
                 let _ = stop_rx.await;
             });
@@ -167,6 +179,7 @@ impl ServeConfig {
             query: QueryLimits::default(),
             detector: DetectorConfig::default(),
             grace: std::time::Duration::from_millis(1500),
+            auth: Default::default(),
         }
     }
 }

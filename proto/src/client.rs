@@ -5,9 +5,11 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow::array::RecordBatch;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
+use crate::auth::ClientAuth;
 use crate::pb::ingest_client::IngestClient as Raw;
 use crate::pb::{PushRequest, PushResponse, TableBatch};
 use crate::{ipc, Error, Table};
@@ -47,16 +49,9 @@ pub enum SendError {
     Encode(#[from] Error),
 }
 
-/// A lazily connected channel to an aggregator's gRPC address.
+/// A lazily connected, unauthenticated channel to an aggregator's gRPC address.
 pub fn channel(server: &str) -> Result<Channel, SendError> {
-    let endpoint = Endpoint::from_shared(server.to_string())
-        .map_err(|e| SendError::Address(server.to_string(), e.to_string()))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .initial_stream_window_size(Some(4 << 20))
-        .initial_connection_window_size(Some(16 << 20))
-        .http2_keep_alive_interval(Duration::from_secs(30));
-    Ok(endpoint.connect_lazy())
+    crate::auth::channel(server, &ClientAuth::default()).map_err(|e| SendError::Address(server.into(), e.to_string()))
 }
 
 /// Whether a status is worth retrying with the same batch.
@@ -74,6 +69,7 @@ pub struct IngestClient {
     node: String,
     last_sequence: u64,
     policy: RetryPolicy,
+    authorization: Option<MetadataValue<Ascii>>,
 }
 
 impl IngestClient {
@@ -83,11 +79,19 @@ impl IngestClient {
         Ok(Self::with_channel(channel(server)?, node, policy))
     }
 
+    /// Like [`Self::new`], with a bearer token and/or TLS.
+    pub fn with_auth(server: &str, node: &str, policy: RetryPolicy, auth: &ClientAuth) -> Result<Self, SendError> {
+        let ch = crate::auth::channel(server, auth).map_err(|e| SendError::Address(server.into(), e.to_string()))?;
+        let mut c = Self::with_channel(ch, node, policy);
+        c.authorization = auth.header();
+        Ok(c)
+    }
+
     /// A client for one node over a shared connection (many simulated nodes).
     pub fn with_channel(channel: Channel, node: &str, policy: RetryPolicy) -> Self {
         let max = 256 << 20;
         let raw = Raw::new(channel).max_encoding_message_size(max).max_decoding_message_size(max);
-        IngestClient { raw, node: node.to_string(), last_sequence: 0, policy }
+        IngestClient { raw, node: node.to_string(), last_sequence: 0, policy, authorization: None }
     }
 
     pub fn node(&self) -> &str {
@@ -133,6 +137,9 @@ impl IngestClient {
             attempts += 1;
             let mut r = tonic::Request::new(req.clone());
             r.set_timeout(self.policy.attempt_timeout);
+            if let Some(a) = &self.authorization {
+                r.metadata_mut().insert("authorization", a.clone());
+            }
             let err = match tokio::time::timeout(self.policy.attempt_timeout, self.raw.push(r)).await {
                 Ok(Ok(resp)) => return Ok(resp.into_inner()),
                 Ok(Err(status)) if !is_retryable(status.code()) => return Err(SendError::Rejected(status)),

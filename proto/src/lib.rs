@@ -7,6 +7,7 @@
 //! - [`rows`]: builders that turn Rust rows into batches of those schemas.
 //! - [`client`]: the ingest client with retry and backoff.
 
+pub mod auth;
 pub mod client;
 pub mod hist;
 pub mod ipc;

@@ -10,6 +10,7 @@ use arrow::array::RecordBatch;
 use ingero_proto::client::{IngestClient, SendError};
 use ingero_proto::Table;
 use tokio::sync::mpsc;
+use tonic::Code;
 
 use spool::Spool;
 
@@ -54,7 +55,7 @@ pub async fn run(
                 Ok(req) => {
                     if let Err(e) = spool.push(&req) {
                         tracing::error!(error = %e, "cannot spool a batch; it is lost");
-                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        spool.dropped += 1;
                     }
                 }
                 Err(e) => tracing::error!(error = %e, "cannot encode a batch"),
@@ -67,7 +68,16 @@ pub async fn run(
         stats.spooled.store(spool.files().len() as u64, Ordering::Relaxed);
         // Send the oldest spooled batch.
         let Some((path, req)) = spool.oldest() else { continue };
-        match client.push(&req).await {
+        let res = match client.push(&req).await {
+            // Wrong or missing credentials are a configuration problem, not a
+            // bad batch: keep it in the spool until the token is fixed.
+            Err(SendError::Rejected(s)) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
+                tracing::error!(status = %s.message(), "aggregator refused our credentials (check --token-file / TLS); keeping batches in the spool");
+                Err(SendError::Unavailable { attempts: 1, last: s })
+            }
+            r => r,
+        };
+        match res {
             Ok(_) => {
                 spool.remove(&path);
                 stats.sent.fetch_add(1, Ordering::Relaxed);
@@ -92,8 +102,12 @@ pub async fn run(
                     t = rx.recv(), if closing.is_none() => {
                         match t {
                             Some(tables) => {
-                                if let Ok(req) = client.request(&tables) {
-                                    let _ = spool.push(&req);
+                                match client.request(&tables).map_err(|e| e.to_string()).and_then(|r| spool.push(&r).map_err(|e| e.to_string())) {
+                                    Ok(()) => {}
+                                    Err(e) => {
+                                        tracing::error!(error = %e, "cannot spool a batch; it is lost");
+                                        spool.dropped += 1;
+                                    }
                                 }
                             }
                             None => { closing.get_or_insert_with(|| tokio::time::Instant::now() + drain_timeout); }

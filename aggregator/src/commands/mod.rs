@@ -74,7 +74,24 @@ pub struct SourceArgs {
     pub store: StoreArgs,
     #[command(flatten)]
     pub query: QueryArgs,
+    /// Bearer token for --server, read from this file.
+    #[arg(long, env = "INGERO_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// CA bundle (PEM) of the server's certificate, for an https:// --server.
+    #[arg(long, env = "INGERO_TLS_CA")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for mutual TLS, with --tls-key.
+    #[arg(long, env = "INGERO_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// Client key (PEM) for mutual TLS, with --tls-cert.
+    #[arg(long, env = "INGERO_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
+
+/// A query client that sends the bearer token.
+pub type Client = ingero_proto::pb::query_client::QueryClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, ingero_proto::auth::Bearer>,
+>;
 
 impl SourceArgs {
     pub async fn engine(&self) -> CmdResult<QueryEngine> {
@@ -90,12 +107,21 @@ impl SourceArgs {
         Ok(QueryEngine::open(&store, self.query.limits()).await?)
     }
 
-    pub async fn client(
-        &self,
-    ) -> CmdResult<Option<ingero_proto::pb::query_client::QueryClient<tonic::transport::Channel>>> {
+    pub async fn client(&self) -> CmdResult<Option<Client>> {
         let Some(server) = &self.server else { return Ok(None) };
-        let ch = ingero_proto::client::channel(server).map_err(|e| Failure::Usage(e.to_string()))?;
-        Ok(Some(ingero_proto::pb::query_client::QueryClient::new(ch).max_decoding_message_size(1 << 30)))
+        let auth = ingero_proto::auth::ClientAuth::from_files(
+            self.token_file.as_deref(),
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+        let ch = ingero_proto::auth::channel(server, &auth).map_err(|e| Failure::Usage(e.to_string()))?;
+        let bearer = ingero_proto::auth::Bearer::from(&auth);
+        Ok(Some(
+            ingero_proto::pb::query_client::QueryClient::with_interceptor(ch, bearer)
+                .max_decoding_message_size(1 << 30),
+        ))
     }
 }
 
@@ -103,6 +129,9 @@ impl SourceArgs {
 pub fn status_failure(s: tonic::Status) -> Failure {
     match s.code() {
         tonic::Code::InvalidArgument | tonic::Code::NotFound => Failure::Usage(s.message().to_string()),
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+            Failure::Usage(format!("the server refused our credentials: {} (--token-file)", s.message()))
+        }
         _ => Failure::Run(anyhow::anyhow!("server: {} ({:?})", s.message(), s.code())),
     }
 }
