@@ -305,8 +305,16 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         r
     });
     let res = probe_thread.join().map_err(|_| anyhow::anyhow!("probe thread panicked"))?;
+    let ss = ship_stats.clone();
     rt.block_on(async {
         let _ = shipper.await;
+        tracing::info!(
+            acked = ss.sent.load(Ordering::Relaxed),
+            rejected = ss.rejected.load(Ordering::Relaxed),
+            dropped = ss.dropped.load(Ordering::Relaxed),
+            spooled = ss.spooled.load(Ordering::Relaxed),
+            "ingero-agent stopped"
+        );
         if let Some(s) = server {
             s.shutdown().await?;
         }
