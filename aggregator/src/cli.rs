@@ -83,6 +83,13 @@ pub struct ServeArgs {
     /// Refuse windows that start further in the future (clock skew allowance).
     #[arg(long, env = "INGERO_MAX_FUTURE", default_value = "10m", value_parser = humantime::parse_duration)]
     pub max_future: Duration,
+    /// Rows per second one node may push (0 = unlimited); over it a batch is
+    /// answered UNAVAILABLE and the agent retries it from its spool.
+    #[arg(long, env = "INGERO_NODE_ROWS_PER_SEC", default_value_t = 1_000_000)]
+    pub node_rows_per_sec: u64,
+    /// Seconds of --node-rows-per-sec a node may send at once (spool drains).
+    #[arg(long, env = "INGERO_NODE_BURST_SECS", default_value_t = 60)]
+    pub node_burst_secs: u64,
     #[command(flatten)]
     pub query: QueryArgs,
     /// Require this bearer token (read from the file, e.g. a mounted Secret) on
@@ -173,6 +180,8 @@ impl ServeArgs {
                 max_rows: self.max_batch_rows,
                 max_future: self.max_future,
                 max_age: self.max_age,
+                node_rows_per_sec: self.node_rows_per_sec,
+                node_burst_secs: self.node_burst_secs,
             },
             query: QueryLimits { timeout: self.query.query_timeout, memory_bytes: self.query.query_memory },
             detector: DetectorConfig {

@@ -26,6 +26,10 @@ pub struct Limits {
     pub max_future: Duration,
     /// How far in the past a window may start (spooled data arrives late).
     pub max_age: Duration,
+    /// Rows per second one node may push (0 = unlimited), with a burst of
+    /// `node_burst_secs` seconds of it (a spool drained after an outage).
+    pub node_rows_per_sec: u64,
+    pub node_burst_secs: u64,
 }
 
 impl Default for Limits {
@@ -35,6 +39,8 @@ impl Default for Limits {
             max_rows: 4_000_000,
             max_future: Duration::from_secs(600),
             max_age: Duration::from_secs(7 * 24 * 3600),
+            node_rows_per_sec: 0,
+            node_burst_secs: 60,
         }
     }
 }
@@ -44,6 +50,7 @@ pub struct IngestService {
     pub ranker: Option<crate::rank::LiveRanker>,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,
+    pub rate: Arc<crate::ratelimit::RateLimiter>,
 }
 
 #[tonic::async_trait]
@@ -62,6 +69,13 @@ impl Ingest for IngestService {
                 return Err(status);
             }
         };
+        if !self.rate.admit(&accepted.node, accepted.rows, std::time::Instant::now()) {
+            self.metrics.reject("rate_limited");
+            return Err(Status::unavailable(format!(
+                "node `{}` is over its {} rows/s; keep the batch and retry later (--node-rows-per-sec)",
+                accepted.node, self.limits.node_rows_per_sec
+            )));
+        }
         // Batches share their column buffers: the copy for ranking is cheap.
         let for_ranking = self.ranker.as_ref().map(|_| accepted.tables.clone());
         match self.committer.push(accepted).await {
@@ -115,6 +129,7 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
         })?;
         for b in &batches {
             check_rows(table, b, &req.node, lo, hi)?;
+            crate::values::check(table, b).map_err(Status::invalid_argument)?;
             rows += b.num_rows();
         }
         ipc_bytes += t.arrow_ipc.len() as u64;

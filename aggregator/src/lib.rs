@@ -15,9 +15,11 @@ pub mod metrics;
 pub mod query;
 pub mod query_service;
 pub mod rank;
+pub mod ratelimit;
 pub mod report;
 pub mod serve;
 pub mod simulate;
 pub mod store;
+pub mod values;
 
 pub use error::{Error, Result};

@@ -71,7 +71,10 @@ impl Server {
         });
 
         let (committer, pipeline) = Committer::start(store.clone(), cfg.commit.clone(), metrics.clone()).await?;
+        let rate =
+            Arc::new(crate::ratelimit::RateLimiter::new(cfg.limits.node_rows_per_sec, cfg.limits.node_burst_secs));
         let service = IngestService {
+            rate,
             committer: committer.clone(),
             ranker: Some(ranker.clone()),
             limits: cfg.limits.clone(),

@@ -125,6 +125,27 @@ async fn bad_input_gets_a_precise_status_and_the_server_keeps_serving() {
     let err = raw.push(req(vec![tb("call_windows", bytes)], 8)).await.unwrap_err();
     assert!(err.message().contains("outside the accepted range"), "{}", err.message());
 
+    // ... and so are windows from long ago, and values no agent can produce.
+    let past = synth_tables("n1", now_window() - 30 * 86_400_000_000, 8, 2);
+    let bytes = ipc::encode(&Table::CallWindows.schema(), &[past[0].1.clone()]).unwrap();
+    let err = raw.push(req(vec![tb("call_windows", bytes)], 8)).await.unwrap_err();
+    assert!(err.message().contains("outside the accepted range"), "{}", err.message());
+    for (col, value, needle) in
+        [("total_ns", u64::MAX, "total_ns = "), ("window_us", 0, "window_us 0"), ("errors", 1 << 40, "errors")]
+    {
+        let b = &good_tables[0].1;
+        let i = b.schema().index_of(col).unwrap();
+        let mut cols = b.columns().to_vec();
+        let mut v: Vec<u64> = cols[i].as_any().downcast_ref::<arrow::array::UInt64Array>().unwrap().values().to_vec();
+        v[3] = value;
+        cols[i] = std::sync::Arc::new(arrow::array::UInt64Array::from(v));
+        let bad = arrow::array::RecordBatch::try_new(b.schema(), cols).unwrap();
+        let bytes = ipc::encode(&Table::CallWindows.schema(), &[bad]).unwrap();
+        let err = raw.push(req(vec![tb("call_windows", bytes)], 8)).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().contains(needle) && err.message().contains("row 3"), "{}", err.message());
+    }
+
     // The client does not retry a refusal.
     let mut client = IngestClient::new(&server.grpc_url(), "n1", RetryPolicy::default()).unwrap();
     let bad = req(vec![tb("call_windows", b"junk".to_vec())], 9);
@@ -135,6 +156,37 @@ async fn bad_input_gets_a_precise_status_and_the_server_keeps_serving() {
     assert_eq!(ok.rows, 16);
     server.committer.flush().await.unwrap();
     assert_eq!(total_rows(&read_table(&server.store, Table::CallWindows).await.unwrap()), 16);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_over_its_rate_is_told_to_retry_and_others_are_not_slowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().join("data").display());
+    let mut cfg = serve_config(&store, &dir.path().join("wal"), Default::default());
+    cfg.limits.node_rows_per_sec = 200;
+    cfg.limits.node_burst_secs = 1;
+    let server = ingero_aggregator::serve::Server::start(cfg).await.unwrap();
+    let fast = RetryPolicy { give_up_after: std::time::Duration::from_millis(50), ..RetryPolicy::default() };
+    let mut flood = IngestClient::new(&server.grpc_url(), "flood", fast.clone()).unwrap();
+    let mut calm = IngestClient::new(&server.grpc_url(), "calm", fast).unwrap();
+    let t = now_window();
+    let first = flood.request(&synth_tables("flood", t, 100, 1)).unwrap();
+    flood.push(&first).await.unwrap();
+    let second = flood.request(&synth_tables("flood", t + 1_000_000, 100, 2)).unwrap();
+    match flood.push(&second).await {
+        Err(SendError::Unavailable { last, .. }) => {
+            assert_eq!(last.code(), Code::Unavailable);
+            assert!(last.message().contains("over its 200 rows/s"), "{}", last.message());
+        }
+        other => panic!("a flooding node was not limited: {other:?}"),
+    }
+    let calm_req = calm.request(&synth_tables("calm", t, 100, 3)).unwrap();
+    calm.push(&calm_req).await.expect("another node is not limited by the flood");
+    // Retried later (as the agent does from its spool), the same batch is stored once.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert!(!flood.push(&second).await.unwrap().duplicate);
+    assert!(reqwest_metrics(&server).await.contains(r#"reason="rate_limited"} 1"#));
     server.shutdown().await.unwrap();
 }
 
