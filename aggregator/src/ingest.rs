@@ -129,7 +129,7 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
         })?;
         for b in &batches {
             check_rows(table, b, &req.node, lo, hi)?;
-            crate::values::check(table, b).map_err(Status::invalid_argument)?;
+            ingero_proto::values::check(table, b).map_err(Status::invalid_argument)?;
             rows += b.num_rows();
         }
         ipc_bytes += t.arrow_ipc.len() as u64;

@@ -20,6 +20,5 @@ pub mod report;
 pub mod serve;
 pub mod simulate;
 pub mod store;
-pub mod values;
 
 pub use error::{Error, Result};

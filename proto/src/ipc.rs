@@ -28,6 +28,78 @@ pub fn encode(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
 /// `max_rows` bounds the decoded size so a small compressed message cannot
 /// expand into unbounded memory.
 pub fn decode(table: Table, bytes: &[u8], max_rows: usize) -> Result<Vec<RecordBatch>> {
+    // arrow-ipc panics on some malformed input (e.g. a schema field of type
+    // NONE, found by the fuzzer): a bad batch must be an error, not a panic.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_unchecked(table, bytes, max_rows)))
+        .unwrap_or_else(|_| Err(Error::Invalid(format!("{table}: malformed Arrow IPC stream (decoder panicked)"))))
+}
+
+/// Largest decompressed buffer one column of one batch may claim.
+const MAX_BUFFER_BYTES: i64 = 1 << 30;
+
+/// Walks the stream's message headers before arrow decodes anything: a batch
+/// that claims more rows than allowed, or a compressed buffer that claims to
+/// inflate beyond [`MAX_BUFFER_BYTES`], would otherwise make the decoder
+/// allocate that much up front (and abort the process).
+fn precheck(table: Table, bytes: &[u8], max_rows: usize) -> Result<()> {
+    let bad = |m: String| Err(Error::Invalid(format!("{table}: {m}")));
+    let mut pos = 0usize;
+    let mut rows = 0i64;
+    let read_i32 = |p: usize| bytes.get(p..p + 4).map(|b| i32::from_le_bytes(b.try_into().unwrap_or_default()));
+    while pos < bytes.len() {
+        let Some(mut len) = read_i32(pos) else { return bad("truncated IPC message header".into()) };
+        pos += 4;
+        if len == -1 {
+            // Continuation marker, then the real length.
+            let Some(l) = read_i32(pos) else { return bad("truncated IPC message header".into()) };
+            len = l;
+            pos += 4;
+        }
+        if len == 0 {
+            return Ok(()); // end of stream
+        }
+        let Some(meta) = usize::try_from(len).ok().and_then(|l| bytes.get(pos..pos.checked_add(l)?)) else {
+            return bad(format!("IPC message length {len} runs past the end"));
+        };
+        pos += meta.len();
+        let msg =
+            arrow::ipc::root_as_message(meta).map_err(|e| Error::Invalid(format!("{table}: bad IPC message: {e}")))?;
+        let body_len = msg.bodyLength();
+        let Some(body) = usize::try_from(body_len).ok().and_then(|l| bytes.get(pos..pos.checked_add(l)?)) else {
+            return bad(format!("IPC body length {body_len} runs past the end"));
+        };
+        pos += body.len();
+        let batch = msg.header_as_record_batch().or_else(|| msg.header_as_dictionary_batch().and_then(|d| d.data()));
+        let Some(batch) = batch else { continue };
+        rows = rows.saturating_add(batch.length().max(0));
+        if batch.length() < 0 || rows > max_rows as i64 {
+            return Err(Error::TooLarge(format!("{table}: more than {max_rows} rows in one batch")));
+        }
+        if batch.compression().is_some() {
+            for b in batch.buffers().iter().flatten() {
+                let (off, n) = (b.offset(), b.length());
+                if n < 8 {
+                    continue;
+                }
+                let claimed = usize::try_from(off)
+                    .ok()
+                    .and_then(|o| body.get(o..o + 8))
+                    .map(|p| i64::from_le_bytes(p.try_into().unwrap_or_default()));
+                match claimed {
+                    None => return bad("IPC buffer outside its message body".into()),
+                    Some(c) if c > MAX_BUFFER_BYTES => {
+                        return bad(format!("a compressed buffer claims {c} bytes (limit {MAX_BUFFER_BYTES})"))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decode_unchecked(table: Table, bytes: &[u8], max_rows: usize) -> Result<Vec<RecordBatch>> {
+    precheck(table, bytes, max_rows)?;
     let reader = StreamReader::try_new(Cursor::new(bytes), None)
         .map_err(|e| Error::Invalid(format!("{table}: not an Arrow IPC stream: {e}")))?;
     check_schema(table, &reader.schema())?;

@@ -13,6 +13,7 @@ pub mod hist;
 pub mod ipc;
 pub mod rows;
 pub mod schema;
+pub mod values;
 
 /// The kubelet PodResources API (v1), client and server (tests serve it).
 pub mod podresources {

@@ -1,9 +1,9 @@
 //! Value checks on decoded rows: what no real agent can produce is refused
 //! with the row and column named, before anything is stored.
 
+use crate::Table;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{UInt32Type, UInt64Type};
-use ingero_proto::Table;
 
 /// Longest accepted window (an import may use long windows; agents use ~1 s).
 pub const MAX_WINDOW_US: u64 = 24 * 3600 * 1_000_000;
