@@ -20,7 +20,7 @@ use ingero_proto::Table;
 use prost::Message;
 
 const NODES: usize = 3;
-const STEPS: u32 = 600;
+const STEPS: u32 = 750;
 const CALLS_PER_STEP: u64 = 10;
 
 /// xorshift: a reproducible schedule from a printed seed.
@@ -145,7 +145,7 @@ async fn acked_batches_are_stored_exactly_once_across_aggregator_and_agent_kills
     // restart it on the same spool.
     let started = Instant::now();
     let (mut kills, mut spool_at_kill) = (0, BTreeSet::new());
-    while started.elapsed() < Duration::from_secs(30) {
+    while started.elapsed() < Duration::from_secs(36) {
         tokio::time::sleep(Duration::from_millis(rng.between(300, 2500))).await;
         kill9(&mut server);
         kills += 1;
@@ -193,4 +193,48 @@ async fn acked_batches_are_stored_exactly_once_across_aggregator_and_agent_kills
         let got = calls_of(&calls, pids[n]).get("cudaLaunchKernel").map_or(0, |c| c.0);
         assert_eq!(got, STEPS as u64 * CALLS_PER_STEP, "node-{n}: calls lost or counted twice");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_drops_the_oldest_batches_and_counts_them() {
+    if !can_trace() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let root_rel = format!("ingero-test-spoolfull-{}", std::process::id());
+    let cg = Cgroup::new(&root_rel);
+    // Nothing listens there: every batch goes to the spool, capped at 48 KiB.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let spool = dir.path().join("spool");
+    let args = vec![
+        format!("--aggregator=http://127.0.0.1:{dead}"),
+        format!("--spool-dir={}", spool.display()),
+        "--spool-max=48KiB".into(),
+        format!("--cgroup-root={}", cg.0.display()),
+        "--kubernetes=off".into(),
+        "--rescan=100ms".into(),
+        "--window=100ms".into(),
+    ];
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    let w =
+        Workload::start(&wl, &lib, &["open", "sleep:500", "repeat:80", "call:cudaLaunchKernel:5:0", "sleep:50"], &cg);
+    w.wait();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let bytes: u64 =
+        std::fs::read_dir(spool.join("batches")).unwrap().flatten().map(|f| f.metadata().unwrap().len()).sum();
+    let stopping = chrono::Utc::now().timestamp_micros();
+    let t = Instant::now();
+    let log = agent.stop();
+    assert!(t.elapsed() < Duration::from_secs(15), "stopping took {:?} with the aggregator away", t.elapsed());
+    let line = log.lines().rev().find(|l| l.contains("ingero-agent stopped")).unwrap();
+    let dropped: u64 = line.split("dropped=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(dropped > 0, "the spool never filled: {line}");
+    assert!(bytes <= 48 * 1024, "spool holds {bytes} bytes, over its 48 KiB cap");
+    // What is left is the newest stretch, with no gaps: the oldest went first.
+    let left: Vec<i64> = spooled_windows(&spool.join("batches")).into_iter().map(|(_, t)| t).collect();
+    assert!(left.len() >= 3, "{left:?}");
+    assert!(left.windows(2).all(|p| p[1] - p[0] == 100_000), "spool kept a gappy set, not the newest: {left:?}");
+    let newest = *left.last().unwrap();
+    assert!(stopping - newest < 3_000_000, "the newest windows were dropped instead of the oldest: {left:?}");
 }

@@ -72,7 +72,7 @@ fn precheck(table: Table, bytes: &[u8], max_rows: usize) -> Result<()> {
         let batch = msg.header_as_record_batch().or_else(|| msg.header_as_dictionary_batch().and_then(|d| d.data()));
         let Some(batch) = batch else { continue };
         rows = rows.saturating_add(batch.length().max(0));
-        if batch.length() < 0 || rows > max_rows as i64 {
+        if batch.length() < 0 || rows > i64::try_from(max_rows).unwrap_or(i64::MAX) {
             return Err(Error::TooLarge(format!("{table}: more than {max_rows} rows in one batch")));
         }
         if batch.compression().is_some() {

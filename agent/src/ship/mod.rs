@@ -51,15 +51,14 @@ pub async fn run(
             }
         };
         match next {
-            Some(tables) => match client.request(&tables) {
-                Ok(req) => {
-                    if let Err(e) = spool.push(&req) {
-                        tracing::error!(error = %e, "cannot spool a batch; it is lost");
-                        spool.dropped += 1;
-                    }
+            Some(tables) => {
+                to_spool(&mut client, &mut spool, &tables);
+                // Everything else already waiting goes to disk too: the probe
+                // thread must never block on a full channel during an outage.
+                while let Ok(more) = rx.try_recv() {
+                    to_spool(&mut client, &mut spool, &more);
                 }
-                Err(e) => tracing::error!(error = %e, "cannot encode a batch"),
-            },
+            }
             None if pending == 0 && closing.is_some() => return,
             None if closing.is_none() && rx.is_closed() && pending == 0 => return,
             None => {}
@@ -102,12 +101,9 @@ pub async fn run(
                     t = rx.recv(), if closing.is_none() => {
                         match t {
                             Some(tables) => {
-                                match client.request(&tables).map_err(|e| e.to_string()).and_then(|r| spool.push(&r).map_err(|e| e.to_string())) {
-                                    Ok(()) => {}
-                                    Err(e) => {
-                                        tracing::error!(error = %e, "cannot spool a batch; it is lost");
-                                        spool.dropped += 1;
-                                    }
+                                to_spool(&mut client, &mut spool, &tables);
+                                while let Ok(more) = rx.try_recv() {
+                                    to_spool(&mut client, &mut spool, &more);
                                 }
                             }
                             None => { closing.get_or_insert_with(|| tokio::time::Instant::now() + drain_timeout); }
@@ -117,5 +113,18 @@ pub async fn run(
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
+    }
+}
+
+/// Encodes a window's tables with the next sequence and writes them to the spool.
+fn to_spool(client: &mut IngestClient, spool: &mut Spool, tables: &[(Table, RecordBatch)]) {
+    match client.request(tables) {
+        Ok(req) => {
+            if let Err(e) = spool.push(&req) {
+                tracing::error!(error = %e, "cannot spool a batch; it is lost");
+                spool.dropped += 1;
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "cannot encode a batch"),
     }
 }
