@@ -176,6 +176,7 @@ async fn acked_batches_are_stored_exactly_once_across_aggregator_and_agent_kills
         *per_node.entry(n.clone()).or_default() += 1;
     }
     let distinct: BTreeSet<_> = nw.iter().cloned().collect();
+    eprintln!("stored batches per node: {per_node:?} ({} in all, {} distinct)", nw.len(), distinct.len());
     assert_eq!(distinct.len(), nw.len(), "a batch was stored twice");
     assert!(nw.len() >= 1000, "only {} batches stored; the test wants 1,000+", nw.len());
     // Agents 0 and 2 ran throughout: what they had acknowledged is exactly what is stored.
@@ -229,6 +230,7 @@ async fn a_full_spool_drops_the_oldest_batches_and_counts_them() {
     assert!(t.elapsed() < Duration::from_secs(15), "stopping took {:?} with the aggregator away", t.elapsed());
     let line = log.lines().rev().find(|l| l.contains("ingero-agent stopped")).unwrap();
     let dropped: u64 = line.split("dropped=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    eprintln!("spool full: {line}; {bytes} bytes on disk");
     assert!(dropped > 0, "the spool never filled: {line}");
     assert!(bytes <= 48 * 1024, "spool holds {bytes} bytes, over its 48 KiB cap");
     // What is left is the newest stretch, with no gaps: the oldest went first.
