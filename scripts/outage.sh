@@ -41,7 +41,7 @@ t0=$(date +%s)
 s=$(serve)
 while [ "$(ls "$dir/spool/batches" | wc -l)" -gt 2 ]; do sleep 1; done
 echo "drained in $(( $(date +%s) - t0 )) s"
-wait "$wl"
+while kill -0 "$wl" 2>/dev/null; do sleep 1; done
 sleep 2
 kill -TERM "$agent"; wait "$agent" || true
 kill -TERM "$s"; wait "$s" || true
