@@ -47,11 +47,13 @@ fn precheck(table: Table, bytes: &[u8], max_rows: usize) -> Result<()> {
     let mut rows = 0i64;
     let read_i32 = |p: usize| bytes.get(p..p + 4).map(|b| i32::from_le_bytes(b.try_into().unwrap_or_default()));
     while pos < bytes.len() {
-        let Some(mut len) = read_i32(pos) else { return bad("truncated IPC message header".into()) };
+        let Some(mut len) = read_i32(pos) else {
+            return bad("not an Arrow IPC stream: truncated message header".into());
+        };
         pos += 4;
         if len == -1 {
             // Continuation marker, then the real length.
-            let Some(l) = read_i32(pos) else { return bad("truncated IPC message header".into()) };
+            let Some(l) = read_i32(pos) else { return bad("not an Arrow IPC stream: truncated message header".into()) };
             len = l;
             pos += 4;
         }
@@ -59,7 +61,7 @@ fn precheck(table: Table, bytes: &[u8], max_rows: usize) -> Result<()> {
             return Ok(()); // end of stream
         }
         let Some(meta) = usize::try_from(len).ok().and_then(|l| bytes.get(pos..pos.checked_add(l)?)) else {
-            return bad(format!("IPC message length {len} runs past the end"));
+            return bad(format!("not an Arrow IPC stream: message length {len} runs past the end"));
         };
         pos += meta.len();
         let msg =

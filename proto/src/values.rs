@@ -1,9 +1,14 @@
 //! Value checks on decoded rows: what no real agent can produce is refused
-//! with the row and column named, before anything is stored.
+//! with the row and column named, before anything is stored. Only invariants
+//! that hold for every window are checked: a window drained late carries more
+//! than its nominal length of scheduler time, and a call that starts in one
+//! window and fails in the next counts its error there, so neither "time ≤
+//! threads × window" nor "errors ≤ count" may be enforced (a refused batch is
+//! dropped by the agent, with every good row in it).
 
 use crate::Table;
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow::datatypes::UInt64Type;
 
 /// Longest accepted window (an import may use long windows; agents use ~1 s).
 pub const MAX_WINDOW_US: u64 = 24 * 3600 * 1_000_000;
@@ -43,28 +48,9 @@ pub fn check(table: Table, b: &RecordBatch) -> Result<(), String> {
             return bad(i, format!("{} = {} is not a plausible value (limit {limit})", f.name(), a.value(i)));
         }
     }
-    if let (Some(n), Some(e)) = (u64s(b, "count"), u64s(b, "errors")) {
-        if let Some(i) = (0..b.num_rows()).find(|&i| e.value(i) > n.value(i)) {
-            return bad(i, format!("errors {} > count {}", e.value(i), n.value(i)));
-        }
-    }
     if let (Some(total), Some(max)) = (u64s(b, "total_ns"), u64s(b, "max_ns")) {
         if let Some(i) = (0..b.num_rows()).find(|&i| total.value(i) > 0 && max.value(i) > total.value(i)) {
             return bad(i, format!("max_ns {} > total_ns {}", max.value(i), total.value(i)));
-        }
-    }
-    if table == Table::SchedWindows {
-        let threads = b.column_by_name("threads").and_then(|c| c.as_primitive_opt::<UInt32Type>());
-        let cols = (u64s(b, "on_cpu_ns"), u64s(b, "off_cpu_ns"), u64s(b, "runq_wait_ns"), u64s(b, "window_us"));
-        if let (Some(t), (Some(on), Some(off), Some(rq), Some(w))) = (threads, cols) {
-            for i in 0..b.num_rows() {
-                // Each thread accounts at most its window, plus what spans the window's edges.
-                let cap = (t.value(i).max(1) as u128) * (w.value(i) as u128 * 1000) * 2 + 1_000_000_000;
-                let sum = on.value(i) as u128 + off.value(i) as u128 + rq.value(i) as u128;
-                if sum > cap {
-                    return bad(i, format!("on+off+runq {sum} ns exceeds {} threads × 2 windows", t.value(i)));
-                }
-            }
         }
     }
     Ok(())
@@ -75,7 +61,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, UInt32Array, UInt64Array};
+    use arrow::array::{ArrayRef, UInt64Array};
     use arrow::datatypes::{Field, Schema};
 
     fn batch(cols: &[(&str, ArrayRef)]) -> RecordBatch {
@@ -100,7 +86,7 @@ mod tests {
         let cases = [
             (batch(&[("window_us", u(&[0]))]), "window_us 0"),
             (batch(&[("window_us", u(&[1_000_000])), ("total_ns", u(&[u64::MAX]))]), "total_ns"),
-            (batch(&[("count", u(&[3])), ("errors", u(&[4]))]), "errors 4 > count 3"),
+            (batch(&[("errors", u(&[MAX_COUNT + 1]))]), "errors"),
             (batch(&[("total_ns", u(&[10])), ("max_ns", u(&[11]))]), "max_ns 11 > total_ns 10"),
             (batch(&[("count", u(&[MAX_COUNT + 1]))]), "count"),
         ];
@@ -108,21 +94,5 @@ mod tests {
             let e = check(Table::CallWindows, &b).unwrap_err();
             assert!(e.contains(want) && e.contains("row 0"), "{e}");
         }
-    }
-
-    #[test]
-    fn scheduler_time_cannot_exceed_what_the_threads_had() {
-        let mk = |on: u64| {
-            let t: ArrayRef = Arc::new(UInt32Array::from(vec![2]));
-            batch(&[
-                ("window_us", u(&[1_000_000])),
-                ("threads", t),
-                ("on_cpu_ns", u(&[on])),
-                ("off_cpu_ns", u(&[0])),
-                ("runq_wait_ns", u(&[0])),
-            ])
-        };
-        assert_eq!(check(Table::SchedWindows, &mk(1_900_000_000)), Ok(()));
-        assert!(check(Table::SchedWindows, &mk(50_000_000_000)).unwrap_err().contains("exceeds 2 threads"));
     }
 }
