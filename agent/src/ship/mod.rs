@@ -67,7 +67,23 @@ pub async fn run(
         stats.spooled.store(spool.files().len() as u64, Ordering::Relaxed);
         // Send the oldest spooled batch.
         let Some((path, req)) = spool.oldest() else { continue };
-        let res = match client.push(&req).await {
+        // Windows that arrive while the push is retrying go to disk at once:
+        // an agent killed during an outage loses nothing it had drained.
+        let mut pusher = client.clone();
+        let push = pusher.push(&req);
+        tokio::pin!(push);
+        let pushed = loop {
+            tokio::select! {
+                r = &mut push => break r,
+                t = rx.recv(), if closing.is_none() => match t {
+                    Some(tables) => to_spool(&mut client, &mut spool, &tables),
+                    None => {
+                        closing.get_or_insert_with(|| tokio::time::Instant::now() + drain_timeout);
+                    }
+                },
+            }
+        };
+        let res = match pushed {
             // Wrong or missing credentials are a configuration problem, not a
             // bad batch: keep it in the spool until the token is fixed.
             Err(SendError::Rejected(s)) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
