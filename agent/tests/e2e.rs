@@ -126,7 +126,7 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
         .stdout(Stdio::null());
     s3_env(&mut cmd, &s3);
     let mut serve = Proc(cmd.spawn().unwrap());
-    wait_for(&serve_log, "ingero serve ready", Duration::from_secs(30));
+    wait_log(&serve_log, "ingero serve ready", Duration::from_secs(30));
 
     // The cluster: one fake API server, a pod per node in kubelet-shaped cgroups.
     let kube = FakeKube::start();
@@ -355,16 +355,4 @@ fn attributed_calls(batches: &[RecordBatch]) -> Vec<(String, String, u64)> {
         }
     }
     out
-}
-
-fn wait_for(log: &Path, needle: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.contains(needle) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{} lacks `{needle}` after {timeout:?}:\n{text}", log.display());
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
