@@ -1,14 +1,16 @@
 /* CUDA runtime, driver and NCCL calls: one entry and one return program,
  * attached to every traced symbol with the op id as the attach cookie.
- * Calls are aggregated in per-CPU maps (count, errors, sum, max, histogram)
- * that userspace drains once per window; outliers go to a ring buffer
- * without a wakeup per event. */
+ * Calls are aggregated in shared maps with atomic adds (count, errors, sum,
+ * max, histogram) that userspace drains once per window; outliers go to a
+ * ring buffer without a wakeup per event. Shared, not per-CPU: a per-CPU
+ * map of these 1 KiB values costs ~1 MiB per possible CPU (224 on a GPU
+ * node), charged to the agent's memory cgroup. */
 #include "common.bpf.h"
 
 #define MAX_TRACKED_CALLS 1024
 
 struct call_map {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_TRACKED_CALLS);
 	__type(key, struct call_key);
 	__type(value, struct call_val);
@@ -19,7 +21,7 @@ struct call_map calls_b SEC(".maps");
 
 /* Always zero: the initial value of a new aggregate (too big for the stack). */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct call_val);
@@ -76,6 +78,37 @@ static __always_inline void track(__u32 tgid)
 		bpf_map_update_elem(&tracked, &tgid, &one, BPF_NOEXIST);
 }
 
+/* ncclCommInitRank(comm, nranks, ncclUniqueId commId, rank): the 128-byte
+ * id is passed by value, which each ABI places differently. */
+static __always_inline void comm_init(struct pt_regs *ctx, __u32 tgid, struct counters *cn)
+{
+	struct proc_event *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
+	if (!e) {
+		if (cn)
+			cn->ringbuf_drops++;
+		return;
+	}
+	__u64 id = 0;
+#if defined(__TARGET_ARCH_arm64)
+	/* AAPCS64: a composite over 16 bytes goes by reference in x2; rank in x3. */
+	bpf_probe_read_user(&id, sizeof(id), (void *)PT_REGS_PARM3(ctx));
+	e->other = (__u32)PT_REGS_PARM4(ctx);
+#else
+	/* SysV x86-64: a 128-byte struct goes in memory, above the return
+	 * address; rank takes the third integer register. */
+	bpf_probe_read_user(&id, sizeof(id), (void *)(PT_REGS_SP(ctx) + 8));
+	e->other = (__u32)PT_REGS_PARM3(ctx);
+#endif
+	e->ts_ns = bpf_ktime_get_ns();
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	e->kind = PROC_COMM_INIT;
+	e->tgid = tgid;
+	e->value = (__s32)PT_REGS_PARM2(ctx);
+	e->extra = id;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 SEC("uprobe")
 int call_entry(struct pt_regs *ctx)
 {
@@ -83,32 +116,19 @@ int call_entry(struct pt_regs *ctx)
 	if (!c || !in_scope(c))
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 pid_tgid = current_ids(c);
 	__u32 tgid = pid_tgid >> 32;
 	__u32 op = cookie & COOKIE_OP_MASK;
+	if (!tgid)
+		return 0;
+	if (c->pid_filter && !bpf_map_lookup_elem(&targets, &tgid))
+		return 0;
 	track(tgid);
 	struct counters *cn = ctrs();
 	if (cn)
 		cn->events++;
-	if (cookie & COOKIE_COMM_INIT) {
-		/* ncclCommInitRank(comm, nranks, commId (128 B by value, on the stack), rank) */
-		struct proc_event *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
-		if (e) {
-			__u64 id = 0;
-			bpf_probe_read_user(&id, sizeof(id), (void *)(PT_REGS_SP(ctx) + 8));
-			e->ts_ns = bpf_ktime_get_ns();
-			e->cgroup_id = bpf_get_current_cgroup_id();
-			e->kind = PROC_COMM_INIT;
-			e->tgid = tgid;
-			e->other = (__u32)PT_REGS_PARM3(ctx);
-			e->value = (__s32)PT_REGS_PARM2(ctx);
-			e->extra = id;
-			bpf_get_current_comm(e->comm, sizeof(e->comm));
-			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-		} else if (cn) {
-			cn->ringbuf_drops++;
-		}
-	}
+	if (cookie & COOKIE_COMM_INIT)
+		comm_init(ctx, tgid, cn);
 	if (cookie & COOKIE_TIMED) {
 		struct inflight_key k = { .pid_tgid = pid_tgid, .op = op };
 		__u64 now = bpf_ktime_get_ns();
@@ -120,7 +140,7 @@ int call_entry(struct pt_regs *ctx)
 	struct call_key key = { .tgid = tgid, .op = op };
 	struct call_val *v = call_agg(c, &key);
 	if (v)
-		v->count++;
+		ADD(v->count, 1);
 	return 0;
 }
 
@@ -131,8 +151,10 @@ int call_return(struct pt_regs *ctx)
 	if (!c)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 pid_tgid = current_ids(c);
 	__u32 op = cookie & COOKIE_OP_MASK;
+	if (!pid_tgid)
+		return 0;
 	struct inflight_key k = { .pid_tgid = pid_tgid, .op = op };
 	__u64 *start = bpf_map_lookup_elem(&inflight, &k);
 	if (!start)
@@ -144,15 +166,14 @@ int call_return(struct pt_regs *ctx)
 	struct call_key key = { .tgid = pid_tgid >> 32, .op = op };
 	struct call_val *v = call_agg(c, &key);
 	if (v) {
-		v->count++;
+		ADD(v->count, 1);
 		if ((int)PT_REGS_RC(ctx) != 0)
-			v->errors++;
-		v->total_ns += d;
-		if (d > v->max_ns)
-			v->max_ns = d;
+			ADD(v->errors, 1);
+		ADD(v->total_ns, d);
+		atomic_max(&v->max_ns, d);
 		__u32 b = hist_bucket(d);
 		if (b < INGERO_HIST_BUCKETS)
-			v->hist[b]++;
+			ADD(v->hist[b], 1);
 	}
 	__u32 opi = op;
 	__u64 *thr = bpf_map_lookup_elem(&thresholds, &opi);

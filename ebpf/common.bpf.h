@@ -41,6 +41,14 @@ struct {
 	__type(value, __u8);
 } tracked SEC(".maps");
 
+/* --pid: the processes whose calls are traced (pid_filter = 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} targets SEC(".maps");
+
 static __always_inline struct config *cfg(void)
 {
 	__u32 zero = 0;
@@ -68,6 +76,75 @@ static __always_inline int in_scope(struct config *c)
 	return bpf_current_task_under_cgroup(&scope_cgroup, 0) == 1;
 }
 
+#define MAX_PIDNS_DEPTH 8
+
+/* Number and namespace inode of one level of a struct pid. */
+static __always_inline int upid_at(struct pid *p, __u32 level, __u32 *nr, __u64 *ino)
+{
+	void *up = (void *)p + bpf_core_field_offset(struct pid, numbers) + level * bpf_core_type_size(struct upid);
+	struct pid_namespace *ns = 0;
+	if (bpf_probe_read_kernel(nr, sizeof(*nr), up + bpf_core_field_offset(struct upid, nr)) ||
+	    bpf_probe_read_kernel(&ns, sizeof(ns), up + bpf_core_field_offset(struct upid, ns)) || !ns)
+		return 0;
+	*ino = BPF_CORE_READ(ns, ns.inum);
+	return 1;
+}
+
+/* A pid as the agent's pid namespace numbers it (what pid_nr_ns() does);
+ * 0 when the task is not visible there (a host task seen from a kind node).
+ * The namespace's depth is found once, by the first task that has it. */
+static __always_inline __u32 pid_in_ns(struct pid *p, struct config *c)
+{
+	if (!p)
+		return 0;
+	__u32 top = BPF_CORE_READ(p, level);
+	__u32 nr = 0;
+	__u64 ino = 0;
+	__u32 known = c->pidns_level;
+	if (known) {
+		if (known - 1 > top || known > MAX_PIDNS_DEPTH)
+			return 0;
+		if (!upid_at(p, known - 1, &nr, &ino) || ino != c->pidns_ino)
+			return 0;
+		return nr;
+	}
+	for (__u32 i = 0; i < MAX_PIDNS_DEPTH; i++) {
+		if (i > top)
+			break;
+		if (upid_at(p, i, &nr, &ino) && ino == c->pidns_ino) {
+			c->pidns_level = i + 1;
+			return nr;
+		}
+	}
+	return 0;
+}
+
+/* Process (tgid) and thread (tid) ids of a task in the agent's namespace;
+ * false when it is not visible there. The initial namespace (every
+ * hostPID DaemonSet) takes the plain fields. */
+static __always_inline int task_ids(struct config *c, struct task_struct *t, __u32 *tgid, __u32 *tid)
+{
+	if (!c->pidns_ino) {
+		*tgid = BPF_CORE_READ(t, tgid);
+		*tid = BPF_CORE_READ(t, pid);
+		return 1;
+	}
+	*tid = pid_in_ns(BPF_CORE_READ(t, thread_pid), c);
+	*tgid = pid_in_ns(BPF_CORE_READ(t, group_leader, thread_pid), c);
+	return *tid && *tgid;
+}
+
+/* The current task's ids as (tgid << 32 | tid), 0 when not visible. */
+static __always_inline __u64 current_ids(struct config *c)
+{
+	if (!c->pidns_ino)
+		return bpf_get_current_pid_tgid();
+	__u32 tgid = 0, tid = 0;
+	if (!task_ids(c, (struct task_struct *)bpf_get_current_task(), &tgid, &tid))
+		return 0;
+	return ((__u64)tgid << 32) | tid;
+}
+
 static __always_inline __u32 msb64(__u64 v)
 {
 	__u32 r = 0;
@@ -91,7 +168,21 @@ static __always_inline __u32 hist_bucket(__u64 v)
 	return b < INGERO_HIST_BUCKETS ? b : INGERO_HIST_BUCKETS - 1;
 }
 
-/* Adds to a per-CPU aggregate, creating it when absent; a full map is counted. */
+#define ADD(field, v) __sync_fetch_and_add(&(field), (v))
+
+/* Raises *slot to v: shared maps are written from every CPU at once. */
+static __always_inline void atomic_max(__u64 *slot, __u64 v)
+{
+	for (int i = 0; i < 4; i++) {
+		__u64 old = *(volatile __u64 *)slot;
+		if (v <= old || __sync_val_compare_and_swap(slot, old, v) == old)
+			return;
+	}
+}
+
+/* Finds an aggregate in a shared map, creating it when absent; a full map is
+ * counted (and shipped in node rows). Values are updated with atomic adds,
+ * so memory does not grow with the number of CPUs. */
 #define AGG_GET(map, key, zero_val)                                              \
 	({                                                                         \
 		void *__v = bpf_map_lookup_elem(map, key);                          \

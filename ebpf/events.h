@@ -103,7 +103,12 @@ struct config {
 	__u32 active;       /* which of the A/B aggregation maps the programs fill */
 	__u32 scoped;       /* 1: only tasks under the cgroup in scope_cgroup[0] */
 	__u32 track_all;    /* 1: scheduler stats for every process (tests, --pid) */
+	__u32 pid_filter;   /* 1: calls only from processes in the targets map (--pid) */
+	__u32 pidns_level;  /* depth of the agent's pid namespace + 1; 0 until the
+	                     * programs find it (written by them, once) */
 	__u32 pad;
+	__u64 pidns_ino;    /* inode of the agent's pid namespace (/proc/self/ns/pid);
+	                     * 0: the initial namespace, pids need no translation */
 };
 
 #endif

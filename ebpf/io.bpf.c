@@ -2,7 +2,7 @@
 #include "common.bpf.h"
 
 struct io_map {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 2048);
 	__type(key, struct io_key);
 	__type(value, struct io_val);
@@ -11,7 +11,7 @@ struct io_map io_a SEC(".maps");
 struct io_map io_b SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct io_val);
@@ -37,7 +37,8 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 	if (!c || !in_scope(c))
 		return 0;
 	__u64 key = (__u64)rq;
-	struct io_start s = { .ts_ns = bpf_ktime_get_ns(), .tgid = bpf_get_current_pid_tgid() >> 32 };
+	/* Issued from a task outside the agent's pid namespace: tgid 0. */
+	struct io_start s = { .ts_ns = bpf_ktime_get_ns(), .tgid = current_ids(c) >> 32 };
 	bpf_map_update_elem(&io_inflight, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -65,13 +66,12 @@ int BPF_PROG(on_rq_complete, struct request *rq, int error, unsigned int nr_byte
 	struct io_val *v = c->active ? AGG_GET(&io_b, &k, z) : AGG_GET(&io_a, &k, z);
 	if (!v)
 		return 0;
-	v->count++;
-	v->bytes += nr_bytes;
-	v->total_ns += d;
-	if (d > v->max_ns)
-		v->max_ns = d;
+	ADD(v->count, 1);
+	ADD(v->bytes, nr_bytes);
+	ADD(v->total_ns, d);
+	atomic_max(&v->max_ns, d);
 	__u32 b = hist_bucket(d);
 	if (b < INGERO_HIST_BUCKETS)
-		v->hist[b]++;
+		ADD(v->hist[b], 1);
 	return 0;
 }

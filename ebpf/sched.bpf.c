@@ -9,7 +9,7 @@
 #define ST_RUNQ 2 /* runnable, waiting for a CPU */
 
 struct sched_map {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);
 	__type(value, struct sched_val);
@@ -18,7 +18,7 @@ struct sched_map sched_a SEC(".maps");
 struct sched_map sched_b SEC(".maps");
 
 struct cgroup_map {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, struct cgroup_val);
@@ -70,53 +70,51 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u64 now = bpf_ktime_get_ns();
 	__u32 zero = 0;
 
-	/* cgroup CPU accounting for every task: current is still prev here. */
+	/* cgroup CPU accounting for every task: current is still prev here.
+	 * The idle task (pid 0) is no cgroup's work. */
 	__u64 *since = bpf_map_lookup_elem(&cpu_since, &zero);
 	if (since) {
-		if (*since && now > *since) {
+		if (*since && now > *since && BPF_CORE_READ(prev, pid) != 0) {
 			__u64 cg = bpf_get_current_cgroup_id();
 			struct cgroup_val cz = {};
 			struct cgroup_val *cv = c->active ? AGG_GET(&cgcpu_b, &cg, &cz) : AGG_GET(&cgcpu_a, &cg, &cz);
 			if (cv) {
-				cv->on_ns += now - *since;
-				cv->switches++;
+				ADD(cv->on_ns, now - *since);
+				ADD(cv->switches, 1);
 			}
 		}
 		*since = now;
 	}
 
-	__u32 ptgid = BPF_CORE_READ(prev, tgid);
-	__u32 ptid = BPF_CORE_READ(prev, pid);
-	if (ptid && is_tracked(c, ptgid)) {
+	__u32 ptgid = 0, ptid = 0;
+	if (task_ids(c, prev, &ptgid, &ptid) && ptid && is_tracked(c, ptgid)) {
 		struct sched_val *v = sched_agg(c, ptgid);
 		struct thread_state *ts = bpf_map_lookup_elem(&threads, &ptid);
 		/* on-CPU time since it was switched in */
 		if (v && ts && ts->state == 0 && ts->since_ns && now > ts->since_ns)
-			v->on_ns += now - ts->since_ns;
+			ADD(v->on_ns, now - ts->since_ns);
 		int runnable = preempt || BPF_CORE_READ(prev, __state) == TASK_RUNNING;
 		struct thread_state st = { .since_ns = now, .state = runnable ? ST_RUNQ : ST_OFF };
 		bpf_map_update_elem(&threads, &ptid, &st, BPF_ANY);
 		if (v) {
 			if (runnable)
-				v->involuntary++;
+				ADD(v->involuntary, 1);
 			else
-				v->voluntary++;
+				ADD(v->voluntary, 1);
 		}
 	}
 
-	__u32 ntgid = BPF_CORE_READ(next, tgid);
-	__u32 ntid = BPF_CORE_READ(next, pid);
-	if (ntid && is_tracked(c, ntgid)) {
+	__u32 ntgid = 0, ntid = 0;
+	if (task_ids(c, next, &ntgid, &ntid) && ntid && is_tracked(c, ntgid)) {
 		struct thread_state *ts = bpf_map_lookup_elem(&threads, &ntid);
 		struct sched_val *v = sched_agg(c, ntgid);
 		if (ts && v && ts->since_ns && now > ts->since_ns) {
 			__u64 d = now - ts->since_ns;
 			if (ts->state == ST_RUNQ) {
-				v->runq_ns += d;
-				if (d > v->runq_max_ns)
-					v->runq_max_ns = d;
+				ADD(v->runq_ns, d);
+				atomic_max(&v->runq_max_ns, d);
 			} else if (ts->state == ST_OFF) {
-				v->off_ns += d;
+				ADD(v->off_ns, d);
 			}
 		}
 		struct thread_state st = { .since_ns = now, .state = 0 };
@@ -126,26 +124,27 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 }
 
 /* A blocked thread became runnable: off-CPU ends, run-queue wait begins. */
-static __always_inline void woken(struct task_struct *p)
+static __always_inline void woken(struct task_struct *p, int fresh)
 {
 	struct config *c = cfg();
 	if (!c)
 		return;
-	__u32 tgid = BPF_CORE_READ(p, tgid);
-	__u32 tid = BPF_CORE_READ(p, pid);
-	if (!tid || !is_tracked(c, tgid))
+	__u32 tgid = 0, tid = 0;
+	if (!task_ids(c, p, &tgid, &tid) || !tid || !is_tracked(c, tgid))
 		return;
 	__u64 now = bpf_ktime_get_ns();
-	struct thread_state *ts = bpf_map_lookup_elem(&threads, &tid);
+	struct thread_state *ts = fresh ? 0 : bpf_map_lookup_elem(&threads, &tid);
 	struct sched_val *v = sched_agg(c, tgid);
 	if (v)
-		v->wakeups++;
+		ADD(v->wakeups, 1);
 	if (ts && ts->state == ST_OFF) {
 		if (v && now > ts->since_ns)
-			v->off_ns += now - ts->since_ns;
+			ADD(v->off_ns, now - ts->since_ns);
 		ts->since_ns = now;
 		ts->state = ST_RUNQ;
 	} else if (!ts) {
+		/* A new thread starts its life runnable: whatever an earlier
+		 * thread with this tid left in the map is not its history. */
 		struct thread_state st = { .since_ns = now, .state = ST_RUNQ };
 		bpf_map_update_elem(&threads, &tid, &st, BPF_ANY);
 	}
@@ -154,13 +153,13 @@ static __always_inline void woken(struct task_struct *p)
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(on_wakeup, struct task_struct *p)
 {
-	woken(p);
+	woken(p, 0);
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(on_wakeup_new, struct task_struct *p)
 {
-	woken(p);
+	woken(p, 1);
 	return 0;
 }

@@ -15,9 +15,56 @@ typedef unsigned int uid_t;
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
+#if defined(__TARGET_ARCH_x86)
 /* x86-64 register file as uprobes see it (struct pt_regs, UAPI order). */
 struct pt_regs {
 	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+#elif defined(__TARGET_ARCH_arm64)
+/* arm64: libbpf's PT_REGS_* read struct user_pt_regs, the head of the
+ * kernel's struct pt_regs. */
+struct user_pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+struct pt_regs {
+	struct user_pt_regs user_regs;
+};
+#else
+#error "set __TARGET_ARCH_x86 or __TARGET_ARCH_arm64 (agent/build.rs does)"
+#endif
+
+struct ns_common {
+	unsigned int inum;
+};
+
+struct pid_namespace {
+	struct ns_common ns;
+};
+
+/* One level of a pid: its number in one namespace. */
+struct upid {
+	int nr;
+	struct pid_namespace *ns;
+};
+
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+};
+
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
 };
 
 struct task_struct {
@@ -27,6 +74,9 @@ struct task_struct {
 	char comm[16];
 	int exit_code;
 	struct task_struct *real_parent;
+	struct task_struct *group_leader;
+	struct pid *thread_pid;
+	struct css_set *cgroups;
 };
 
 struct block_device {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeScope};
 use aya::programs::UProbe;
+use ingero_agent::probes::libs::Found;
 use ingero_agent::probes::load::Probes;
 use ingero_agent::probes::ops::Lib;
 
@@ -88,10 +89,7 @@ fn main() {
         p.detach(link).unwrap();
         v
     };
-    use std::os::unix::fs::MetadataExt;
-    let mm = std::fs::metadata(&measured).unwrap();
-    probes.attach_library((mm.dev(), mm.ino()), &measured, Lib::Cudart).unwrap();
-    let md = std::fs::metadata(&lib).unwrap();
+    probes.attach_found(&Found::at_path(&measured, Lib::Cudart)).unwrap();
     let ingero_launch = per_call("cudaLaunchKernel");
     let ingero_sync = per_call("cudaStreamSynchronize");
     println!("per call (median of 5 x {n} calls, same run):");
@@ -103,7 +101,7 @@ fn main() {
         drop(std::mem::replace(&mut probes, Probes::load().unwrap()));
         // Unprobed first (fresh Probes has no library attached), then probed.
         let off = median((0..3).map(|_| run(&bench, &lib, "cudaLaunchKernel", steps, Some(work))).collect());
-        probes.attach_library((md.dev(), md.ino()), &lib, Lib::Cudart).unwrap();
+        probes.attach_found(&Found::at_path(&lib, Lib::Cudart)).unwrap();
         let on = median((0..3).map(|_| run(&bench, &lib, "cudaLaunchKernel", steps, Some(work))).collect());
         println!(
             "  paced ~{rate}/s: {steps} launches in {off:.3} s without, {on:.3} s with probes: {:+.2}% slowdown",

@@ -25,6 +25,18 @@ pub fn render(l: &LoopStats, s: &ShipStats) -> String {
             g(&l.probe_run_ns),
         ),
         ("ingero_agent_libraries", "gauge", "Distinct library files probed", g(&l.libraries)),
+        (
+            "ingero_agent_attach_failures_total",
+            "counter",
+            "Library files that could not be probed (retried on the next scan)",
+            g(&l.attach_failures),
+        ),
+        (
+            "ingero_agent_kernel_map_bytes",
+            "gauge",
+            "Kernel memory of the agent's BPF maps (fdinfo memlock), charged to its memory cgroup",
+            g(&l.kernel_map_bytes),
+        ),
         ("ingero_agent_batches_sent_total", "counter", "Batches acknowledged by the aggregator", g(&s.sent)),
         ("ingero_agent_batches_rejected_total", "counter", "Batches the aggregator refused", g(&s.rejected)),
         ("ingero_agent_spool_dropped_total", "counter", "Batches dropped from a full spool", g(&s.dropped)),

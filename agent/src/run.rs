@@ -17,7 +17,7 @@ use crate::attribution::Attributor;
 use crate::error::Result;
 use crate::probes::abi::{Counters, PROC_COMM_INIT, PROC_EXEC, PROC_EXIT, PROC_FORK};
 use crate::probes::drain::{self, Rings};
-use crate::probes::load::{map, Probes};
+use crate::probes::load::{map, Attached, Probes};
 use crate::probes::{libs, ops};
 use crate::window::{self, HostFacts, WindowCtx};
 
@@ -48,6 +48,10 @@ pub struct LoopStats {
     pub map_full: AtomicU64,
     pub probe_run_ns: AtomicU64,
     pub libraries: AtomicU64,
+    /// Library files that could not be probed (each is retried on the next scan).
+    pub attach_failures: AtomicU64,
+    /// Kernel memory of the BPF maps (fdinfo memlock).
+    pub kernel_map_bytes: AtomicU64,
     pub spool_dropped: AtomicU64,
     pub kube: std::sync::OnceLock<Arc<crate::attribution::kube::KubeStats>>,
 }
@@ -100,8 +104,18 @@ pub fn probe_loop(
         for &p in &cfg.pids {
             probes.track(p)?;
         }
+        probes.set_targets(&cfg.pids)?;
     }
     let host = HostFacts::read();
+    if let Ok(mm) = crate::probes::memory::MapMemory::of_pid(std::process::id()) {
+        stats.kernel_map_bytes.store(mm.total(), Ordering::Relaxed);
+        tracing::info!(
+            kernel_map_mib = mm.total() >> 20,
+            possible_cpus = mm.possible_cpus,
+            at_256_cpus_mib = mm.at_cpus(256) >> 20,
+            "BPF maps loaded"
+        );
+    }
     let mut attr = Attributor::new(cfg.cgroup_mount.clone()).with_kubernetes(kube.watch, kube.gpus);
     let mut cg_paths = cgroup_paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref());
     let mut last_counters = Counters::default();
@@ -122,15 +136,20 @@ pub fn probe_loop(
                 if !info.libraries.contains(&f.mapped_as) {
                     info.libraries.push(f.mapped_as.clone());
                 }
-                if probes.is_attached(f.id) {
+                if probes.is_attached(&f) {
                     continue;
                 }
-                match probes.attach_library(f.id, &f.path, f.lib) {
-                    Ok(syms) => {
+                match probes.attach_found(&f) {
+                    Ok(Attached::Now(syms)) => {
                         stats.libraries.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(pid, library = %f.mapped_as, probes = syms.len(), "attached");
                     }
-                    Err(e) => tracing::warn!(pid, library = %f.mapped_as, error = %e, "cannot attach"),
+                    Ok(Attached::Already) => {}
+                    // Not marked attached: the next scan of this process retries.
+                    Err(e) => {
+                        stats.attach_failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(pid, library = %f.mapped_as, error = %e, "cannot attach; will retry")
+                    }
                 }
             }
         }
@@ -147,13 +166,16 @@ pub fn probe_loop(
     // Libraries named on the command line or in the usual places are probed
     // before any process maps them, so a first process is traced from its first call.
     for f in libs::well_known(&cfg.libs) {
-        match probes.attach_library(f.id, &f.path, f.lib) {
-            Ok(syms) if !syms.is_empty() => {
+        match probes.attach_found(&f) {
+            Ok(Attached::Now(syms)) if !syms.is_empty() => {
                 stats.libraries.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(library = %f.path.display(), probes = syms.len(), "attached ahead of use");
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(library = %f.path.display(), error = %e, "cannot attach"),
+            Err(e) => {
+                stats.attach_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(library = %f.path.display(), error = %e, "cannot attach")
+            }
         }
     }
 
@@ -249,6 +271,7 @@ pub fn probe_loop(
         for e in events.drain(..) {
             if e.kind == PROC_EXIT {
                 attr.forget(e.tgid);
+                probes.forget(e.tgid);
                 described.remove(&e.tgid);
             }
         }

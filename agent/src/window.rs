@@ -203,7 +203,11 @@ pub fn build(
         if c.comm.starts_with("pid-") {
             c.comm = comm.clone();
         }
-        let value = if e.kind == PROC_FORK { e.other as i64 } else { e.value as i64 };
+        let value = match e.kind {
+            PROC_FORK => e.other as i64,
+            PROC_EXIT => exit_status(e.value),
+            _ => e.value as i64,
+        };
         let t = (e.ts_ns / 1000) as i64 + ctx.mono_to_wall_us;
         let _ = ev.push(&c, &[Val::Ts(t), Val::Str(kind), Val::I(value), Val::Str(&comm)]);
     }
@@ -267,4 +271,25 @@ pub fn process_meta(ctx: &WindowCtx<'_>, pids: &[u32], attr: &mut Attributor) ->
         let _ = b.push(&common(ctx, pid, &p), &row);
     }
     (!b.is_empty()).then(|| Some((Table::ProcessMeta, b.finish().ok()?))).flatten()
+}
+
+/// The kernel's exit_code, `(status << 8) | signal`, as Kubernetes and
+/// shells report it: the status, or 128 + the signal that killed it
+/// (137 for SIGKILL, 134 for SIGABRT).
+fn exit_status(code: i32) -> i64 {
+    match code & 0x7f {
+        0 => ((code >> 8) & 0xff) as i64,
+        sig => 128 + sig as i64,
+    }
+}
+
+#[cfg(test)]
+mod exit_tests {
+    #[test]
+    fn exit_status_keeps_the_signal() {
+        assert_eq!(super::exit_status(3 << 8), 3);
+        assert_eq!(super::exit_status(9), 137);
+        assert_eq!(super::exit_status(6 | 0x80), 134, "SIGABRT with a core dump");
+        assert_eq!(super::exit_status(0), 0);
+    }
 }

@@ -109,7 +109,12 @@ pub struct Config {
     pub active: u32,
     pub scoped: u32,
     pub track_all: u32,
+    pub pid_filter: u32,
+    /// Depth of the agent's pid namespace + 1, found by the programs.
+    pub pidns_level: u32,
     pub pad: u32,
+    /// Inode of the agent's pid namespace; 0 for the initial one.
+    pub pidns_ino: u64,
 }
 
 // SAFETY: plain-old-data mirrors of the C structs (no padding holes with
@@ -137,7 +142,8 @@ const _: () = {
     assert!(offset_of!(ProcEvent, extra) == 32);
     assert!(offset_of!(ProcEvent, comm) == 40);
     assert!(size_of::<Counters>() == 32);
-    assert!(size_of::<Config>() == 16);
+    assert!(size_of::<Config>() == 32);
+    assert!(offset_of!(Config, pidns_ino) == 24);
 };
 
 /// Reads a `#[repr(C)]` event from ring-buffer bytes (None when too short).

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::Pod;
 
 use super::abi::{read_event, CallKey, CallVal, CgroupVal, Counters, IoKey, IoVal, ProcEvent, SchedVal, StallEvent};
@@ -21,48 +21,19 @@ pub struct Drained {
     pub counters: Counters,
 }
 
-/// Sums per-CPU values with `add` and empties the map.
-fn drain_map<K: Pod + Eq + std::hash::Hash, V: Pod>(
-    probes: &mut Probes,
-    name: &str,
-    add: impl Fn(&mut V, &V),
-) -> Result<Vec<(K, V)>> {
-    let mut m: PerCpuHashMap<&mut MapData, K, V> = map(&mut probes.ebpf, name)?;
+/// Reads every aggregate of the idle half and empties it. The maps are
+/// shared by all CPUs (atomic adds in the programs), so one value per key.
+fn drain_map<K: Pod + Eq + std::hash::Hash, V: Pod>(probes: &mut Probes, name: &str) -> Result<Vec<(K, V)>> {
+    let mut m: BpfHashMap<&mut MapData, K, V> = map(&mut probes.ebpf, name)?;
     let keys: Vec<K> = m.keys().filter_map(|k| k.ok()).collect();
     let mut out = Vec::with_capacity(keys.len());
     for k in keys {
-        let Ok(per_cpu) = m.get(&k, 0) else { continue };
-        let mut it = per_cpu.iter();
-        let Some(first) = it.next() else { continue };
-        let mut total = *first;
-        for v in it {
-            add(&mut total, v);
-        }
-        out.push((k, total));
+        let Ok(v) = m.get(&k, 0) else { continue };
+        out.push((k, v));
         // Nothing writes the idle half, so removing loses nothing.
         let _ = m.remove(&k);
     }
     Ok(out)
-}
-
-fn add_call(a: &mut CallVal, b: &CallVal) {
-    a.count += b.count;
-    a.errors += b.errors;
-    a.total_ns += b.total_ns;
-    a.max_ns = a.max_ns.max(b.max_ns);
-    for (x, y) in a.hist.iter_mut().zip(b.hist.iter()) {
-        *x += y;
-    }
-}
-
-fn add_io(a: &mut IoVal, b: &IoVal) {
-    a.count += b.count;
-    a.bytes += b.bytes;
-    a.total_ns += b.total_ns;
-    a.max_ns = a.max_ns.max(b.max_ns);
-    for (x, y) in a.hist.iter_mut().zip(b.hist.iter()) {
-        *x += y;
-    }
 }
 
 /// Flips the active half and drains the other one.
@@ -73,21 +44,10 @@ pub fn drain(probes: &mut Probes) -> Result<Drained> {
     // with migration disabled); give them a generous margin.
     std::thread::sleep(Duration::from_millis(2));
     let s = if idle == 0 { "a" } else { "b" };
-    let calls = drain_map::<CallKey, CallVal>(probes, &format!("calls_{s}"), add_call)?;
-    let sched = drain_map::<u32, SchedVal>(probes, &format!("sched_{s}"), |a, b| {
-        a.on_ns += b.on_ns;
-        a.off_ns += b.off_ns;
-        a.runq_ns += b.runq_ns;
-        a.runq_max_ns = a.runq_max_ns.max(b.runq_max_ns);
-        a.voluntary += b.voluntary;
-        a.involuntary += b.involuntary;
-        a.wakeups += b.wakeups;
-    })?;
-    let cgroups = drain_map::<u64, CgroupVal>(probes, &format!("cgcpu_{s}"), |a, b| {
-        a.on_ns += b.on_ns;
-        a.switches += b.switches;
-    })?;
-    let io = drain_map::<IoKey, IoVal>(probes, &format!("io_{s}"), add_io)?;
+    let calls = drain_map::<CallKey, CallVal>(probes, &format!("calls_{s}"))?;
+    let sched = drain_map::<u32, SchedVal>(probes, &format!("sched_{s}"))?;
+    let cgroups = drain_map::<u64, CgroupVal>(probes, &format!("cgcpu_{s}"))?;
+    let io = drain_map::<IoKey, IoVal>(probes, &format!("io_{s}"))?;
     Ok(Drained { calls, sched, cgroups, io, counters: counters(probes)? })
 }
 

@@ -13,10 +13,27 @@ pub struct Found {
     pub id: (u64, u64),
     /// Path that reaches the file from the agent's mount namespace.
     pub path: PathBuf,
+    /// `/proc/PID/map_files/START-END` of one of its mappings: reaches the
+    /// file even where the path does not (another mount namespace, renamed).
+    pub map_file: Option<PathBuf>,
     /// Path as the process sees it.
     pub mapped_as: String,
     pub lib: Lib,
     pub pid: u32,
+}
+
+impl Found {
+    /// A library file named directly (no process maps it yet).
+    pub fn at_path(path: &Path, lib: Lib) -> Found {
+        Found {
+            id: (0, 0),
+            path: path.to_path_buf(),
+            map_file: None,
+            mapped_as: path.display().to_string(),
+            lib,
+            pid: 0,
+        }
+    }
 }
 
 /// Parses `/proc/PID/maps` text for traced libraries.
@@ -25,7 +42,8 @@ pub fn parse_maps(pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
     for line in maps.lines() {
         // addr perms offset dev inode path
         let mut f = line.split_whitespace();
-        let (Some(_), Some(_), Some(_), Some(dev), Some(inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
+        let (Some(range), Some(_), Some(_), Some(dev), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             continue;
         };
@@ -40,6 +58,7 @@ pub fn parse_maps(pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
         out.entry((dev, ino)).or_insert_with(|| Found {
             id: (dev, ino),
             path: proc_root.join(pid.to_string()).join("root").join(path.trim_start_matches('/')),
+            map_file: Some(proc_root.join(pid.to_string()).join("map_files").join(range)),
             mapped_as: path.clone(),
             lib,
             pid,
@@ -126,7 +145,14 @@ pub fn well_known(extra: &[PathBuf]) -> Vec<Found> {
         let dev = md.dev();
         // /proc/PID/maps shows the device as major:minor; match its encoding.
         let id = ((libc_major(dev) << 32) | libc_minor(dev), md.ino());
-        out.entry(id).or_insert_with(|| Found { id, path: f.clone(), mapped_as: f.display().to_string(), lib, pid: 0 });
+        out.entry(id).or_insert_with(|| Found {
+            id,
+            path: f.clone(),
+            map_file: None,
+            mapped_as: f.display().to_string(),
+            lib,
+            pid: 0,
+        });
     }
     out.into_values().collect()
 }
@@ -159,5 +185,6 @@ mod tests {
         assert_eq!(f[0].path, PathBuf::from("/proc/42/root/opt/conda/lib/libnccl.so.2"));
         assert_eq!(f[1].id, ((8 << 32) | 1, 1234));
         assert_eq!(f[1].mapped_as, "/usr/lib/libcudart.so.12.9.79");
+        assert_eq!(f[1].map_file, Some(PathBuf::from("/proc/42/map_files/7f0000000000-7f0000001000")));
     }
 }

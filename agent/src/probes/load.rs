@@ -1,15 +1,17 @@
 //! Loads the eBPF object, attaches the scheduler/IO/process tracepoints and,
 //! per discovered library file, the call probes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use aya::maps::{Array, CgroupArray, HashMap as BpfHashMap, MapData};
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
 use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::abi::Config;
+use super::files::{FileId, OpenLib};
+use super::libs::Found;
 use super::ops::{self, Lib};
 use crate::error::{Error, Result};
 
@@ -32,8 +34,30 @@ const TRACEPOINTS: &[(&str, &str, bool)] = &[
 pub struct Probes {
     pub ebpf: Ebpf,
     config: Config,
-    /// Files already probed, by (device, inode): each is attached once.
-    attached: HashSet<(u64, u64)>,
+    /// Files already probed, by what the kernel probes: each is attached once.
+    attached: HashSet<FileId>,
+    /// pid → (device, inode) of a maps line → the file it is, so a rescan
+    /// does not reopen every library of every process.
+    resolved: HashMap<u32, HashMap<(u64, u64), FileId>>,
+}
+
+/// What `attach_found` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Attached {
+    /// The file was probed before (through this or another path).
+    Already,
+    /// Probed now: the symbols found in it.
+    Now(Vec<&'static str>),
+}
+
+/// The initial pid namespace's inode (PROC_PID_INIT_INO, fixed kernel ABI).
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// The agent's pid namespace: its inode, or None for the initial one.
+pub fn own_pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata("/proc/self/ns/pid").ok()?.ino();
+    (ino != PROC_PID_INIT_INO).then_some(ino)
 }
 
 impl Probes {
@@ -65,7 +89,10 @@ impl Probes {
                 tracing::warn!(tracepoint = tp, error = %e, "optional tracepoint unavailable; continuing without it");
             }
         }
-        let mut p = Probes { ebpf, config: Config::default(), attached: HashSet::new() };
+        // Pids in every event are those of the agent's own namespace (a kind
+        // node, a nested container), so /proc lookups and --pid agree.
+        let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), ..Config::default() };
+        let mut p = Probes { ebpf, config, attached: HashSet::new(), resolved: HashMap::new() };
         p.write_config()?;
         Ok(p)
     }
@@ -101,23 +128,76 @@ impl Probes {
         m.insert(tgid, 1, 0).map_err(|e| Error::Bpf(format!("tracked map: {e}")))
     }
 
-    pub fn is_attached(&self, id: (u64, u64)) -> bool {
-        self.attached.contains(&id)
+    /// `--pid`: only these processes' calls are counted, decided in the kernel.
+    pub fn set_targets(&mut self, pids: &[u32]) -> Result<()> {
+        let mut m: BpfHashMap<&mut MapData, u32, u8> = map(&mut self.ebpf, "targets")?;
+        for &p in pids {
+            m.insert(p, 1, 0).map_err(|e| Error::Bpf(format!("targets map (at most 1024 --pid): {e}")))?;
+        }
+        self.config.pid_filter = 1;
+        self.write_config()
     }
 
-    /// Attaches every op of `lib` found in the file; returns the symbols probed.
-    pub fn attach_library(&mut self, id: (u64, u64), path: &Path, lib: Lib) -> Result<Vec<&'static str>> {
-        if !self.attached.insert(id) {
-            return Ok(vec![]);
+    /// True when the file behind this maps line of `pid` is known to be probed.
+    pub fn is_attached(&self, f: &Found) -> bool {
+        self.resolved.get(&f.pid).and_then(|m| m.get(&f.id)).is_some_and(|id| self.attached.contains(id))
+    }
+
+    /// Drops what was learnt of a process that has exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.resolved.remove(&pid);
+    }
+
+    /// Probes the file behind `f` unless the same file (by what the kernel
+    /// probes, see `files`) already is. The file is held open while its
+    /// probes go in, so a process that exits at once cannot take it away;
+    /// it counts as attached only once every probe is in, and a failure
+    /// removes the probes it did place, so the next scan retries cleanly.
+    pub fn attach_found(&mut self, f: &Found) -> Result<Attached> {
+        let open = f.map_file.iter().chain(std::iter::once(&f.path)).find_map(|p| OpenLib::open(p).ok());
+        let Some(open) = open else {
+            let e = OpenLib::open(&f.path).err().map(|e| e.to_string()).unwrap_or_default();
+            return Err(Error::Bpf(format!("opening {} (pid {}): {e}", f.mapped_as, f.pid)));
+        };
+        if f.pid != 0 {
+            self.resolved.entry(f.pid).or_default().insert(f.id, open.id.clone());
         }
+        if self.attached.contains(&open.id) {
+            return Ok(Attached::Already);
+        }
+        let syms = self.attach_library(&open.fd_path(), f.lib)?;
+        self.attached.insert(open.id);
+        Ok(Attached::Now(syms))
+    }
+
+    /// Attaches every op of `lib` found in the file; returns the symbols
+    /// probed. All or nothing: on an error the probes placed are removed.
+    fn attach_library(&mut self, path: &Path, lib: Lib) -> Result<Vec<&'static str>> {
+        let mut links: Vec<(&'static str, UProbeLinkId)> = Vec::new();
+        let res = self.attach_ops(path, lib, &mut links);
+        if res.is_err() {
+            for (name, id) in links {
+                if let Ok(p) = prog(&mut self.ebpf, name).and_then(as_uprobe) {
+                    let _ = p.detach(id);
+                }
+            }
+        }
+        res
+    }
+
+    fn attach_ops(
+        &mut self,
+        path: &Path,
+        lib: Lib,
+        links: &mut Vec<(&'static str, UProbeLinkId)>,
+    ) -> Result<Vec<&'static str>> {
         let mut done = Vec::new();
         for op in ops::all().into_iter().filter(|o| o.lib == lib) {
             let point =
                 || UProbeAttachPoint { location: UProbeAttachLocation::Symbol(op.symbol), cookie: Some(op.cookie()) };
-            let entry: &mut UProbe =
-                prog(&mut self.ebpf, "call_entry")?.try_into().map_err(|e| Error::Bpf(format!("{e}")))?;
+            let entry = prog(&mut self.ebpf, "call_entry").and_then(as_uprobe)?;
             match entry.attach(point(), path, UProbeScope::AllProcesses) {
-                Ok(_) => {}
+                Ok(id) => links.push(("call_entry", id)),
                 // Absent in this build of the library (e.g. no _ptsz variants).
                 Err(e) => {
                     tracing::debug!(symbol = op.symbol, path = %path.display(), error = %e, "symbol not probed");
@@ -125,15 +205,20 @@ impl Probes {
                 }
             }
             if op.timed {
-                let ret: &mut UProbe =
-                    prog(&mut self.ebpf, "call_return")?.try_into().map_err(|e| Error::Bpf(format!("{e}")))?;
-                ret.attach(point(), path, UProbeScope::AllProcesses)
+                let ret = prog(&mut self.ebpf, "call_return").and_then(as_uprobe)?;
+                let id = ret
+                    .attach(point(), path, UProbeScope::AllProcesses)
                     .map_err(|e| Error::Bpf(format!("uretprobe {} in {}: {e:#}", op.symbol, path.display())))?;
+                links.push(("call_return", id));
             }
             done.push(op.symbol);
         }
         Ok(done)
     }
+}
+
+fn as_uprobe(p: &mut aya::programs::Program) -> Result<&mut UProbe> {
+    p.try_into().map_err(|e| Error::Bpf(format!("{e}")))
 }
 
 fn prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {

@@ -1,8 +1,11 @@
 //! The kernel side: load and attach (load), find libraries (libs), read
-//! aggregates and events (drain), and the shared layouts (abi, ops).
+//! aggregates and events (drain), identify probed files (files), and the
+//! shared layouts (abi, ops).
 
 pub mod abi;
 pub mod drain;
+pub mod files;
 pub mod libs;
 pub mod load;
+pub mod memory;
 pub mod ops;
