@@ -3,10 +3,15 @@
  *                [work:MS] (MS of CPU time: takes longer when the CPU is shared)
  *                [repeat:N]   (the steps after it run N times)
  *                [nccl:PATH]  (nccl* symbols come from this library from now on)
+ *                [threads:N:SYMBOL] (N threads, one after another, each calls
+ *                             SYMBOL once and exits: tids come and go)
+ *                [kill:SIG]   (the process kills itself with signal SIG)
  * `wait` blocks until a byte arrives on stdin (the test moves us into a
  * cgroup first). The library is dlopen'd when the first call needs it. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,12 @@ static double clock_ms(clockid_t c)
 static double now_ms(void)
 {
 	return clock_ms(CLOCK_MONOTONIC);
+}
+
+static void *call_once(void *f)
+{
+	((fn_t)f)(0);
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -71,6 +82,28 @@ int main(int argc, char **argv)
 			volatile unsigned long x = 0;
 			while (clock_ms(CLOCK_THREAD_CPUTIME_ID) < end)
 				x++;
+		} else if (!strncmp(a, "kill:", 5)) {
+			fflush(stdout);
+			kill(getpid(), atoi(a + 5));
+		} else if (!strncmp(a, "threads:", 8)) {
+			char sym[128];
+			long n = 0;
+			if (sscanf(a + 8, "%ld:%127s", &n, sym) < 2) {
+				fprintf(stderr, "bad step %s\n", a);
+				return 2;
+			}
+			if (!lib)
+				lib = dlopen(argv[1], RTLD_NOW);
+			void *f = lib ? dlsym(lib, sym) : NULL;
+			if (!f) {
+				fprintf(stderr, "no symbol %s\n", sym);
+				return 5;
+			}
+			for (long k = 0; k < n; k++) {
+				pthread_t t;
+				if (pthread_create(&t, NULL, call_once, f) || pthread_join(t, NULL))
+					return 6;
+			}
 		} else if (!strncmp(a, "call:", 5)) {
 			char sym[128];
 			long n = 0, us = 0;

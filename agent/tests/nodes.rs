@@ -1,0 +1,244 @@
+//! The agent on the shapes real GPU nodes have: several containers started
+//! from one image (overlayfs), a pid namespace (a kind node), a node with
+//! hundreds of CPUs (kernel map memory), processes and threads that come and
+//! go. Real kernel, real mounts, real namespaces; needs root (CI is root).
+
+mod fixtures;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Int64Type, UInt32Type, UInt64Type};
+use fixtures::*;
+use ingero_proto::Table;
+
+fn tmp(tag: &str) -> (tempfile::TempDir, Cgroup) {
+    let dir = tempfile::tempdir().unwrap();
+    let cg = Cgroup::new(&format!("ingero-test-{tag}-{}", std::process::id()));
+    (dir, cg)
+}
+
+/// An overlayfs mount, unmounted on drop.
+struct Overlay(PathBuf);
+
+impl Overlay {
+    fn mount(lower: &Path, base: &Path) -> Overlay {
+        let (upper, work, merged) = (base.join("upper"), base.join("work"), base.join("merged"));
+        for d in [&upper, &work, &merged] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let opts = format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display());
+        let st = Command::new("mount").args(["-t", "overlay", "overlay", "-o", &opts]).arg(&merged).status().unwrap();
+        assert!(st.success(), "mount -t overlay (root, overlayfs) failed");
+        Overlay(merged)
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The string in `col` of the first row of `pid`.
+fn text_of(batches: &[RecordBatch], pid: u32, col: &str) -> Option<String> {
+    batches.iter().find_map(|b| {
+        let p = b.column_by_name("pid")?.as_primitive::<UInt32Type>();
+        let c = b.column_by_name(col)?.as_string::<i32>();
+        (0..b.num_rows()).find(|&i| p.value(i) == pid && !c.is_null(i)).map(|i| c.value(i).to_string())
+    })
+}
+
+/// (kind, value) of every host event of `pid`.
+fn host_events_of(batches: &[RecordBatch], pid: u32) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let p = b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>();
+        let k = b.column_by_name("kind").unwrap().as_string::<i32>();
+        let v = b.column_by_name("value").unwrap().as_primitive::<Int64Type>();
+        out.extend((0..b.num_rows()).filter(|&i| p.value(i) == pid).map(|i| (k.value(i).to_string(), v.value(i))));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_of_one_image_count_every_call_once() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("overlay");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    // One image layer holding the library, three containers (overlay mounts)
+    // over it: on Linux >= 6.8 /proc/PID/maps shows each mount's own inode.
+    let lower = dir.path().join("layer/usr/lib");
+    std::fs::create_dir_all(&lower).unwrap();
+    std::fs::copy(&lib, lower.join("libcudart.so.12")).unwrap();
+    let mounts: Vec<Overlay> =
+        (0..3).map(|i| Overlay::mount(&dir.path().join("layer"), &dir.path().join(format!("c{i}")))).collect();
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let counts = [1111u64, 2222, 3333];
+    let workloads: Vec<(Workload, u64)> = mounts
+        .iter()
+        .zip(counts)
+        .map(|(m, n)| {
+            let step = format!("call:cudaLaunchKernel:{n}:0");
+            let w = Workload::start(
+                &wl,
+                &m.0.join("usr/lib/libcudart.so.12"),
+                &["open", "sleep:600", &step, "call:cudaStreamSynchronize:5:0", "sleep:300"],
+                &cg,
+            );
+            (w, n)
+        })
+        .collect();
+    let pids: Vec<(u32, u64)> = workloads.iter().map(|(w, n)| (w.pid(), *n)).collect();
+    for (w, _) in workloads {
+        w.wait();
+    }
+    let log = agent.stop();
+    let calls = rows(dir.path(), Table::CallWindows).await;
+    for (pid, n) in pids {
+        let c = calls_of(&calls, pid);
+        assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(n), "pid {pid}: {c:?}\n{log}");
+        assert_eq!(c["cudaStreamSynchronize"].0, 5, "pid {pid}");
+    }
+    let attached = log.lines().filter(|l| l.contains("attached") && l.contains("libcudart.so.12")).count();
+    assert_eq!(attached, 1, "one file beneath three mounts is probed once:\n{log}");
+}
+
+/// Builds the shell script that runs inside the new pid namespace.
+fn pidns_script(d: &Path, cg: &Path, lib: &Path, wl: &Path) -> String {
+    let agent = env!("CARGO_BIN_EXE_ingero-agent");
+    let (d, cg, lib, wl) = (d.display(), cg.display(), lib.display(), wl.display());
+    format!(
+        r#"set -e
+mkfifo {d}/go1 {d}/go2
+start() {{ exec sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' {cg} {wl} {lib} wait open sleep:300 "$1" sleep:300; }}
+start call:cudaLaunchKernel:4321:0 < {d}/go1 > {d}/w1.out &
+W1=$!
+start call:cudaLaunchKernel:999:0 < {d}/go2 > {d}/w2.out &
+W2=$!
+exec 3>{d}/go1 4>{d}/go2
+INGERO_LOG=info {agent} run --store=file://{d}/data --spool-dir={d}/spool --cgroup-root={cg} \
+  --rescan=100ms --window=1s --pid=$W1 2>{d}/agent.log &
+A=$!
+for i in $(seq 300); do grep -q "ingero-agent tracing" {d}/agent.log && break; sleep 0.1; done
+echo "$W1 $W2 $A" > {d}/pids
+printf g >&3; printf g >&4
+wait $W1; wait $W2
+kill -TERM $A; wait $A
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_pid_namespace_rows_carry_its_pids_names_and_cgroups() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("pidns");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let script = dir.path().join("node.sh");
+    std::fs::write(&script, pidns_script(dir.path(), &cg.0, &lib, &wl)).unwrap();
+    // A kind node's view: its own pid namespace and /proc.
+    let out = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "sh"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    assert!(out.status.success(), "{}\n{log}", String::from_utf8_lossy(&out.stderr));
+    let ids: Vec<u32> = std::fs::read_to_string(dir.path().join("pids"))
+        .unwrap()
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let (w1, w2) = (ids[0], ids[1]);
+    // A fresh namespace numbers from 1: these are not the host's pids.
+    assert!(w1 < 100 && w2 < 100, "pids {ids:?}");
+    let calls = rows(dir.path(), Table::CallWindows).await;
+    let c = calls_of(&calls, w1);
+    assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(4321), "{c:?}\n{log}");
+    assert!(calls_of(&calls, w2).is_empty(), "--pid={w1} is filtered in the kernel");
+    let rows_pids: Vec<u32> =
+        calls.iter().flat_map(|b| b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>().values().to_vec()).collect();
+    assert!(rows_pids.iter().all(|&p| p == w1), "only the namespace's pid {w1}: {rows_pids:?}");
+    assert_eq!(text_of(&calls, w1, "comm").as_deref(), Some("workload"), "{log}");
+    use std::os::unix::fs::MetadataExt;
+    let cg_ino = std::fs::metadata(&cg.0).unwrap().ino();
+    let cgid = calls
+        .iter()
+        .find_map(|b| {
+            let c = b.column_by_name("cgroup_id")?.as_primitive::<UInt64Type>();
+            (b.num_rows() > 0 && !c.is_null(0)).then(|| c.value(0))
+        })
+        .unwrap();
+    assert_eq!(cgid, cg_ino, "cgroup resolved through the namespace's /proc");
+}
+
+/// Bytes of the BPF maps of `pid` (fdinfo memlock) if the node had `cpus`
+/// possible CPUs: per-CPU maps scale, and a preallocated shared hash keeps
+/// one spare element per CPU.
+fn kernel_map_bytes_at(pid: u32, cpus: u64) -> (u64, u64) {
+    let possible = ingero_agent::probes::memory::possible_cpus();
+    let (mut now, mut at) = (0u64, 0u64);
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+        if !std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf-map") {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy())).unwrap();
+        let field = |k: &str| {
+            info.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok()).unwrap_or_else(|| panic!("{k}"))
+        };
+        let (ty, mem, max) = (field("map_type:"), field("memlock:"), field("max_entries:"));
+        now += mem;
+        at += match ty {
+            5 | 6 | 10 => mem * cpus / possible,
+            1 => mem + mem * cpus.saturating_sub(possible) / max,
+            _ => mem,
+        };
+    }
+    (now, at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_map_memory_fits_a_256_cpu_node() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("mem");
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let (now, at_256) = kernel_map_bytes_at(agent.child.id(), 256);
+    agent.stop();
+    assert!(now > 1 << 20, "the maps are found ({now} bytes)");
+    assert!(at_256 <= 64 << 20, "BPF maps need {} MiB at 256 CPUs (budget 64)", at_256 >> 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_and_exits_keep_their_meaning() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("life");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    // 200 short-lived threads, each one launch; then the process is killed.
+    let mut w = Workload::start(
+        &wl,
+        &lib,
+        &["open", "sleep:500", "threads:200:cudaLaunchKernel", "sleep:300", "sleep:1200", "kill:9"],
+        &cg,
+    );
+    let pid = w.pid();
+    let st = w.child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(9));
+    std::thread::sleep(Duration::from_millis(300));
+    let log = agent.stop();
+    assert_eq!(calls_of(&rows(dir.path(), Table::CallWindows).await, pid)["cudaLaunchKernel"].0, 200, "{log}");
+    let ev = host_events_of(&rows(dir.path(), Table::HostEvents).await, pid);
+    assert!(!ev.iter().any(|(k, _)| k == "fork"), "new threads are not forks: {ev:?}");
+    assert!(ev.contains(&("exit".into(), 137)), "SIGKILL reported as 137: {ev:?}");
+    // Sleeping 1.5 s after the threads ended: off-CPU is the main thread's
+    // own, not 200 dead threads' worth.
+    let off_ms = sum_for(&rows(dir.path(), Table::SchedWindows).await, pid, "off_cpu_ns") as f64 / 1e6;
+    assert!(off_ms < 3000.0, "off-CPU {off_ms} ms");
+}
