@@ -304,3 +304,61 @@ async fn a_library_named_with_lib_is_traced_from_the_first_call() {
     assert_eq!(c["cudaLaunchKernel"].0, 4321, "{c:?}");
     assert_eq!(c["cudaStreamSynchronize"].0, 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_calls_real_stacks_make_are_all_counted() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("coverage");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    // The test library answers to every name: the one file is probed as
+    // libcudart, and as libcuda and libnccl through its copies.
+    let cuda = dir.path().join("bin/libcuda.so.1");
+    std::fs::copy(&lib, &cuda).unwrap();
+    let nccl = dir.path().join("bin/libnccl.so.2");
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let runtime = [
+        "cudaMallocAsync",
+        "cudaFreeAsync",
+        "cudaEventRecord",
+        "cudaEventQuery",
+        "cudaStreamWaitEvent",
+        "cudaMemsetAsync",
+        "cudaLaunchCooperativeKernel",
+        "cudaMemcpyPeer",
+        "cudaMemcpyPeerAsync",
+    ];
+    let driver = [
+        "cuStreamSynchronize_ptsz",
+        "cuMemcpy_ptds",
+        "cuMemcpyHtoD_v2_ptds",
+        "cuMemcpyDtoH_v2_ptds",
+        "cuEventSynchronize",
+        "cuStreamWaitEvent",
+        "cuMemFree_v2",
+        "cuMemAllocAsync",
+        "cuGraphLaunch",
+        "cuLaunchCooperativeKernel",
+    ];
+    let collectives = ["ncclCommSplit", "ncclReduce", "ncclAlltoAll", "ncclCommAbort", "ncclCommDestroy"];
+    let mut pids = Vec::new();
+    for (path, syms) in [(&lib, &runtime[..]), (&cuda, &driver[..]), (&nccl, &collectives[..])] {
+        let steps: Vec<String> = ["open".to_string(), "sleep:600".to_string()]
+            .into_iter()
+            .chain(syms.iter().enumerate().map(|(i, s)| format!("call:{s}:{}:0", i + 2)))
+            .collect();
+        let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+        let w = Workload::start(&wl, path, &steps, &cg);
+        pids.push((w.pid(), syms));
+        w.wait();
+    }
+    let log = agent.stop();
+    let calls = rows(dir.path(), Table::CallWindows).await;
+    for (pid, syms) in pids {
+        let c = calls_of(&calls, pid);
+        for (i, s) in syms.iter().enumerate() {
+            assert_eq!(c.get(*s).map(|x| x.0), Some(i as u64 + 2), "{s} in {c:?}\n{log}");
+        }
+    }
+}

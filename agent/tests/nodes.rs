@@ -158,8 +158,10 @@ async fn in_a_pid_namespace_rows_carry_its_pids_names_and_cgroups() {
     let c = calls_of(&calls, w1);
     assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(4321), "{c:?}\n{log}");
     assert!(calls_of(&calls, w2).is_empty(), "--pid={w1} is filtered in the kernel");
-    let rows_pids: Vec<u32> =
-        calls.iter().flat_map(|b| b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>().values().to_vec()).collect();
+    let rows_pids: Vec<u32> = calls
+        .iter()
+        .flat_map(|b| b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>().values().to_vec())
+        .collect();
     assert!(rows_pids.iter().all(|&p| p == w1), "only the namespace's pid {w1}: {rows_pids:?}");
     assert_eq!(text_of(&calls, w1, "comm").as_deref(), Some("workload"), "{log}");
     use std::os::unix::fs::MetadataExt;

@@ -28,6 +28,16 @@ impl Lib {
         if !name.contains(".so") {
             return None;
         }
+        // Wheels repaired by auditwheel carry a content hash:
+        // libcudart-d0da41ae.so.12, libnccl-6f1b2c3d.so.2.
+        let stem = match stem.rsplit_once('-') {
+            Some((base, hash))
+                if !hash.is_empty() && hash.len() <= 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                base
+            }
+            _ => stem,
+        };
         match stem {
             "libcudart" => Some(Lib::Cudart),
             "libcuda" => Some(Lib::Cuda),
@@ -59,6 +69,8 @@ macro_rules! ops {
     };
 }
 
+// Order is the op id: append, never reorder (ids are only per agent run,
+// but keep them stable for reading logs side by side).
 ops![
     (Cudart, "cudaLaunchKernel", false),
     (Cudart, "cudaLaunchKernel_ptsz", false),
@@ -98,6 +110,50 @@ ops![
     (Nccl, "ncclGroupStart", false),
     (Nccl, "ncclGroupEnd", true),
     (Nccl, "ncclCommInitRank", true, true),
+    // What current PyTorch, vLLM and JAX stacks call besides the above.
+    // Stream-ordered allocator and events: enqueue-only, counted at entry.
+    (Cudart, "cudaMallocAsync", false),
+    (Cudart, "cudaMallocAsync_ptsz", false),
+    (Cudart, "cudaFreeAsync", false),
+    (Cudart, "cudaFreeAsync_ptsz", false),
+    (Cudart, "cudaEventRecord", false),
+    (Cudart, "cudaEventRecord_ptsz", false),
+    (Cudart, "cudaEventQuery", false),
+    (Cudart, "cudaStreamWaitEvent", false),
+    (Cudart, "cudaStreamWaitEvent_ptsz", false),
+    (Cudart, "cudaMemsetAsync", false),
+    (Cudart, "cudaMemsetAsync_ptsz", false),
+    (Cudart, "cudaLaunchCooperativeKernel", false),
+    (Cudart, "cudaLaunchCooperativeKernel_ptsz", false),
+    (Cudart, "cudaMemcpyPeer", true),
+    (Cudart, "cudaMemcpyPeerAsync", true),
+    (Cudart, "cudaMemcpyPeerAsync_ptsz", true),
+    // Driver: per-thread default stream variants (_ptsz: stream, _ptds: default stream).
+    (Cuda, "cuStreamSynchronize_ptsz", true),
+    (Cuda, "cuMemcpy_ptds", true),
+    (Cuda, "cuMemcpyAsync_ptsz", true),
+    (Cuda, "cuMemcpyHtoD_v2_ptds", true),
+    (Cuda, "cuMemcpyDtoH_v2_ptds", true),
+    (Cuda, "cuMemcpyHtoDAsync_v2_ptsz", true),
+    (Cuda, "cuMemcpyDtoHAsync_v2_ptsz", true),
+    (Cuda, "cuEventSynchronize", true),
+    (Cuda, "cuStreamWaitEvent", false),
+    (Cuda, "cuStreamWaitEvent_ptsz", false),
+    (Cuda, "cuMemFree_v2", true),
+    (Cuda, "cuMemAllocAsync", false),
+    (Cuda, "cuMemAllocAsync_ptsz", false),
+    (Cuda, "cuGraphLaunch", false),
+    (Cuda, "cuGraphLaunch_ptsz", false),
+    (Cuda, "cuLaunchCooperativeKernel", false),
+    (Cuda, "cuLaunchCooperativeKernel_ptsz", false),
+    // NCCL: PyTorch creates communicators with ncclCommInitRankConfig (same
+    // first four arguments as ncclCommInitRank); abort/destroy can hang.
+    (Nccl, "ncclCommInitRankConfig", true, true),
+    (Nccl, "ncclCommSplit", true),
+    (Nccl, "ncclReduce", true),
+    (Nccl, "ncclAlltoAll", true),
+    (Nccl, "ncclCommAbort", true),
+    (Nccl, "ncclCommDestroy", true),
 ];
 
 /// Every traced op; the index is the op id carried in the attach cookie.
@@ -125,14 +181,21 @@ mod tests {
         assert_eq!(Lib::from_file_name("libnccl.so.2"), Some(Lib::Nccl));
         assert_eq!(Lib::from_file_name("libcudart_static.a"), None);
         assert_eq!(Lib::from_file_name("libcudnn.so.9"), None);
+        assert_eq!(Lib::from_file_name("libcudart-d0da41ae.so.12"), Some(Lib::Cudart));
+        assert_eq!(Lib::from_file_name("libnccl-6f1b2c3d.so.2"), Some(Lib::Nccl));
+        assert_eq!(Lib::from_file_name("libcuda-extras.so.1"), None);
     }
 
     #[test]
     fn ids_are_unique_and_fit_the_cookie() {
         let ops = all();
         assert!(ops.len() < 256);
-        let comm: Vec<_> = ops.iter().filter(|o| o.comm_init).collect();
-        assert_eq!(comm.len(), 1);
+        let comm: Vec<_> = ops.iter().filter(|o| o.comm_init).map(|o| o.symbol).collect();
+        assert_eq!(comm, ["ncclCommInitRank", "ncclCommInitRankConfig"]);
+        let mut syms: Vec<_> = ops.iter().map(|o| o.symbol).collect();
+        syms.sort_unstable();
+        syms.dedup();
+        assert_eq!(syms.len(), ops.len(), "each symbol once");
         assert!(ops.iter().all(|o| by_id(o.id as u32).unwrap().symbol == o.symbol));
     }
 }

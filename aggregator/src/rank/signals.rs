@@ -169,11 +169,22 @@ pub fn is_sync_op(op: &str) -> bool {
 }
 
 pub fn is_nccl_collective(library: &str, op: &str) -> bool {
-    library == "nccl" && !matches!(op, "ncclGroupStart" | "ncclGroupEnd" | "ncclCommInitRank")
+    library == "nccl" && !matches!(op, "ncclGroupStart" | "ncclGroupEnd") && !op.starts_with("ncclComm")
 }
 
+/// Work submitted to the GPU: kernels, cooperative kernels, graphs (runtime,
+/// driver, and their per-thread-stream variants).
 pub fn is_launch(op: &str) -> bool {
-    op.starts_with("cudaLaunchKernel") || op.starts_with("cuLaunchKernel") || op == "cudaGraphLaunch"
+    [
+        "cudaLaunchKernel",
+        "cuLaunchKernel",
+        "cudaGraphLaunch",
+        "cuGraphLaunch",
+        "cudaLaunchCooperativeKernel",
+        "cuLaunchCooperativeKernel",
+    ]
+    .iter()
+    .any(|p| op.starts_with(p))
 }
 
 /// Aggregates one pushed batch into node-window signals. IO and host events
