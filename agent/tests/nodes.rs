@@ -244,3 +244,61 @@ async fn threads_and_exits_keep_their_meaning() {
     let off_ms = sum_for(&rows(dir.path(), Table::SchedWindows).await, pid, "off_cpu_ns") as f64 / 1e6;
     assert!(off_ms < 3000.0, "off-CPU {off_ms} ms");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_a_private_cgroup_namespace_other_cgroups_resolve() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("cgns");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let (home, work) =
+        (Cgroup::new(&format!("{}/agent", cg.0.file_name().unwrap().to_string_lossy())), cg.0.join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let (d, agent) = (dir.path().display(), env!("CARGO_BIN_EXE_ingero-agent"));
+    let script = format!(
+        r#"set -e
+mkfifo {d}/go
+sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' {work} {wl} {lib} wait open sleep:300 call:cudaLaunchKernel:777:0 sleep:300 < {d}/go > {d}/w.out &
+W=$!
+exec 3>{d}/go
+INGERO_LOG=info {agent} run --store=file://{d}/data --spool-dir={d}/spool --cgroup-root={cg} --rescan=100ms --window=1s 2>{d}/agent.log &
+A=$!
+for i in $(seq 300); do grep -q "ingero-agent tracing" {d}/agent.log && break; sleep 0.1; done
+cat /proc/$W/cgroup > {d}/seen
+echo $W > {d}/pids
+printf g >&3
+wait $W
+kill -TERM $A; wait $A
+"#,
+        work = work.display(),
+        wl = wl.display(),
+        lib = lib.display(),
+        cg = cg.0.display(),
+    );
+    std::fs::write(dir.path().join("ns.sh"), script).unwrap();
+    // The agent's pod: its own cgroup (`agent`) becomes its namespace root.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$0/cgroup.procs"; exec unshare --cgroup sh "$1""#)
+        .arg(&home.0)
+        .arg(dir.path().join("ns.sh"))
+        .output()
+        .unwrap();
+    let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    assert!(out.status.success(), "{}\n{log}", String::from_utf8_lossy(&out.stderr));
+    let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+    assert!(seen.contains("/../work"), "the workload's cgroup as the namespace shows it: {seen}");
+    let w: u32 = std::fs::read_to_string(dir.path().join("pids")).unwrap().trim().parse().unwrap();
+    let calls = rows(dir.path(), Table::CallWindows).await;
+    assert_eq!(calls_of(&calls, w).get("cudaLaunchKernel").map(|x| x.0), Some(777), "{log}");
+    use std::os::unix::fs::MetadataExt;
+    let want = std::fs::metadata(&work).unwrap().ino();
+    let got = calls.iter().find_map(|b| {
+        let p = b.column_by_name("pid")?.as_primitive::<UInt32Type>();
+        let c = b.column_by_name("cgroup_id")?.as_primitive::<UInt64Type>();
+        (0..b.num_rows()).find(|&i| p.value(i) == w).map(|i| c.value(i))
+    });
+    assert_eq!(got, Some(want), "cgroup of the workload resolved from `/../work`\n{log}");
+    drop(home);
+}

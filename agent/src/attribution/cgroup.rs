@@ -1,6 +1,8 @@
 //! cgroup path → container id and pod UID, for both kubelet cgroup drivers,
 //! containerd, CRI-O and docker, cgroup v1 and v2, every QoS class.
 
+use std::path::{Path, PathBuf};
+
 /// What a cgroup path says about its owner.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CgroupOwner {
@@ -61,10 +63,74 @@ pub fn of_pid(pid: u32) -> Option<String> {
         .or_else(|| s.lines().find_map(|l| l.splitn(3, ':').nth(2).map(String::from)))
 }
 
-/// cgroup v2 id (= inode of the cgroup directory) of a path below the mount.
-pub fn id_of(root: &std::path::Path, path: &str) -> u64 {
+/// cgroup v2 id (= inode of the cgroup directory) of a path as
+/// /proc/PID/cgroup gives it, relative to the root of the agent's cgroup
+/// namespace (`ns_root`, a directory of the mounted hierarchy).
+pub fn id_of(ns_root: &Path, path: &str) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(root.join(path.trim_start_matches('/'))).map(|m| m.ino()).unwrap_or(0)
+    std::fs::metadata(resolve(ns_root, path)).map(|m| m.ino()).unwrap_or(0)
+}
+
+/// A /proc/PID/cgroup path as a directory of the mounted hierarchy. From a
+/// private cgroup namespace (an agent pod's default) the cgroups of other
+/// pods read `/../../kubepods.slice/…`: relative to the namespace root, so
+/// `..` is resolved against it, lexically (never past the mount).
+pub fn resolve(ns_root: &Path, path: &str) -> PathBuf {
+    let mut out = ns_root.to_path_buf();
+    for seg in path.split('/').filter(|s| !s.is_empty() && *s != ".") {
+        if seg == ".." {
+            out.pop();
+        } else {
+            out.push(seg);
+        }
+    }
+    out
+}
+
+/// The initial cgroup namespace's inode (PROC_CGROUP_INIT_INO, fixed kernel ABI).
+const PROC_CGROUP_INIT_INO: u64 = 0xEFFF_FFFB;
+
+/// True when the agent runs in a cgroup namespace of its own.
+pub fn in_private_namespace() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/cgroup").is_ok_and(|m| m.ino() != PROC_CGROUP_INIT_INO)
+}
+
+/// Where the root of the agent's cgroup namespace sits in the hierarchy
+/// mounted at `mount`: the mount itself in the initial namespace (or when
+/// the mount was made inside the namespace); otherwise the directory that
+/// holds the agent, less the agent's own path within its namespace.
+pub fn namespace_root(mount: &Path) -> PathBuf {
+    let me = std::process::id();
+    let own = of_pid(me).unwrap_or_default();
+    let holds_me = |dir: &Path| {
+        std::fs::read_to_string(dir.join("cgroup.procs"))
+            .is_ok_and(|s| s.lines().any(|l| l.trim().parse::<u32>().ok() == Some(me)))
+    };
+    if !in_private_namespace() || holds_me(&resolve(mount, &own)) {
+        return mount.to_path_buf();
+    }
+    let depth = own.split('/').filter(|s| !s.is_empty()).count();
+    let mut stack = vec![mount.to_path_buf()];
+    let mut seen = 0;
+    while let Some(dir) = stack.pop() {
+        if holds_me(&dir) {
+            let mut root = dir;
+            for _ in 0..depth {
+                root.pop();
+            }
+            return root;
+        }
+        seen += 1;
+        if seen > 100_000 {
+            break;
+        }
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            stack.extend(rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+        }
+    }
+    tracing::warn!(mount = %mount.display(), "own cgroup not found in the mounted hierarchy; cgroup ids of other pods may be missing");
+    mount.to_path_buf()
 }
 
 #[cfg(test)]
@@ -87,5 +153,16 @@ mod tests {
         assert_eq!(parse(&g).qos, Some("guaranteed"));
         assert_eq!(parse(&format!("/system.slice/docker-{C}.scope")).container_id.as_deref(), Some(C));
         assert_eq!(parse("/user.slice/user-0.slice/session-1.scope"), CgroupOwner::default());
+        // Seen from a private cgroup namespace: the owner is still read.
+        let o = parse(&format!("/../../kubepods-besteffort.slice/kubepods-besteffort-pod1d2c3b4a_1111_2222_3333_444455556666.slice/cri-containerd-{C}.scope"));
+        assert_eq!((o.pod_uid.is_some(), o.container_id.as_deref()), (true, Some(C)));
+    }
+
+    #[test]
+    fn namespace_relative_paths_resolve_against_the_namespace_root() {
+        let root = Path::new("/sys/fs/cgroup/kubepods.slice/a.slice/agent.scope");
+        assert_eq!(resolve(root, "/"), root);
+        assert_eq!(resolve(root, "/../../b.slice/w.scope"), Path::new("/sys/fs/cgroup/kubepods.slice/b.slice/w.scope"));
+        assert_eq!(resolve(Path::new("/sys/fs/cgroup"), "/x/y"), Path::new("/sys/fs/cgroup/x/y"));
     }
 }

@@ -75,7 +75,10 @@ impl ProcInfo {
 
 /// Caches process facts; re-reads a process when asked (exec, first sight).
 pub struct Attributor {
-    pub cgroup_root: PathBuf,
+    /// The cgroup v2 mount.
+    cgroup_mount: PathBuf,
+    /// The root of the agent's cgroup namespace within it (/proc paths are relative to it).
+    cgroup_root: PathBuf,
     procs: HashMap<u32, ProcInfo>,
     watch: Option<PodWatch>,
     gpus: Option<Gpus>,
@@ -85,7 +88,16 @@ pub struct Attributor {
 
 impl Attributor {
     pub fn new(cgroup_root: PathBuf) -> Self {
-        Attributor { cgroup_root, procs: HashMap::new(), watch: None, gpus: None, pods: HashMap::new() }
+        // cgroup paths in /proc are relative to the agent's cgroup namespace.
+        let ns_root = cgroup::namespace_root(&cgroup_root);
+        Attributor {
+            cgroup_mount: cgroup_root,
+            cgroup_root: ns_root,
+            procs: HashMap::new(),
+            watch: None,
+            gpus: None,
+            pods: HashMap::new(),
+        }
     }
 
     pub fn with_kubernetes(mut self, watch: Option<PodWatch>, gpus: Option<Gpus>) -> Self {
@@ -102,8 +114,9 @@ impl Attributor {
         }
         for (pid, p) in self.procs.iter_mut() {
             if p.owner.pod_uid.is_none() && p.owner.container_id.is_none() {
-                if let Some(path) = cgroup::of_pid(*pid).filter(|path| *path != p.cgroup_path) {
-                    p.cgroup_id = cgroup::id_of(&self.cgroup_root, &path);
+                let path = cgroup::of_pid(*pid).map(|c| mount_relative(&self.cgroup_mount, &self.cgroup_root, &c));
+                if let Some(path) = path.filter(|path| *path != p.cgroup_path) {
+                    p.cgroup_id = cgroup::id_of(&self.cgroup_mount, &path);
                     p.owner = cgroup::parse(&path);
                     p.cgroup_path = path;
                 }
@@ -117,7 +130,7 @@ impl Attributor {
     }
 
     pub fn refresh(&mut self, pid: u32) -> &mut ProcInfo {
-        let info = read(pid, &self.cgroup_root);
+        let info = read(pid, &self.cgroup_mount, &self.cgroup_root);
         let e = self.procs.entry(pid).or_default();
         // Facts learned from probes survive a re-read.
         let (comm, rank, libs) = (e.nccl_comm.take(), e.nccl_rank.take(), std::mem::take(&mut e.libraries));
@@ -147,7 +160,16 @@ impl Attributor {
     }
 }
 
-fn read(pid: u32, root: &std::path::Path) -> ProcInfo {
+/// A /proc/PID/cgroup path as a path below the mount (`/../..` resolved).
+fn mount_relative(mount: &std::path::Path, ns_root: &std::path::Path, path: &str) -> String {
+    if mount == ns_root {
+        return path.to_string();
+    }
+    let abs = cgroup::resolve(ns_root, path);
+    abs.strip_prefix(mount).map(|r| format!("/{}", r.display())).unwrap_or_else(|_| path.to_string())
+}
+
+fn read(pid: u32, mount: &std::path::Path, ns_root: &std::path::Path) -> ProcInfo {
     let comm =
         std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default();
     let mut cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -160,11 +182,11 @@ fn read(pid: u32, root: &std::path::Path) -> ProcInfo {
         })
         .unwrap_or_default();
     cmdline.truncate(4096);
-    let cgroup_path = cgroup::of_pid(pid).unwrap_or_default();
+    let cgroup_path = cgroup::of_pid(pid).map(|c| mount_relative(mount, ns_root, &c)).unwrap_or_default();
     ProcInfo {
         comm,
         cmdline,
-        cgroup_id: cgroup::id_of(root, &cgroup_path),
+        cgroup_id: cgroup::id_of(mount, &cgroup_path),
         owner: cgroup::parse(&cgroup_path),
         cgroup_path,
         env: environ::of_pid(pid),
