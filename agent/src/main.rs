@@ -25,7 +25,9 @@ struct Cli {
 enum Command {
     /// Trace this node.
     Run(Box<RunArgs>),
-    /// Check that this host can run the agent (kernel, BTF, tracefs, uprobes, capabilities, libraries).
+    /// Check, read-only, that this host can run the agent: BTF, uprobes, capabilities, pid and cgroup
+    /// namespaces, then load the programs (feature probe) and measure their kernel memory against the
+    /// memory cgroup limit; lists the CUDA/NCCL libraries mapped now.
     Check,
 }
 
@@ -163,19 +165,28 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check => {
             let mut ok = true;
-            for c in check::run_checks() {
-                ok &= c.ok;
-                println!("{:<4} {:<13} {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
-                if !c.ok {
+            let mut checks = check::run_checks();
+            if checks.iter().all(check::Check::ok) {
+                checks.extend(check::load_checks());
+            }
+            for c in checks {
+                ok &= c.ok();
+                let tag = match c.level {
+                    check::Level::Ok => "ok",
+                    check::Level::Warn => "WARN",
+                    check::Level::Fail => "FAIL",
+                };
+                println!("{tag:<4} {:<16} {}", c.name, c.detail);
+                if c.level != check::Level::Ok && !c.fix.is_empty() {
                     println!("     fix: {}", c.fix);
                 }
             }
             let libs = check::libraries();
             if libs.is_empty() {
-                println!("--   libraries     no process maps libcudart/libcuda/libnccl right now (probes attach when one does)");
+                println!("--   libraries        none of libcudart/libcuda/libnccl mapped now (attached when mapped)");
             }
             for (lib, pids) in libs {
-                println!("ok   library       {lib} in {} process(es): {:?}", pids.len(), &pids[..pids.len().min(8)]);
+                println!("ok   library          {lib} in {} process(es): {:?}", pids.len(), &pids[..pids.len().min(8)]);
             }
             if ok {
                 ExitCode::SUCCESS
@@ -210,7 +221,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let failed: Vec<_> = check::run_checks().into_iter().filter(|c| !c.ok && c.name != "cgroup v2").collect();
+    let failed: Vec<_> = check::run_checks().into_iter().filter(|c| !c.ok()).collect();
     if !failed.is_empty() {
         let lines: Vec<String> = failed.iter().map(|c| format!("{}: {} — fix: {}", c.name, c.detail, c.fix)).collect();
         return Err(error::Error::Config(format!("this host cannot run the agent:\n  {}", lines.join("\n  "))).into());

@@ -302,3 +302,27 @@ kill -TERM $A; wait $A
     assert_eq!(got, Some(want), "cgroup of the workload resolved from `/../work`\n{log}");
     drop(home);
 }
+
+#[test]
+fn check_names_the_namespace_and_the_kernel_memory_and_mounts_nothing() {
+    if !can_trace() {
+        return;
+    }
+    let mounts_before = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_ingero-agent"))
+        .arg("check")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let line =
+        |name: &str| text.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("{name}:\n{text}")).to_string();
+    assert!(line("pid namespace").contains("pid:["), "{text}");
+    assert!(line("kernel memory").starts_with("ok") && line("kernel memory").contains("at 256"), "{text}");
+    assert!(line("eBPF programs").starts_with("ok"), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 100), "lines fit a terminal:\n{text}");
+    let mounts_after = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
+    assert_eq!(mounts_before, mounts_after, "check mounts nothing");
+}
