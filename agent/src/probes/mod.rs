@@ -3,6 +3,8 @@
 //! shared layouts (abi, ops).
 
 pub mod abi;
+#[cfg(test)]
+mod arch_check;
 pub mod drain;
 pub mod files;
 pub mod libs;
