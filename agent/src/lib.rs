@@ -3,6 +3,7 @@
 
 pub mod attribution;
 pub mod check;
+pub mod embedded;
 pub mod error;
 pub mod metrics;
 pub mod probes;

@@ -1,6 +1,6 @@
 //! `ingero-agent`: per-node eBPF tracing of CUDA, NCCL and the scheduler.
 
-use ingero_agent::{attribution, check, error, metrics, probes, run, ship};
+use ingero_agent::{attribution, check, embedded, error, metrics, probes, run, ship};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,7 +32,7 @@ enum Command {
 }
 
 fn parse_bytes(s: &str) -> Result<usize, String> {
-    ingero_aggregator::cli::parse_bytes(s)
+    ingero_proto::units::parse_bytes(s)
 }
 
 #[derive(Debug, Args)]
@@ -227,19 +227,16 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         return Err(error::Error::Config(format!("this host cannot run the agent:\n  {}", lines.join("\n  "))).into());
     }
     let node = node_name(a.node.clone());
-    let rt = tokio::runtime::Runtime::new()?;
+    // Two workers whatever the node: shipping and the pod watch are light, and
+    // one worker per CPU would be 224 threads (and malloc arenas) on a GPU node.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let _guard = rt.enter();
     // --store: an embedded aggregator on loopback writes the dataset.
     let (server, url) = match (&a.aggregator, &a.store) {
         (Some(u), _) => (None, u.clone()),
         (None, Some(store)) => {
-            let url =
-                ingero_aggregator::store::StoreUrl::parse(store).map_err(|e| error::Error::Config(e.to_string()))?;
-            let opts = ingero_aggregator::store::StoreOptions { s3_endpoint: a.s3_endpoint.clone() };
-            let mut cfg = ingero_aggregator::serve::ServeConfig::ephemeral(url, opts, a.spool_dir.join("wal"));
-            cfg.commit.flush_age = Duration::from_secs(10);
-            let s = rt.block_on(ingero_aggregator::serve::Server::start(cfg))?;
-            let u = s.grpc_url();
+            let (s, u) =
+                rt.block_on(embedded::Embedded::start(store, a.s3_endpoint.clone(), a.spool_dir.join("wal")))?;
             (Some(s), u)
         }
         (None, None) => unreachable!("clap requires one of --aggregator/--store"),

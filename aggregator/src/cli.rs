@@ -16,18 +16,7 @@ use crate::store::{StoreOptions, StoreUrl};
 
 /// Parses sizes such as `64MiB`, `512k`, `1000000`.
 pub fn parse_bytes(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 64MiB)"))?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        other => return Err(format!("unknown size unit `{other}` in `{s}` (use B, KiB, MiB or GiB)")),
-    };
-    n.checked_mul(mult).filter(|&v| v > 0).ok_or_else(|| format!("`{s}` is out of range"))
+    ingero_proto::units::parse_bytes(s)
 }
 
 fn parse_store(s: &str) -> Result<StoreUrl, String> {

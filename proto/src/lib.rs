@@ -6,6 +6,7 @@
 //! - [`hist`]: the latency histogram shared with the eBPF programs.
 //! - [`rows`]: builders that turn Rust rows into batches of those schemas.
 //! - [`client`]: the ingest client with retry and backoff.
+//! - [`units`]: sizes on the command line.
 
 pub mod auth;
 pub mod client;
@@ -13,6 +14,7 @@ pub mod hist;
 pub mod ipc;
 pub mod rows;
 pub mod schema;
+pub mod units;
 pub mod values;
 
 /// The kubelet PodResources API (v1), client and server (tests serve it).

@@ -77,7 +77,7 @@ pub const COMMON: &[Column] = &[
     ),
     opt("rank", I32, "", "Rank of the process in its job (RANK or ncclCommInitRank)"),
     opt("world_size", I32, "", "Number of ranks in the job (WORLD_SIZE or nranks)"),
-    col("pid", U32, "", "Process id (tgid) in the node's root pid namespace; 0 for node-level rows"),
+    col("pid", U32, "", "Process id (tgid) in the agent's pid namespace (the host's with hostPID, a kind node's own); 0 for node-level rows"),
     col("comm", Utf8, "", "Process name (task comm, 15 chars max)"),
     col("cgroup_id", U64, "", "cgroup v2 id (inode of the cgroup directory); 0 when unknown"),
     col("window_start", TimestampUs, "µs since epoch, UTC", "Start of the aggregation window"),

@@ -32,6 +32,9 @@ pub struct Summary {
     pub runq_share: f64,
     pub runq_share_peak: f64,
     pub offcpu_share: f64,
+    /// Off-CPU outside CUDA/NCCL waits.
+    #[serde(default)]
+    pub host_offcpu_share: f64,
     pub stall_share: f64,
     pub io_share: f64,
     pub sync_p99_baseline_ns: Option<u64>,
@@ -92,6 +95,7 @@ pub fn summarize(d: &ReportData) -> Summary {
         runq_share: mean(s.iter().map(|p| p.runq_share)),
         runq_share_peak: s.iter().map(|p| p.runq_share).fold(0.0, f64::max),
         offcpu_share: mean(s.iter().map(|p| p.offcpu_share)),
+        host_offcpu_share: mean(s.iter().map(|p| p.host_offcpu_share)),
         stall_share: mean(s.iter().map(|p| p.runq_share + p.offcpu_share)),
         io_share: mean(s.iter().map(|p| p.io_share)),
         sync_p99_baseline_ns: hist_of(&calm),
@@ -246,12 +250,13 @@ pub fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
         });
     }
 
-    if !runq_bad && !io_bad && s.mem_events == 0 && s.offcpu_share >= 0.25 {
+    // Sleeping inside a sync or a collective is waiting, not a host stall.
+    if !runq_bad && !io_bad && s.mem_events == 0 && s.host_offcpu_share >= 0.25 {
         chains.push(Chain {
             severity: Severity::Medium,
             cause: "host_blocked".into(),
             title: "Host threads blocked → GPU waits for work".into(),
-            root_cause: vec![format!("{who} was off-CPU {} of the time (locks, sleeps, synchronous host work)", pct(s.offcpu_share))],
+            root_cause: vec![format!("{who} was off-CPU {} of the time outside CUDA/NCCL waits (locks, sleeps, synchronous host work)", pct(s.host_offcpu_share))],
             effect: gpu_effects(d, s),
             contributing: vec![],
             fixes: vec!["profile the input pipeline (py-spy dump during a stall) and move blocking work out of the training loop".into()],
@@ -290,4 +295,35 @@ pub fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
     }
     chains.sort_by_key(|c| c.severity);
     chains
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::data::Point;
+
+    fn pod(offcpu: f64, host_offcpu: f64) -> ReportData {
+        let series = (0..10)
+            .map(|i| Point {
+                t_us: i * 1_000_000,
+                runq_share: 0.01,
+                offcpu_share: offcpu,
+                host_offcpu_share: host_offcpu,
+                ..Default::default()
+            })
+            .collect();
+        ReportData { series, pids: vec![7], comms: vec!["python".into()], window_secs: 1.0, ..Default::default() }
+    }
+
+    fn causes(d: &ReportData) -> Vec<String> {
+        diagnose(d, &summarize(d)).into_iter().map(|c| c.cause).collect()
+    }
+
+    #[test]
+    fn waiting_inside_a_sync_or_collective_is_not_a_host_stall() {
+        // 85% off-CPU, all of it asleep inside ncclAllReduce / cudaStreamSynchronize.
+        assert!(!causes(&pod(0.85, 0.02)).contains(&"host_blocked".to_string()));
+        // The same off-CPU time outside any CUDA/NCCL call is the host's own.
+        assert!(causes(&pod(0.85, 0.85)).contains(&"host_blocked".to_string()));
+    }
 }

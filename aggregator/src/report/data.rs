@@ -70,6 +70,10 @@ pub struct Point {
     pub t_us: i64,
     pub runq_share: f64,
     pub offcpu_share: f64,
+    /// Off-CPU outside calls that wait for the GPU or peers (syncs, copies,
+    /// collectives): the host's own stall.
+    #[serde(default)]
+    pub host_offcpu_share: f64,
     pub sync_p99_ns: Option<u64>,
     pub nccl_share: f64,
     pub launches_per_s: f64,
@@ -186,6 +190,8 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
         ))
         .await?;
     let mut window_us = 1e6f64;
+    // Per window: (off-CPU ns, all thread time ns), for the host-stall share below.
+    let mut off_cpu: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
     for b in &sched {
         let t = b.column(0).as_primitive::<Int64Type>();
         let (runq, off, on, wu) = (f64s(b, 1), f64s(b, 2), f64s(b, 3), f64s(b, 4));
@@ -194,6 +200,7 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
             let p = points.entry(t.value(i)).or_default();
             p.runq_share = runq[i] / total;
             p.offcpu_share = off[i] / total;
+            off_cpu.insert(t.value(i), (off[i], total));
             window_us = wu[i].max(1.0);
         }
     }
@@ -206,6 +213,8 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
         .await?;
     let mut hists: BTreeMap<i64, Histogram> = BTreeMap::new();
     let mut ops: BTreeMap<String, OpStat> = BTreeMap::new();
+    // Time spent inside calls that wait for the GPU or for peers, per window.
+    let mut waiting: BTreeMap<i64, f64> = BTreeMap::new();
     for b in &calls {
         let t = b.column(0).as_primitive::<Int64Type>();
         let (lib, op) = (b.column(1).as_string::<i32>(), b.column(2).as_string::<i32>());
@@ -234,6 +243,9 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
                 bk.as_primitive::<UInt8Type>().values(),
                 ct.as_primitive::<UInt64Type>().values(),
             ));
+            if is_sync_op(o) || is_nccl_collective(l, o) || o.contains("Memcpy") {
+                *waiting.entry(t.value(i)).or_default() += total.value(i) as f64;
+            }
             if is_sync_op(o) {
                 d.sync_calls += count.value(i);
                 let bk = hb.value(i);
@@ -251,6 +263,13 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
     }
     for (t, h) in &hists {
         points.entry(*t).or_default().sync_p99_ns = h.quantile(0.99);
+    }
+    // A thread asleep inside cudaStreamSynchronize, a device-to-host copy or
+    // a collective waits for the GPU or for its peers: that is not the host
+    // stalling. Only off-CPU time outside such calls counts.
+    for (t, (off, total)) in off_cpu {
+        let inside = waiting.get(&t).copied().unwrap_or(0.0);
+        points.entry(t).or_default().host_offcpu_share = (off - inside).max(0.0) / total;
     }
     d.sync_hist = hists.into_iter().collect();
     d.ops = ops

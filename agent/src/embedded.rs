@@ -1,0 +1,52 @@
+//! `run --store`: single-node use with no server to run. An aggregator is
+//! embedded on loopback and writes the Parquet dataset itself. It links
+//! the aggregator (Parquet, object_store, DataFusion), so it is a cargo
+//! feature (`store`, on by default); the DaemonSet image is built without
+//! it and ships to an aggregator instead.
+
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+
+#[cfg(feature = "store")]
+pub struct Embedded(ingero_aggregator::serve::Server);
+
+#[cfg(not(feature = "store"))]
+pub struct Embedded(());
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Embedded")
+    }
+}
+
+impl Embedded {
+    /// Starts the embedded aggregator; returns it and its gRPC address.
+    #[cfg(feature = "store")]
+    pub async fn start(store: &str, s3_endpoint: Option<String>, wal: PathBuf) -> Result<(Embedded, String)> {
+        use ingero_aggregator::{serve, store as st};
+        let url = st::StoreUrl::parse(store).map_err(|e| Error::Config(e.to_string()))?;
+        let opts = st::StoreOptions { s3_endpoint };
+        let mut cfg = serve::ServeConfig::ephemeral(url, opts, wal);
+        cfg.commit.flush_age = std::time::Duration::from_secs(10);
+        let s = serve::Server::start(cfg).await.map_err(|e| Error::Config(format!("--store: {e}")))?;
+        let u = s.grpc_url();
+        Ok((Embedded(s), u))
+    }
+
+    #[cfg(not(feature = "store"))]
+    pub async fn start(_store: &str, _s3_endpoint: Option<String>, _wal: PathBuf) -> Result<(Embedded, String)> {
+        Err(Error::Config(
+            "this ingero-agent is built without the `store` feature (the lean DaemonSet build): \
+             use --aggregator URL, or build with `cargo build -p ingero-agent` (default features) for --store"
+                .into(),
+        ))
+    }
+
+    /// Flushes what it holds and stops.
+    pub async fn shutdown(self) -> Result<()> {
+        #[cfg(feature = "store")]
+        self.0.shutdown().await.map_err(|e| Error::Config(format!("--store shutdown: {e}")))?;
+        Ok(())
+    }
+}
