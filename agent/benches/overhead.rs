@@ -45,7 +45,6 @@ fn main() {
         eprintln!("overhead bench needs root");
         return;
     }
-    let _ = ingero_agent::check::ensure_tracefs();
     let dir = tempfile::tempdir().unwrap();
     let lib = dir.path().join("libcudart.so.12");
     let bench = dir.path().join("callbench");

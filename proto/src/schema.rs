@@ -144,7 +144,7 @@ const HOST_EVENTS: &[Column] = &[
         "value",
         I64,
         "kind-specific",
-        "oom_kill: victim pages; exit: exit code; fork: child pid; mem_pressure/swap: bytes",
+        "oom_kill: victim pages; exit: exit status, or 128 + the signal that killed it (137 SIGKILL, 134 SIGABRT), as Kubernetes reports it; fork: child pid (new processes only, never threads); mem_pressure/swap: bytes",
     ),
     opt("detail", Utf8, "", "Free text: victim name, new binary path, … (reference_chain: the chain as JSON)"),
 ];
