@@ -31,6 +31,7 @@ pub fn render(l: &LoopStats, s: &ShipStats) -> String {
             "Library files that could not be probed (retried on the next scan)",
             g(&l.attach_failures),
         ),
+        ("ingero_agent_cached_processes", "gauge", "Processes whose attribution is cached", g(&l.cached_processes)),
         (
             "ingero_agent_kernel_map_bytes",
             "gauge",

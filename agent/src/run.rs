@@ -52,6 +52,8 @@ pub struct LoopStats {
     pub attach_failures: AtomicU64,
     /// Kernel memory of the BPF maps (fdinfo memlock).
     pub kernel_map_bytes: AtomicU64,
+    /// Processes whose attribution is cached.
+    pub cached_processes: AtomicU64,
     pub spool_dropped: AtomicU64,
     pub kube: std::sync::OnceLock<Arc<crate::attribution::kube::KubeStats>>,
 }
@@ -275,6 +277,13 @@ pub fn probe_loop(
                 described.remove(&e.tgid);
             }
         }
+        // Exits lost to a full ring buffer, and reused pids, are caught here:
+        // cached state stays bounded by the processes alive now.
+        for pid in attr.prune() {
+            probes.forget(pid);
+            described.remove(&pid);
+        }
+        stats.cached_processes.store(attr.len() as u64, Ordering::Relaxed);
         update_thresholds(&mut probes, &d, &mut medians, &cfg);
         stats.windows.fetch_add(1, Ordering::Relaxed);
         stats.events.fetch_add(delta.events, Ordering::Relaxed);

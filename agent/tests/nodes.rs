@@ -326,3 +326,109 @@ fn check_names_the_namespace_and_the_kernel_memory_and_mounts_nothing() {
     let mounts_after = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
     assert_eq!(mounts_before, mounts_after, "check mounts nothing");
 }
+
+/// A Prometheus gauge from the agent's /metrics.
+fn metric(addr: &str, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in:\n{body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_churn_leaves_the_agent_state_flat() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("churn");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut args = store_args(dir.path(), &cg);
+    args.push(format!("--metrics-addr={addr}"));
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    // 2,000 short-lived processes in scope, each exec'd (and seen by the agent).
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$0/cgroup.procs"; i=0; while [ $i -lt 2000 ]; do /bin/true; i=$((i+1)); done"#)
+        .arg(&cg.0)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::thread::sleep(Duration::from_millis(2500));
+    let cached = metric(&addr, "ingero_agent_cached_processes");
+    let log = agent.stop();
+    assert!(cached < 50, "{cached} processes still cached after 2,000 exited\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_process_that_exits_at_once_leaves_the_library_probed_for_the_next() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("quick");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    // Maps the library and exits within a millisecond, a few times over.
+    for _ in 0..5 {
+        Workload::start(&wl, &lib, &["open"], &cg).wait();
+    }
+    let w = Workload::start(&wl, &lib, &["open", "sleep:600", "call:cudaLaunchKernel:4242:0", "sleep:300"], &cg);
+    let pid = w.pid();
+    w.wait();
+    let log = agent.stop();
+    let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(4242), "{c:?}\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_kill_is_recorded_for_its_victim() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("oom");
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    // A 32 MiB memory cgroup: cgroup v2's memory controller, or v1's on a
+    // hybrid host (this VM), alongside the v2 scope the agent traces.
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
+    let limit_dir = if cgroup_mount().join("cgroup.controllers").exists()
+        && std::fs::read_to_string(cgroup_mount().join("cgroup.controllers")).unwrap_or_default().contains("memory")
+    {
+        std::fs::write(cg.0.join("cgroup.subtree_control"), "+memory").unwrap();
+        let b = cg.0.join("box");
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(b.join("memory.max"), "32M").unwrap();
+        std::fs::write(b.join("memory.swap.max"), "0").ok();
+        b
+    } else {
+        assert!(v1.join("memory.limit_in_bytes").exists(), "no memory controller in cgroup v2 nor v1");
+        let b = v1.join(format!("ingero-test-oom-{}", std::process::id()));
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(b.join("memory.limit_in_bytes"), "33554432").unwrap();
+        std::fs::write(b.join("memory.memsw.limit_in_bytes"), "33554432").ok();
+        b
+    };
+    // Touches 256 MiB: the kernel's OOM killer picks it.
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$0/cgroup.procs"; echo $$ > "$1/cgroup.procs"; exec python3 -c 'b = bytearray(256 << 20); print(len(b))'"#)
+        .arg(&cg.0)
+        .arg(&limit_dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(9), "killed by the OOM killer");
+    std::thread::sleep(Duration::from_millis(300));
+    let log = agent.stop();
+    let ev = host_events_of(&rows(dir.path(), Table::HostEvents).await, pid);
+    assert!(ev.iter().any(|(k, _)| k == "oom_kill"), "oom_kill of pid {pid}: {ev:?}\n{log}");
+    assert!(ev.contains(&("exit".into(), 137)), "{ev:?}");
+    let _ = std::fs::remove_dir(&limit_dir);
+}

@@ -23,6 +23,9 @@ pub struct KubeSources {
 /// Everything known about one process.
 #[derive(Debug, Clone, Default)]
 pub struct ProcInfo {
+    /// Start time (clock ticks since boot, /proc/PID/stat field 22): with
+    /// the pid, what identifies a process (pids are reused).
+    pub start_time: u64,
     pub comm: String,
     pub cmdline: String,
     pub cgroup_path: String,
@@ -158,6 +161,33 @@ impl Attributor {
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
     }
+
+    /// Processes cached now.
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
+    /// Drops processes that are gone or whose pid now names another
+    /// process (a lost exit event, pid reuse); returns the pids dropped.
+    /// Called after a window is built, so a process's last rows keep its name.
+    pub fn prune(&mut self) -> Vec<u32> {
+        let stale: Vec<u32> =
+            self.procs.iter().filter(|(pid, p)| start_time(**pid) != Some(p.start_time)).map(|(pid, _)| *pid).collect();
+        for pid in &stale {
+            self.procs.remove(pid);
+        }
+        stale
+    }
+}
+
+/// /proc/PID/stat field 22 (after the parenthesised comm, which may hold spaces).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// A /proc/PID/cgroup path as a path below the mount (`/../..` resolved).
@@ -184,6 +214,7 @@ fn read(pid: u32, mount: &std::path::Path, ns_root: &std::path::Path) -> ProcInf
     cmdline.truncate(4096);
     let cgroup_path = cgroup::of_pid(pid).map(|c| mount_relative(mount, ns_root, &c)).unwrap_or_default();
     ProcInfo {
+        start_time: start_time(pid).unwrap_or(0),
         comm,
         cmdline,
         cgroup_id: cgroup::id_of(mount, &cgroup_path),
