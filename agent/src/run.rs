@@ -128,12 +128,13 @@ pub fn probe_loop(
     let run_time_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
     let mut last_run_ns = 0u64;
 
-    let scan = |probes: &mut Probes, attr: &mut Attributor, pids: &[u32]| {
+    let mut statics = crate::probes::statics::StaticRuntimes::default();
+    let mut scan = |probes: &mut Probes, attr: &mut Attributor, pids: &[u32]| {
         for &pid in pids {
             if !pid_filter.is_empty() && !pid_filter.contains(&pid) {
                 continue;
             }
-            for f in libs::scan_pid(pid) {
+            for f in libs::scan_pid_with_statics(pid, &mut statics) {
                 let info = attr.get(pid);
                 if !info.libraries.contains(&f.mapped_as) {
                     info.libraries.push(f.mapped_as.clone());

@@ -362,3 +362,41 @@ async fn the_calls_real_stacks_make_are_all_counted() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_linked_into_the_executable_is_found_by_its_symbols() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("static");
+    let (lib, _) = build(&dir.path().join("bin"));
+    let driver = dir.path().join("bin/libcuda.so.1");
+    std::fs::copy(&lib, &driver).unwrap();
+    let exe = dir.path().join("bin/train_cuda");
+    let st = std::process::Command::new("cc")
+        .args([
+            "-O1",
+            "-fno-inline",
+            "-fno-omit-frame-pointer",
+            "-mno-omit-leaf-frame-pointer",
+            "-fcf-protection=none",
+            "-I",
+        ])
+        .arg(native_dir())
+        .arg("-o")
+        .arg(&exe)
+        .arg(native_dir().join("static_cuda.c"))
+        .arg("-ldl")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let w = Workload::start(&exe, &driver, &["600", "3000"], &cg);
+    let pid = w.pid();
+    let out = w.child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let log = agent.stop();
+    let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(3000), "{c:?}\n{log}");
+    assert_eq!(c.get("cudaStreamSynchronize").map(|x| x.0), Some(300), "{c:?}");
+}

@@ -68,7 +68,7 @@ pub fn parse_maps(pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
 }
 
 /// `08:01` (hex major:minor) → a single number.
-fn parse_dev(s: &str) -> Option<u64> {
+pub(crate) fn parse_dev(s: &str) -> Option<u64> {
     let (a, b) = s.split_once(':')?;
     Some((u64::from_str_radix(a, 16).ok()? << 32) | u64::from_str_radix(b, 16).ok()?)
 }
@@ -79,6 +79,18 @@ pub fn scan_pid(pid: u32) -> Vec<Found> {
         Ok(m) => parse_maps(pid, &m, Path::new("/proc")),
         Err(_) => Vec::new(),
     }
+}
+
+/// Like `scan_pid`, and where the process maps the driver but no libcudart,
+/// the executable or library that holds a statically linked runtime.
+pub fn scan_pid_with_statics(pid: u32, statics: &mut super::statics::StaticRuntimes) -> Vec<Found> {
+    let Ok(m) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let mut found = parse_maps(pid, &m, Path::new("/proc"));
+    let driver_only = found.iter().any(|f| f.lib == Lib::Cuda) && !found.iter().any(|f| f.lib == Lib::Cudart);
+    if driver_only {
+        found.extend(statics.find(pid, &m, Path::new("/proc")));
+    }
+    found
 }
 
 /// Processes to look at: those under the cgroup subtree, or all of them.

@@ -11,3 +11,4 @@ pub mod libs;
 pub mod load;
 pub mod memory;
 pub mod ops;
+pub mod statics;

@@ -1,0 +1,137 @@
+//! The CUDA runtime linked statically (`nvcc`'s default, `-cudart static`):
+//! no libcudart.so is mapped, its functions live in the executable or in
+//! another library. Such a process still maps the driver (libcuda.so.1,
+//! always dynamic), so its other executable mappings are searched once each
+//! for the runtime's symbols.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use object::{Object, ObjectSymbol};
+
+use super::libs::Found;
+use super::ops::Lib;
+
+/// The symbol that marks a CUDA runtime: every version exports it.
+const MARKER: &str = "cudaLaunchKernel";
+
+/// Files already searched, by maps (device, inode): each is read once.
+#[derive(Debug, Default)]
+pub struct StaticRuntimes {
+    searched: HashMap<(u64, u64), bool>,
+}
+
+impl StaticRuntimes {
+    /// Executable mappings of `pid` (from its maps text) that hold a CUDA
+    /// runtime, as libraries to probe with the runtime's ops. Only called
+    /// for processes that map the driver but no libcudart.
+    pub fn find(&mut self, pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
+        let mut out = Vec::new();
+        for line in maps.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(perms), Some(_), Some(dev), Some(inode)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            let path: String = f.collect::<Vec<_>>().join(" ");
+            if !perms.contains('x') || !path.starts_with('/') || path.ends_with("(deleted)") {
+                continue;
+            }
+            let name = path.rsplit('/').next().unwrap_or("");
+            if Lib::from_file_name(name).is_some() || is_system_library(name) {
+                continue;
+            }
+            let Ok(ino) = inode.parse::<u64>() else { continue };
+            let id = (super::libs::parse_dev(dev).unwrap_or(0), ino);
+            let map_file = proc_root.join(pid.to_string()).join("map_files").join(range);
+            let hit = *self.searched.entry(id).or_insert_with(|| has_symbol(&map_file, MARKER).unwrap_or(false));
+            if hit && !out.iter().any(|x: &Found| x.id == id) {
+                out.push(Found {
+                    id,
+                    path: proc_root.join(pid.to_string()).join("root").join(path.trim_start_matches('/')),
+                    map_file: Some(map_file),
+                    mapped_as: path.clone(),
+                    lib: Lib::Cudart,
+                    pid,
+                });
+            }
+        }
+        out
+    }
+
+    pub fn len(&self) -> usize {
+        self.searched.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.searched.is_empty()
+    }
+}
+
+/// glibc, the C++ runtime and the loader never hold a CUDA runtime.
+fn is_system_library(name: &str) -> bool {
+    ["libc.so", "libc-", "libm.so", "libpthread", "libdl", "librt", "ld-linux", "libstdc++", "libgcc_s", "libz.so"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+/// A read-only private mapping of a whole file.
+struct Mapped {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapped {
+    fn open(path: &Path) -> std::io::Result<Mapped> {
+        let f = File::open(path)?;
+        let len = f.metadata()?.len() as usize;
+        if len == 0 {
+            return Err(std::io::Error::other("empty file"));
+        }
+        // SAFETY: a fresh read-only private mapping of an open fd; the fd may
+        // be closed afterwards (the mapping keeps the file).
+        let ptr =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapped { ptr, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: ptr/len describe a live read-only mapping owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the region mmap returned.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+/// True when the ELF file defines `symbol` (dynamic or static symbol table).
+pub fn has_symbol(path: &Path, symbol: &str) -> std::io::Result<bool> {
+    let m = Mapped::open(path)?;
+    let Ok(obj) = object::File::parse(m.bytes()) else { return Ok(false) };
+    let defines = |s: object::Symbol<'_, '_>| !s.is_undefined() && s.name() == Ok(symbol);
+    Ok(obj.dynamic_symbols().any(defines) || obj.symbols().any(defines))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_runtime_in_an_executable_and_not_in_the_agent() {
+        // This test binary links no CUDA runtime.
+        let me = std::env::current_exe().unwrap();
+        assert!(!has_symbol(&me, MARKER).unwrap());
+        assert!(has_symbol(&me, "main").unwrap());
+        assert!(is_system_library("libc.so.6") && !is_system_library("train_cuda"));
+    }
+}
