@@ -77,6 +77,7 @@ struct stall_event {
 #define PROC_FORK 3
 #define PROC_OOM 4
 #define PROC_COMM_INIT 5
+#define PROC_DLOPEN 6 /* a CUDA/NCCL library was dlopen'd; the process waits (other: tid) */
 
 /* Process lifecycle and rare events, through the procs ring buffer. */
 struct proc_event {
@@ -106,7 +107,7 @@ struct config {
 	__u32 pid_filter;   /* 1: calls only from processes in the targets map (--pid) */
 	__u32 pidns_level;  /* depth of the agent's pid namespace + 1; 0 until the
 	                     * programs find it (written by them, once) */
-	__u32 pad;
+	__u32 hold_dlopen;  /* 1: hold a thread that dlopens a CUDA/NCCL library until probed */
 	__u64 pidns_ino;    /* inode of the agent's pid namespace (/proc/self/ns/pid);
 	                     * 0: the initial namespace, pids need no translation */
 };

@@ -3,3 +3,4 @@
 #include "sched.bpf.c"
 #include "io.bpf.c"
 #include "proc.bpf.c"
+#include "dlopen.bpf.c"

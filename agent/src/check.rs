@@ -185,6 +185,9 @@ pub fn libraries() -> Vec<(String, Vec<u32>)> {
     let mut by: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
     for pid in crate::probes::libs::pids(None) {
         for f in crate::probes::libs::scan_pid(pid) {
+            if f.lib == crate::probes::ops::Lib::Libc {
+                continue;
+            }
             by.entry(f.mapped_as).or_default().push(pid);
         }
     }

@@ -83,6 +83,11 @@ struct RunArgs {
     /// them (repeatable; the usual CUDA install directories are always included).
     #[arg(long = "lib", env = "INGERO_LIB", value_delimiter = ',')]
     libs: Vec<PathBuf>,
+    /// Do not hold a thread that dlopens a CUDA/NCCL library until its probes are in (by default it waits
+    /// in the kernel for the agent, for as long as the probes take and at most 250 ms, so the first calls of a
+    /// library loaded at run time, such as vLLM's NCCL, are traced).
+    #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
+    no_dlopen_hold: bool,
     /// Mount point of the cgroup v2 hierarchy.
     #[arg(long, env = "INGERO_CGROUP_MOUNT", default_value = "/sys/fs/cgroup")]
     cgroup_mount: PathBuf,
@@ -293,6 +298,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         outlier_min: a.outlier_min,
         outlier_abs: a.outlier_abs,
         libs: a.libs.clone(),
+        hold_dlopen: !a.no_dlopen_hold,
     };
     tracing::info!(node = %node, aggregator = %url, window = ?a.window, "ingero-agent tracing");
     let (ls, ss) = (loop_stats.clone(), ship_stats.clone());

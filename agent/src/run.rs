@@ -15,9 +15,10 @@ use tokio::sync::mpsc;
 
 use crate::attribution::Attributor;
 use crate::error::Result;
-use crate::probes::abi::{Counters, PROC_COMM_INIT, PROC_EXEC, PROC_EXIT, PROC_FORK};
+use crate::probes::abi::{Counters, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK};
 use crate::probes::drain::{self, Rings};
 use crate::probes::load::{map, Attached, Probes};
+use crate::probes::ops::Lib;
 use crate::probes::{libs, ops};
 use crate::window::{self, HostFacts, WindowCtx};
 
@@ -37,6 +38,8 @@ pub struct LoopConfig {
     pub outlier_abs: Option<Duration>,
     /// Library files to probe at start (plus the usual install locations).
     pub libs: Vec<PathBuf>,
+    /// Hold a thread that dlopens a CUDA/NCCL library until it is probed.
+    pub hold_dlopen: bool,
 }
 
 /// Shared with the metrics endpoint.
@@ -102,6 +105,7 @@ pub fn probe_loop(
     if let Some(root) = &cfg.cgroup_root {
         probes.set_scope(root)?;
     }
+    probes.set_hold_dlopen(cfg.hold_dlopen)?;
     if !cfg.pids.is_empty() {
         for &p in &cfg.pids {
             probes.track(p)?;
@@ -136,7 +140,7 @@ pub fn probe_loop(
             }
             for f in libs::scan_pid_with_statics(pid, &mut statics) {
                 let info = attr.get(pid);
-                if !info.libraries.contains(&f.mapped_as) {
+                if f.lib != Lib::Libc && !info.libraries.contains(&f.mapped_as) {
                     info.libraries.push(f.mapped_as.clone());
                 }
                 if probes.is_attached(&f) {
@@ -184,15 +188,24 @@ pub fn probe_loop(
 
     while !stop.load(Ordering::Relaxed) {
         let window_end = window_start + window_us;
-        // Wake every 50 ms for process events (exec → rescan at once).
+        // Wake at least every 10 ms for process events (exec → rescan at
+        // once), and at once for a held dlopen.
         loop {
             let now = chrono::Utc::now().timestamp_micros();
             if now >= window_end || stop.load(Ordering::Relaxed) {
                 break;
             }
-            std::thread::sleep(Duration::from_micros(((window_end - now) as u64).min(10_000)));
+            rings.wait_procs(Duration::from_micros(((window_end - now) as u64).min(10_000)));
             for e in rings.procs() {
                 match e.kind {
+                    PROC_DLOPEN => {
+                        // The thread waits in the kernel until its library is probed.
+                        let t = Instant::now();
+                        scan(&mut probes, &mut attr, &[e.tgid]);
+                        probes.release(e.tgid);
+                        tracing::debug!(pid = e.tgid, held_us = t.elapsed().as_micros() as u64, "dlopen held");
+                        continue;
+                    }
                     PROC_EXEC | PROC_FORK => {
                         let pid = if e.kind == PROC_FORK { e.other } else { e.tgid };
                         attr.refresh(pid);

@@ -400,3 +400,28 @@ async fn a_runtime_linked_into_the_executable_is_found_by_its_symbols() {
     assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(3000), "{c:?}\n{log}");
     assert_eq!(c.get("cudaStreamSynchronize").map(|x| x.0), Some(300), "{c:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_dlopened_and_called_at_once_is_traced_from_its_first_call() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("dlopen");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let nccl = dir.path().join("bin/libnccl.so.2");
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    // No pause between dlopen and the first calls (vLLM's pynccl does this).
+    let nccl_step = format!("nccl:{}", nccl.display());
+    let w = Workload::start(
+        &wl,
+        &lib,
+        &["sleep:400", "open", "call:cudaLaunchKernel:777:0", &nccl_step, "call:ncclAllReduce:33:0", "sleep:300"],
+        &cg,
+    );
+    let pid = w.pid();
+    w.wait();
+    let log = agent.stop();
+    let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(777), "{c:?}\n{log}");
+    assert_eq!(c.get("ncclAllReduce").map(|x| x.0), Some(33), "{c:?}\n{log}");
+}

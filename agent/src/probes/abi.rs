@@ -12,6 +12,7 @@ pub const PROC_EXIT: u32 = 2;
 pub const PROC_FORK: u32 = 3;
 pub const PROC_OOM: u32 = 4;
 pub const PROC_COMM_INIT: u32 = 5;
+pub const PROC_DLOPEN: u32 = 6;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -112,7 +113,8 @@ pub struct Config {
     pub pid_filter: u32,
     /// Depth of the agent's pid namespace + 1, found by the programs.
     pub pidns_level: u32,
-    pub pad: u32,
+    /// 1: hold a thread that dlopens a CUDA/NCCL library until it is probed.
+    pub hold_dlopen: u32,
     /// Inode of the agent's pid namespace; 0 for the initial one.
     pub pidns_ino: u64,
 }

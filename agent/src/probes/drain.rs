@@ -87,6 +87,14 @@ impl Rings {
         out
     }
 
+    /// Sleeps until a process event is ready or `timeout` passes.
+    pub fn wait_procs(&self, timeout: Duration) {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd { fd: self.procs.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd we own, for the duration of the call.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
+    }
+
     pub fn procs(&mut self) -> Vec<ProcEvent> {
         let mut out = Vec::new();
         while let Some(item) = self.procs.next() {

@@ -70,7 +70,7 @@ impl Probes {
             .btf(Some(&btf))
             .load(OBJECT)
             .map_err(|e| Error::Bpf(format!("loading eBPF object: {e}")))?;
-        for name in ["call_entry", "call_return"] {
+        for name in ["call_entry", "call_return", "dlopen_entry", "dlopen_return"] {
             let p: &mut UProbe = prog(&mut ebpf, name)?.try_into().map_err(|e| Error::Bpf(format!("{name}: {e}")))?;
             p.load().map_err(|e| Error::Bpf(format!("loading {name}: {e:#}")))?;
         }
@@ -91,7 +91,7 @@ impl Probes {
         }
         // Pids in every event are those of the agent's own namespace (a kind
         // node, a nested container), so /proc lookups and --pid agree.
-        let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), ..Config::default() };
+        let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), hold_dlopen: 1, ..Config::default() };
         let mut p = Probes { ebpf, config, attached: HashSet::new(), resolved: HashMap::new() };
         p.write_config()?;
         Ok(p)
@@ -136,6 +136,19 @@ impl Probes {
         }
         self.config.pid_filter = 1;
         self.write_config()
+    }
+
+    /// Whether a thread that dlopens a CUDA/NCCL library is held until probed.
+    pub fn set_hold_dlopen(&mut self, on: bool) -> Result<()> {
+        self.config.hold_dlopen = on as u32;
+        self.write_config()
+    }
+
+    /// Lets a process held at its dlopen go on (its libraries are probed).
+    pub fn release(&mut self, tgid: u32) {
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u64>>(&mut self.ebpf, "held") {
+            let _ = m.remove(&tgid);
+        }
     }
 
     /// True when the file behind this maps line of `pid` is known to be probed.
@@ -191,6 +204,9 @@ impl Probes {
         lib: Lib,
         links: &mut Vec<(&'static str, UProbeLinkId)>,
     ) -> Result<Vec<&'static str>> {
+        if lib == Lib::Libc {
+            return self.attach_dlopen(path, links);
+        }
         let mut done = Vec::new();
         for op in ops::all().into_iter().filter(|o| o.lib == lib) {
             let point =
@@ -214,6 +230,30 @@ impl Probes {
             done.push(op.symbol);
         }
         Ok(done)
+    }
+}
+
+impl Probes {
+    /// glibc's `dlopen` (entry: is it a CUDA/NCCL library; return: hold
+    /// the thread until the library is probed).
+    fn attach_dlopen(
+        &mut self,
+        path: &Path,
+        links: &mut Vec<(&'static str, UProbeLinkId)>,
+    ) -> Result<Vec<&'static str>> {
+        let point = || UProbeAttachPoint { location: UProbeAttachLocation::Symbol("dlopen"), cookie: None };
+        let entry = prog(&mut self.ebpf, "dlopen_entry").and_then(as_uprobe)?;
+        match entry.attach(point(), path, UProbeScope::AllProcesses) {
+            Ok(id) => links.push(("dlopen_entry", id)),
+            // A libc without dlopen (before glibc 2.34 it lives in libdl).
+            Err(_) => return Ok(vec![]),
+        }
+        let ret = prog(&mut self.ebpf, "dlopen_return").and_then(as_uprobe)?;
+        let id = ret
+            .attach(point(), path, UProbeScope::AllProcesses)
+            .map_err(|e| Error::Bpf(format!("uretprobe dlopen in {}: {e:#}", path.display())))?;
+        links.push(("dlopen_return", id));
+        Ok(vec!["dlopen"])
     }
 }
 

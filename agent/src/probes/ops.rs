@@ -11,6 +11,9 @@ pub enum Lib {
     Cuda,
     /// NCCL, libnccl.so.*
     Nccl,
+    /// glibc (libc.so.6): only its `dlopen`, to probe CUDA/NCCL libraries
+    /// loaded at run time before their first call.
+    Libc,
 }
 
 impl Lib {
@@ -19,11 +22,15 @@ impl Lib {
             Lib::Cudart => "cudart",
             Lib::Cuda => "cuda",
             Lib::Nccl => "nccl",
+            Lib::Libc => "libc",
         }
     }
 
     /// Recognises a library by its file name (versioned sonames included).
     pub fn from_file_name(name: &str) -> Option<Lib> {
+        if name == "libc.so.6" || name == "libdl.so.2" {
+            return Some(Lib::Libc);
+        }
         let stem = name.split(".so").next()?;
         if !name.contains(".so") {
             return None;
@@ -184,6 +191,8 @@ mod tests {
         assert_eq!(Lib::from_file_name("libcudart-d0da41ae.so.12"), Some(Lib::Cudart));
         assert_eq!(Lib::from_file_name("libnccl-6f1b2c3d.so.2"), Some(Lib::Nccl));
         assert_eq!(Lib::from_file_name("libcuda-extras.so.1"), None);
+        assert_eq!(Lib::from_file_name("libc.so.6"), Some(Lib::Libc));
+        assert_eq!(Lib::from_file_name("libcap.so.2"), None);
     }
 
     #[test]
