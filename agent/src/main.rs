@@ -215,6 +215,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// Returns freed heap pages to the kernel (glibc keeps them otherwise).
+fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks glibc's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn run(a: RunArgs) -> anyhow::Result<()> {
     if a.window < Duration::from_millis(100) {
         return Err(error::Error::Config("--window must be at least 100ms".into()).into());
@@ -231,6 +240,11 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         let lines: Vec<String> = failed.iter().map(|c| format!("{}: {} — fix: {}", c.name, c.detail, c.fix)).collect();
         return Err(error::Error::Config(format!("this host cannot run the agent:\n  {}", lines.join("\n  "))).into());
     }
+    // Load first, while little else is allocated: parsing the kernel's BTF
+    // and relocating against it is the agent's largest transient (~30 MB),
+    // then give the freed heap back to the kernel.
+    let probes = probes::load::Probes::load()?;
+    release_free_heap();
     let node = node_name(a.node.clone());
     // Two workers whatever the node: shipping and the pod watch are light, and
     // one worker per CPU would be 224 threads (and malloc arenas) on a GPU node.
@@ -277,7 +291,6 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(w) = &kube.watch {
         let _ = loop_stats.kube.set(w.stats.clone());
     }
-    let probes = probes::load::Probes::load()?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGTERM, libc::SIGINT] {
         let stop = stop.clone();

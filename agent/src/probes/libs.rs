@@ -192,11 +192,12 @@ mod tests {
 7f0000009000-7f000000a000 r-xp 00000000 08:01 55 /tmp/libcuda.so.1 (deleted)
 ";
         let f = parse_maps(42, maps, Path::new("/proc"));
-        assert_eq!(f.len(), 2);
+        assert_eq!(f.len(), 3, "nccl, libc (for its dlopen) and cudart, each once");
         assert_eq!(f[0].lib, Lib::Nccl);
         assert_eq!(f[0].path, PathBuf::from("/proc/42/root/opt/conda/lib/libnccl.so.2"));
-        assert_eq!(f[1].id, ((8 << 32) | 1, 1234));
-        assert_eq!(f[1].mapped_as, "/usr/lib/libcudart.so.12.9.79");
-        assert_eq!(f[1].map_file, Some(PathBuf::from("/proc/42/map_files/7f0000000000-7f0000001000")));
+        assert_eq!(f[1].lib, Lib::Libc);
+        assert_eq!(f[2].id, ((8 << 32) | 1, 1234));
+        assert_eq!(f[2].mapped_as, "/usr/lib/libcudart.so.12.9.79");
+        assert_eq!(f[2].map_file, Some(PathBuf::from("/proc/42/map_files/7f0000000000-7f0000001000")));
     }
 }
