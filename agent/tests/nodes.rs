@@ -108,21 +108,24 @@ async fn containers_of_one_image_count_every_call_once() {
     assert_eq!(attached, 1, "one file beneath three mounts is probed once:\n{log}");
 }
 
-/// Builds the shell script that runs inside the new pid namespace.
-fn pidns_script(d: &Path, cg: &Path, lib: &Path, wl: &Path) -> String {
+/// Builds the shell script that runs inside the new pid namespace: two
+/// workloads in a pod's cgroup (`pod_cg`, below the agent's `cg`), the agent
+/// with `--pid` of the first, pods from the API server behind `kubeconfig`.
+fn pidns_script(d: &Path, cg: &Path, pod_cg: &Path, kubeconfig: &Path, lib: &Path, wl: &Path) -> String {
     let agent = env!("CARGO_BIN_EXE_ingero-agent");
-    let (d, cg, lib, wl) = (d.display(), cg.display(), lib.display(), wl.display());
+    let (d, cg, pod_cg, kc) = (d.display(), cg.display(), pod_cg.display(), kubeconfig.display());
+    let (lib, wl) = (lib.display(), wl.display());
     format!(
         r#"set -e
 mkfifo {d}/go1 {d}/go2
-start() {{ exec sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' {cg} {wl} {lib} wait open sleep:300 "$1" sleep:300; }}
+start() {{ exec sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' {pod_cg} {wl} {lib} wait open sleep:300 "$1" sleep:300; }}
 start call:cudaLaunchKernel:4321:0 < {d}/go1 > {d}/w1.out &
 W1=$!
 start call:cudaLaunchKernel:999:0 < {d}/go2 > {d}/w2.out &
 W2=$!
 exec 3>{d}/go1 4>{d}/go2
 INGERO_LOG=info {agent} run --store=file://{d}/data --spool-dir={d}/spool --cgroup-root={cg} \
-  --rescan=100ms --window=1s --pid=$W1 2>{d}/agent.log &
+  --rescan=100ms --window=1s --pid=$W1 --kubeconfig={kc} --node=node-a 2>{d}/agent.log &
 A=$!
 for i in $(seq 300); do grep -q "ingero-agent tracing" {d}/agent.log && break; sleep 0.1; done
 echo "$W1 $W2 $A" > {d}/pids
@@ -140,8 +143,28 @@ async fn in_a_pid_namespace_rows_carry_its_pids_names_and_cgroups() {
     }
     let (dir, cg) = tmp("pidns");
     let (lib, wl) = build(&dir.path().join("bin"));
+    // A pod of the kind node: kubelet-shaped cgroup, known to the API server.
+    const UID: &str = "3f2e1d0c-5b4a-4c3d-9e8f-7a6b5c4d3e2f";
+    let cid = "d4".repeat(32);
+    let pod_rel = format!(
+        "{}/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{cid}.scope",
+        cg.0.file_name().unwrap().to_string_lossy(),
+        UID.replace('-', "_")
+    );
+    let pod_cg = Cgroup::new(&pod_rel);
+    let kube = fixtures::fake_kube::FakeKube::start();
+    kube.apply(fixtures::fake_kube::pod(
+        "ml",
+        "llama-worker-0",
+        UID,
+        "node-a",
+        ("trainer", &format!("containerd://{cid}")),
+        serde_json::json!({}),
+        Some(("Job", "llama")),
+    ));
     let script = dir.path().join("node.sh");
-    std::fs::write(&script, pidns_script(dir.path(), &cg.0, &lib, &wl)).unwrap();
+    let kc = kube.kubeconfig(dir.path());
+    std::fs::write(&script, pidns_script(dir.path(), &cg.0, &pod_cg.0, &kc, &lib, &wl)).unwrap();
     // A kind node's view: its own pid namespace and /proc.
     let out = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "sh"]).arg(&script).output().unwrap();
     let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
@@ -164,8 +187,11 @@ async fn in_a_pid_namespace_rows_carry_its_pids_names_and_cgroups() {
         .collect();
     assert!(rows_pids.iter().all(|&p| p == w1), "only the namespace's pid {w1}: {rows_pids:?}");
     assert_eq!(text_of(&calls, w1, "comm").as_deref(), Some("workload"), "{log}");
+    assert_eq!(text_of(&calls, w1, "pod").as_deref(), Some("llama-worker-0"), "pod resolved in the namespace\n{log}");
+    assert_eq!(text_of(&calls, w1, "namespace").as_deref(), Some("ml"));
+    assert_eq!(text_of(&calls, w1, "container").as_deref(), Some("trainer"));
     use std::os::unix::fs::MetadataExt;
-    let cg_ino = std::fs::metadata(&cg.0).unwrap().ino();
+    let cg_ino = std::fs::metadata(&pod_cg.0).unwrap().ino();
     let cgid = calls
         .iter()
         .find_map(|b| {
@@ -174,6 +200,7 @@ async fn in_a_pid_namespace_rows_carry_its_pids_names_and_cgroups() {
         })
         .unwrap();
     assert_eq!(cgid, cg_ino, "cgroup resolved through the namespace's /proc");
+    drop(pod_cg);
 }
 
 /// Bytes of the BPF maps of `pid` (fdinfo memlock) if the node had `cpus`
