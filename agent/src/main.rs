@@ -241,7 +241,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         return Err(error::Error::Config(format!("this host cannot run the agent:\n  {}", lines.join("\n  "))).into());
     }
     // Load first, while little else is allocated: parsing the kernel's BTF
-    // and relocating against it is the agent's largest transient (~30 MB),
+    // and relocating against it is the agent's largest transient (~25 MB),
     // then give the freed heap back to the kernel.
     let probes = probes::load::Probes::load()?;
     release_free_heap();

@@ -62,14 +62,13 @@ pub fn own_pid_namespace() -> Option<u64> {
 
 impl Probes {
     pub fn load() -> Result<Probes> {
-        // Parse the kernel's BTF once, for CO-RE relocation and the tp_btf
-        // attach points both (it is the largest allocation the agent makes).
+        // EbpfLoader::new() parses the kernel's BTF for CO-RE itself; the
+        // temporary loader (and that parse) is dropped before the second
+        // parse below, for the tp_btf attach points. Two parses alive at once
+        // were the agent's peak memory (2 x ~15 MB).
+        let mut ebpf = EbpfLoader::new().load(OBJECT).map_err(|e| Error::Bpf(format!("loading eBPF object: {e}")))?;
         let btf =
             Btf::from_sys_fs().map_err(|e| Error::Bpf(format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}")))?;
-        let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .load(OBJECT)
-            .map_err(|e| Error::Bpf(format!("loading eBPF object: {e}")))?;
         for name in ["call_entry", "call_return", "dlopen_entry", "dlopen_return"] {
             let p: &mut UProbe = prog(&mut ebpf, name)?.try_into().map_err(|e| Error::Bpf(format!("{name}: {e}")))?;
             p.load().map_err(|e| Error::Bpf(format!("loading {name}: {e:#}")))?;
