@@ -39,6 +39,8 @@ pub struct Probes {
     /// pid → (device, inode) of a maps line → the file it is, so a rescan
     /// does not reopen every library of every process.
     resolved: HashMap<u32, HashMap<(u64, u64), FileId>>,
+    /// The dlopen programs loaded (the kernel supports them).
+    dlopen_hold: bool,
 }
 
 /// What `attach_found` did.
@@ -69,9 +71,18 @@ impl Probes {
         let mut ebpf = EbpfLoader::new().load(OBJECT).map_err(|e| Error::Bpf(format!("loading eBPF object: {e}")))?;
         let btf =
             Btf::from_sys_fs().map_err(|e| Error::Bpf(format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}")))?;
-        for name in ["call_entry", "call_return", "dlopen_entry", "dlopen_return"] {
+        for name in ["call_entry", "call_return"] {
             let p: &mut UProbe = prog(&mut ebpf, name)?.try_into().map_err(|e| Error::Bpf(format!("{name}: {e}")))?;
             p.load().map_err(|e| Error::Bpf(format!("loading {name}: {e:#}")))?;
+        }
+        // The dlopen hold needs sleepable uprobes (Linux 6.0) and bpf_loop
+        // (5.17): optional, the agent runs without it on older kernels.
+        let dlopen_hold = ["dlopen_entry", "dlopen_return"].iter().try_for_each(|name| {
+            let p: &mut UProbe = prog(&mut ebpf, name)?.try_into().map_err(|e| Error::Bpf(format!("{name}: {e}")))?;
+            p.load().map_err(|e| Error::Bpf(format!("loading {name}: {e:#}")))
+        });
+        if let Err(e) = &dlopen_hold {
+            tracing::warn!(error = %e, "no dlopen hold on this kernel: a library dlopen'd and called at once misses its first calls");
         }
         for &(name, tp, required) in TRACEPOINTS {
             let res = (|| -> std::result::Result<(), String> {
@@ -91,7 +102,13 @@ impl Probes {
         // Pids in every event are those of the agent's own namespace (a kind
         // node, a nested container), so /proc lookups and --pid agree.
         let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), hold_dlopen: 1, ..Config::default() };
-        let mut p = Probes { ebpf, config, attached: HashSet::new(), resolved: HashMap::new() };
+        let mut p = Probes {
+            ebpf,
+            config,
+            attached: HashSet::new(),
+            resolved: HashMap::new(),
+            dlopen_hold: dlopen_hold.is_ok(),
+        };
         p.write_config()?;
         Ok(p)
     }
@@ -139,7 +156,7 @@ impl Probes {
 
     /// Whether a thread that dlopens a CUDA/NCCL library is held until probed.
     pub fn set_hold_dlopen(&mut self, on: bool) -> Result<()> {
-        self.config.hold_dlopen = on as u32;
+        self.config.hold_dlopen = (on && self.dlopen_hold) as u32;
         self.write_config()
     }
 
@@ -204,6 +221,9 @@ impl Probes {
         links: &mut Vec<(&'static str, UProbeLinkId)>,
     ) -> Result<Vec<&'static str>> {
         if lib == Lib::Libc {
+            if !self.dlopen_hold || self.config.hold_dlopen == 0 {
+                return Ok(vec![]);
+            }
             return self.attach_dlopen(path, links);
         }
         let mut done = Vec::new();
