@@ -161,18 +161,23 @@ async fn a_flooded_ring_buffer_reports_every_lost_event() {
     let (lib, wl) = build(&dir.path().join("bin"));
     let mut args = store_args(dir.path(), &cg);
     args.push("--outlier-abs=1ns".into());
+    // Probed before the workload starts: this test is about loss accounting,
+    // so no call may fall before the attach.
+    args.push(format!("--lib={}", lib.display()));
     let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    agent.wait_log(&format!("library={}", lib.display()), std::time::Duration::from_secs(10));
     let n = 30_000u64;
     let step = format!("call:cudaStreamSynchronize:{n}:0");
     let w = Workload::start(&wl, &lib, &["open", "sleep:500", &step], &cg);
     let pid = w.pid();
     w.wait();
-    agent.stop();
+    let log = agent.stop();
     let stalls: usize = rows(dir.path(), Table::StallEvents).await.iter().map(|b| b.num_rows()).sum();
     let node = rows(dir.path(), Table::NodeWindows).await;
     let drops = sum_for(&node, node_pid(&node), "ringbuf_drops");
+    let calls = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
     assert!(drops > 0, "a 256 KiB ring buffer cannot hold {n} events in one window");
-    assert_eq!(stalls as u64 + drops, n, "every outlier is either delivered or counted as dropped");
+    assert_eq!(stalls as u64 + drops, n, "every outlier is either delivered or counted as dropped\n{calls:?}\n{log}");
     assert_eq!(calls_of(&rows(dir.path(), Table::CallWindows).await, pid)["cudaStreamSynchronize"].0, n);
 }
 

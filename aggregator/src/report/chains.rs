@@ -31,6 +31,10 @@ pub struct Summary {
     pub windows: usize,
     pub runq_share: f64,
     pub runq_share_peak: f64,
+    /// Run-queue share reached in at least three windows (the third highest):
+    /// contention that lasts, not one noisy window.
+    #[serde(default)]
+    pub runq_share_sustained: f64,
     pub offcpu_share: f64,
     /// Off-CPU outside CUDA/NCCL waits.
     #[serde(default)]
@@ -94,6 +98,11 @@ pub fn summarize(d: &ReportData) -> Summary {
         windows: n,
         runq_share: mean(s.iter().map(|p| p.runq_share)),
         runq_share_peak: s.iter().map(|p| p.runq_share).fold(0.0, f64::max),
+        runq_share_sustained: {
+            let mut v: Vec<f64> = s.iter().map(|p| p.runq_share).collect();
+            v.sort_by(|a, b| b.total_cmp(a));
+            v.get(2.min(v.len().saturating_sub(1))).copied().unwrap_or(0.0)
+        },
         offcpu_share: mean(s.iter().map(|p| p.offcpu_share)),
         host_offcpu_share: mean(s.iter().map(|p| p.host_offcpu_share)),
         stall_share: mean(s.iter().map(|p| p.runq_share + p.offcpu_share)),
@@ -190,12 +199,14 @@ pub fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
         });
     }
 
-    let runq_bad = s.runq_share >= 0.10 || s.runq_share_peak >= 0.25;
+    // The detector flags after three deviant windows; a single window of
+    // run-queue wait on a busy host is noise, not a diagnosis.
+    let runq_bad = s.runq_share >= 0.10 || s.runq_share_sustained >= 0.25;
     if runq_bad {
         let mut effect = gpu_effects(d, s);
         effect.insert(0, "the GPU idles while the host cannot launch the next step".into());
         chains.push(Chain {
-            severity: if s.runq_share >= 0.2 || s.runq_share_peak >= 0.25 { Severity::High } else { Severity::Medium },
+            severity: if s.runq_share >= 0.2 || s.runq_share_sustained >= 0.25 { Severity::High } else { Severity::Medium },
             cause: "cpu_contention".into(),
             title: "CPU scheduling contention → CUDA throughput drop".into(),
             root_cause: vec![
@@ -317,6 +328,16 @@ mod tests {
 
     fn causes(d: &ReportData) -> Vec<String> {
         diagnose(d, &summarize(d)).into_iter().map(|c| c.cause).collect()
+    }
+
+    #[test]
+    fn one_noisy_window_is_not_cpu_contention_but_three_are() {
+        let mut d = pod(0.0, 0.0);
+        d.series[4].runq_share = 0.30;
+        assert!(!causes(&d).contains(&"cpu_contention".to_string()), "one window at 30%");
+        d.series[5].runq_share = 0.30;
+        d.series[6].runq_share = 0.30;
+        assert!(causes(&d).contains(&"cpu_contention".to_string()), "three windows at 30%");
     }
 
     #[test]
