@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use crate::error::{Error, Result};
 
 #[cfg(feature = "store")]
-pub struct Embedded(ingero_aggregator::serve::Server);
+pub struct Embedded(ingero_aggregator::server::Server);
 
 #[cfg(not(feature = "store"))]
 pub struct Embedded(());
@@ -24,7 +24,7 @@ impl Embedded {
     /// Starts the embedded aggregator; returns it and its gRPC address.
     #[cfg(feature = "store")]
     pub async fn start(store: &str, s3_endpoint: Option<String>, wal: PathBuf) -> Result<(Embedded, String)> {
-        use ingero_aggregator::{serve, store as st};
+        use ingero_aggregator::{server as serve, store as st};
         let url = st::StoreUrl::parse(store).map_err(|e| Error::Config(e.to_string()))?;
         let opts = st::StoreOptions { s3_endpoint };
         let mut cfg = serve::ServeConfig::ephemeral(url, opts, wal);

@@ -120,7 +120,7 @@ struct RunArgs {
 
 /// The pod watcher and GPU poller, unless Kubernetes is off or absent.
 async fn kube_sources(a: &RunArgs, node: &str) -> anyhow::Result<attribution::KubeSources> {
-    use attribution::kube::PodWatch;
+    use attribution::apiserver::PodWatch;
     if a.kubernetes == "off" {
         tracing::info!("Kubernetes off; attributing by container id, cgroup path and process name only");
         return Ok(Default::default());

@@ -58,7 +58,7 @@ pub struct LoopStats {
     /// Processes whose attribution is cached.
     pub cached_processes: AtomicU64,
     pub spool_dropped: AtomicU64,
-    pub kube: std::sync::OnceLock<Arc<crate::attribution::kube::KubeStats>>,
+    pub kube: std::sync::OnceLock<Arc<crate::attribution::apiserver::KubeStats>>,
 }
 
 /// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.

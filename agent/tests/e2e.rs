@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use fixtures::fake_kube::{pod, FakeKube};
-use fixtures::seaweed::Seaweed;
 use fixtures::*;
 use ingero_aggregator::store::read::read_table;
 use ingero_aggregator::store::{Store, StoreUrl};
 use ingero_proto::Table;
+use ingero_sim::seaweed::Seaweed;
 use serde_json::{json, Value};
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];

@@ -12,12 +12,12 @@ use arrow::array::RecordBatch;
 use ingero_aggregator::query::QueryEngine;
 use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::rank::history::{self, HistoryRequest};
-use ingero_aggregator::simulate::faults::Injection;
-use ingero_aggregator::simulate::model::{step_job, Rng};
 use ingero_aggregator::store::parquet;
 use ingero_aggregator::store::{Store, StoreUrl};
 use ingero_proto::rows::{BatchBuilder, Common, Val};
 use ingero_proto::Table;
+use ingero_sim::faults::Injection;
+use ingero_sim::model::{step_job, Rng};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

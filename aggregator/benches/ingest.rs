@@ -11,11 +11,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::time::{Duration, Instant};
 
-use ingero_aggregator::load::{self, json_bytes, synth_tables, LoadConfig};
-use ingero_aggregator::serve::{ServeConfig, Server};
+use ingero_aggregator::server::{ServeConfig, Server};
 use ingero_aggregator::store::commit::CommitConfig;
 use ingero_aggregator::store::StoreUrl;
 use ingero_proto::{ipc, Table};
+use ingero_sim::loadgen::{self, json_bytes, synth_tables, LoadConfig};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -53,8 +53,8 @@ fn main() {
             batches_per_node: env("INGERO_BENCH_BATCHES", 25),
             rows_per_batch: env("INGERO_BENCH_ROWS", 5_000),
         };
-        // load::run encodes every request first and times only the sending.
-        let report = load::run(&load).await.unwrap();
+        // loadgen::run encodes every request first and times only the sending.
+        let report = loadgen::run(&load).await.unwrap();
         let acked = report.elapsed;
         let flush_started = Instant::now();
         server.committer.flush().await.unwrap();

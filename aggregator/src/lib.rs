@@ -1,24 +1,19 @@
 //! Ingero aggregator: ingest, persistence, ranking, queries and reports.
 //!
-//! Data flows one way: `ingest` (validate) → `store::commit` (WAL, buffer,
-//! flush) → `store::parquet` (files in the object store).
+//! Data flows one way: [`server`] (authenticate, validate) → [`store`]
+//! (WAL, buffer, flush to Parquet in an object store) → [`query`]
+//! (DataFusion over the store) → [`rank`] (straggler detection, live and
+//! over history) and [`report`] (per-pod stall reports). [`import`] turns a
+//! trace recorded by the reference product into the same tables.
+//! The `ingero` binary (`src/bin/ingero`) holds the CLI.
 
-pub mod auth;
-pub mod cli;
-pub mod commands;
 pub mod error;
-pub mod http;
 pub mod import;
-pub mod ingest;
-pub mod load;
 pub mod metrics;
 pub mod query;
-pub mod query_service;
 pub mod rank;
-pub mod ratelimit;
 pub mod report;
-pub mod serve;
-pub mod simulate;
+pub mod server;
 pub mod store;
 
 pub use error::{Error, Result};

@@ -8,11 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fixtures::*;
-use ingero_aggregator::load::synth_tables;
 use ingero_aggregator::store::read::read_table;
 use ingero_aggregator::store::{Store, StoreUrl};
 use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_proto::Table;
+use ingero_sim::loadgen::synth_tables;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -3,12 +3,12 @@
 mod fixtures;
 
 use fixtures::*;
-use ingero_aggregator::load::synth_tables;
 use ingero_aggregator::store::read::{list_files, read_table};
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
 use ingero_proto::pb::ingest_client::IngestClient as RawClient;
 use ingero_proto::pb::{PushRequest, TableBatch};
 use ingero_proto::{ipc, Table};
+use ingero_sim::loadgen::synth_tables;
 use tonic::Code;
 
 fn now_window() -> i64 {
@@ -77,7 +77,7 @@ print(json.dumps(out))
     }
 }
 
-async fn reqwest_metrics(server: &ingero_aggregator::serve::Server) -> String {
+async fn reqwest_metrics(server: &ingero_aggregator::server::Server) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(server.http_addr).await.unwrap();
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
@@ -166,7 +166,7 @@ async fn a_node_over_its_rate_is_told_to_retry_and_others_are_not_slowed() {
     let mut cfg = serve_config(&store, &dir.path().join("wal"), Default::default());
     cfg.limits.node_rows_per_sec = 200;
     cfg.limits.node_burst_secs = 1;
-    let server = ingero_aggregator::serve::Server::start(cfg).await.unwrap();
+    let server = ingero_aggregator::server::Server::start(cfg).await.unwrap();
     let fast = RetryPolicy { give_up_after: std::time::Duration::from_millis(50), ..RetryPolicy::default() };
     let mut flood = IngestClient::new(&server.grpc_url(), "flood", fast.clone()).unwrap();
     let mut calm = IngestClient::new(&server.grpc_url(), "calm", fast).unwrap();
@@ -205,7 +205,7 @@ async fn client_retries_until_the_server_comes_up() {
         Default::default(),
     );
     cfg.listen = format!("127.0.0.1:{port}").parse().unwrap();
-    let server = ingero_aggregator::serve::Server::start(cfg).await.unwrap();
+    let server = ingero_aggregator::server::Server::start(cfg).await.unwrap();
     let resp = send.await.unwrap().unwrap();
     assert_eq!(resp.rows, 9);
     server.shutdown().await.unwrap();

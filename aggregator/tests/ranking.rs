@@ -10,8 +10,8 @@ use ingero_aggregator::query::QueryEngine;
 use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::rank::history::{self, HistoryRequest};
 use ingero_aggregator::report::{self, Target};
-use ingero_aggregator::simulate::faults::Injection;
-use ingero_aggregator::simulate::fleet::{self, SimConfig};
+use ingero_sim::faults::Injection;
+use ingero_sim::fleet::{self, SimConfig};
 
 fn sim(server: &str, nodes: usize, secs: u64, inject: &[&str]) -> SimConfig {
     SimConfig {

@@ -3,11 +3,12 @@
 mod fixtures;
 
 use fixtures::*;
-use ingero_aggregator::load::synth_tables;
-use ingero_aggregator::serve::Server;
+use ingero_aggregator::server::Server;
 use ingero_aggregator::store::read::{list_files, read_table};
+use ingero_aggregator::store::StoreOptions;
 use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_proto::Table;
+use ingero_sim::loadgen::synth_tables;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_to_parquet_on_s3_survives_restart() {
@@ -17,7 +18,13 @@ async fn ingest_to_parquet_on_s3_survives_restart() {
     let now = chrono::Utc::now().timestamp_micros();
     let t0 = now - now % 1_000_000 - 30_000_000;
 
-    let server = Server::start(serve_config(&prefix, &dir.path().join("wal"), s3.options())).await.unwrap();
+    let server = Server::start(serve_config(
+        &prefix,
+        &dir.path().join("wal"),
+        StoreOptions { s3_endpoint: Some(s3.with_credentials()) },
+    ))
+    .await
+    .unwrap();
     let mut client = IngestClient::new(&server.grpc_url(), "s3-node", RetryPolicy::default()).unwrap();
     let mut reqs = Vec::new();
     for w in 0..6 {
@@ -38,7 +45,13 @@ async fn ingest_to_parquet_on_s3_survives_restart() {
     // A new server on the same bucket (fresh WAL dir, as on another pod) still
     // knows what is stored: the dedup state lives in the object store.
     let dir2 = tempfile::tempdir().unwrap();
-    let server = Server::start(serve_config(&prefix, &dir2.path().join("wal"), s3.options())).await.unwrap();
+    let server = Server::start(serve_config(
+        &prefix,
+        &dir2.path().join("wal"),
+        StoreOptions { s3_endpoint: Some(s3.with_credentials()) },
+    ))
+    .await
+    .unwrap();
     let mut client = IngestClient::new(&server.grpc_url(), "s3-node", RetryPolicy::default()).unwrap();
     for req in &reqs {
         assert!(client.push(req).await.unwrap().duplicate);

@@ -1,8 +1,8 @@
 //! Who a process is: name, cgroup, container, pod, job.
 
+pub mod apiserver;
 pub mod cgroup;
 pub mod environ;
-pub mod kube;
 pub mod podresources;
 
 use std::collections::HashMap;
@@ -10,7 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use self::kube::{PodMeta, PodWatch};
+use self::apiserver::{PodMeta, PodWatch};
 use self::podresources::Gpus;
 
 /// Where pod metadata comes from; both optional (single-node mode has neither).

@@ -18,7 +18,7 @@ pub struct SqlArgs {
 }
 
 pub async fn run(a: SqlArgs) -> CmdResult {
-    crate::query::check_read_only(&a.query).map_err(|e| Failure::Usage(e.to_string()))?;
+    ingero_aggregator::query::check_read_only(&a.query).map_err(|e| Failure::Usage(e.to_string()))?;
     let batches = if let Some(mut c) = a.source.client().await? {
         let resp =
             c.sql(ingero_proto::pb::SqlRequest { query: a.query.clone() }).await.map_err(status_failure)?.into_inner();

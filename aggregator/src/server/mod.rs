@@ -1,11 +1,21 @@
 //! `ingero serve`: wires the ingest service, the committer and the HTTP
 //! endpoints together, and shuts down without losing buffered rows.
+//!
+//! Requests enter through [`auth`] and [`ratelimit`], rows through [`ingest`]
+//! (validate) into `store::commit`; reads go through [`grpc_query`] (gRPC) or
+//! [`http`] (health, metrics, live ranking).
+
+pub mod auth;
+pub mod grpc_query;
+pub mod http;
+pub mod ingest;
+pub mod ratelimit;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::HeaderValue;
+use ::http::HeaderValue;
 use ingero_proto::pb::ingest_server::IngestServer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -13,13 +23,13 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::error::{Error, IoContext, Result};
-use crate::http::{router, HttpState};
-use crate::ingest::{IngestService, Limits};
 use crate::metrics::Metrics;
 use crate::query::QueryLimits;
-use crate::query_service::QueryService;
 use crate::rank::detector::DetectorConfig;
 use crate::rank::LiveRanker;
+use crate::server::grpc_query::QueryService;
+use crate::server::http::{router, HttpState};
+use crate::server::ingest::{IngestService, Limits};
 use crate::store::commit::{CommitConfig, Committer};
 use crate::store::{Store, StoreOptions, StoreUrl};
 use ingero_proto::pb::query_server::QueryServer;
@@ -37,7 +47,7 @@ pub struct ServeConfig {
     pub detector: DetectorConfig,
     /// How long a window waits for late nodes before it is judged anyway.
     pub grace: std::time::Duration,
-    pub auth: crate::auth::ServerAuth,
+    pub auth: crate::server::auth::ServerAuth,
 }
 
 /// A running aggregator.
@@ -71,8 +81,10 @@ impl Server {
         });
 
         let (committer, pipeline) = Committer::start(store.clone(), cfg.commit.clone(), metrics.clone()).await?;
-        let rate =
-            Arc::new(crate::ratelimit::RateLimiter::new(cfg.limits.node_rows_per_sec, cfg.limits.node_burst_secs));
+        let rate = Arc::new(crate::server::ratelimit::RateLimiter::new(
+            cfg.limits.node_rows_per_sec,
+            cfg.limits.node_burst_secs,
+        ));
         let service = IngestService {
             rate,
             committer: committer.clone(),
@@ -87,7 +99,7 @@ impl Server {
             .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let check = crate::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
+        let check = crate::server::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
         let ingest = InterceptedService::new(ingest, check.clone());
         let query = InterceptedService::new(
             QueryServer::new(QueryService {
@@ -154,7 +166,7 @@ impl Server {
 
 /// tonic answers an over-limit message with OUT_OF_RANGE; gRPC convention
 /// (and our contract) is RESOURCE_EXHAUSTED.
-fn remap_too_large<B>(mut resp: http::Response<B>) -> http::Response<B> {
+fn remap_too_large<B>(mut resp: ::http::Response<B>) -> ::http::Response<B> {
     let h = resp.headers_mut();
     let out_of_range = h.get("grpc-status").is_some_and(|v| v.as_bytes() == b"11");
     // grpc-message is percent-encoded on the wire.

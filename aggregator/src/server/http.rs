@@ -28,9 +28,9 @@ struct StragglerQuery {
 
 /// Probes and metrics are open; the data API needs the bearer token when one is set.
 pub fn router(state: Arc<HttpState>, token: Option<Arc<str>>) -> Router {
-    let api = Router::new()
-        .route("/api/v1/stragglers", get(stragglers))
-        .route_layer(axum::middleware::from_fn(move |req, next| crate::auth::http_check(token.clone(), req, next)));
+    let api = Router::new().route("/api/v1/stragglers", get(stragglers)).route_layer(axum::middleware::from_fn(
+        move |req, next| crate::server::auth::http_check(token.clone(), req, next),
+    ));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))

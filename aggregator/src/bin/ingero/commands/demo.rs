@@ -7,11 +7,11 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{CmdResult, Failure};
-use crate::report::{self, Target};
-use crate::serve::{ServeConfig, Server};
-use crate::simulate::faults::Injection;
-use crate::simulate::fleet::{self, SimConfig};
-use crate::store::StoreUrl;
+use ingero_aggregator::report::{self, Target};
+use ingero_aggregator::server::{ServeConfig, Server};
+use ingero_aggregator::store::StoreUrl;
+use ingero_sim::faults::Injection;
+use ingero_sim::fleet::{self, SimConfig};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -72,10 +72,10 @@ pub async fn run(a: DemoArgs) -> CmdResult {
     print!("{}", super::stragglers::table(&ranking));
 
     server.committer.flush().await?;
-    let engine = crate::query::QueryEngine::open(&server.store, Default::default()).await?;
+    let engine = ingero_aggregator::query::QueryEngine::open(&server.store, Default::default()).await?;
     let rank = match inj.target {
-        crate::simulate::faults::Target::Node(n) => n,
-        crate::simulate::faults::Target::All => 0,
+        ingero_sim::faults::Target::Node(n) => n,
+        ingero_sim::faults::Target::All => 0,
     };
     let target = Target::Pod { namespace: "ml".into(), name: format!("llama-pretrain-worker-{rank}") };
     let now = chrono::Utc::now().timestamp_micros();

@@ -5,8 +5,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{CmdResult, Failure};
-use crate::simulate::faults::Injection;
-use crate::simulate::fleet::{self, SimConfig, SimReport};
+use ingero_sim::faults::Injection;
+use ingero_sim::fleet::{self, SimConfig, SimReport};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {

@@ -7,8 +7,8 @@ use clap::Args;
 
 use super::{CmdResult, Failure};
 use crate::cli::StoreArgs;
-use crate::import;
-use crate::store::Store;
+use ingero_aggregator::import;
+use ingero_aggregator::store::Store;
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
@@ -47,7 +47,7 @@ pub async fn run(a: ImportArgs) -> CmdResult {
         })
         .await?
         .map_err(|e| match e {
-            crate::Error::Import { .. } => Failure::Usage(e.to_string()),
+            ingero_aggregator::Error::Import { .. } => Failure::Usage(e.to_string()),
             other => Failure::Run(other.into()),
         })?;
         let calls: u64 = f.stats.calls.values().sum();

@@ -13,8 +13,8 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::{QueryArgs, StoreArgs};
-use crate::query::QueryEngine;
-use crate::store::Store;
+use ingero_aggregator::query::QueryEngine;
+use ingero_aggregator::store::Store;
 
 /// A failure the user caused (exit 2) or one that happened while running (exit 1).
 #[derive(Debug)]
@@ -137,9 +137,9 @@ pub fn status_failure(s: tonic::Status) -> Failure {
 }
 
 /// Query errors that are the user's (bad SQL, refused statement) exit 2.
-pub fn query_failure(e: crate::Error) -> Failure {
+pub fn query_failure(e: ingero_aggregator::Error) -> Failure {
     match e {
-        crate::Error::Query(m) if !m.contains("timeout") => Failure::Usage(m),
+        ingero_aggregator::Error::Query(m) if !m.contains("timeout") => Failure::Usage(m),
         other => Failure::Run(other.into()),
     }
 }

@@ -50,7 +50,7 @@ pub struct IngestService {
     pub ranker: Option<crate::rank::LiveRanker>,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,
-    pub rate: Arc<crate::ratelimit::RateLimiter>,
+    pub rate: Arc<crate::server::ratelimit::RateLimiter>,
 }
 
 #[tonic::async_trait]

@@ -11,8 +11,8 @@ use ingero_proto::pb::StragglersRequest;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-use super::faults::{Injection, Target};
-use super::model::{rows, step_job, RankId, Rng};
+use crate::faults::{Injection, Target};
+use crate::model::{rows, step_job, RankId, Rng};
 
 #[derive(Debug, Clone)]
 pub struct SimConfig {

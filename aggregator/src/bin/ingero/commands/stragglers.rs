@@ -3,8 +3,8 @@
 use clap::{Args, ValueEnum};
 
 use super::{query_failure, status_failure, CmdResult, Since, SourceArgs};
-use crate::rank::history::{self, HistoryRequest};
-use crate::rank::Ranking;
+use ingero_aggregator::rank::history::{self, HistoryRequest};
+use ingero_aggregator::rank::Ranking;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Format {

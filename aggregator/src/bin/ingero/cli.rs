@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::ingest::Limits;
-use crate::query::QueryLimits;
-use crate::rank::detector::DetectorConfig;
-use crate::serve::ServeConfig;
-use crate::store::commit::CommitConfig;
-use crate::store::url::DEFAULT_STORE;
-use crate::store::{StoreOptions, StoreUrl};
+use ingero_aggregator::query::QueryLimits;
+use ingero_aggregator::rank::detector::DetectorConfig;
+use ingero_aggregator::server::ingest::Limits;
+use ingero_aggregator::server::ServeConfig;
+use ingero_aggregator::store::commit::CommitConfig;
+use ingero_aggregator::store::url::DEFAULT_STORE;
+use ingero_aggregator::store::{StoreOptions, StoreUrl};
 
 /// Parses sizes such as `64MiB`, `512k`, `1000000`.
 pub fn parse_bytes(s: &str) -> Result<usize, String> {
@@ -180,7 +180,7 @@ impl ServeArgs {
                 ..DetectorConfig::default()
             },
             grace: self.rank.grace,
-            auth: crate::auth::ServerAuth::from_files(
+            auth: ingero_aggregator::server::auth::ServerAuth::from_files(
                 self.token_file.as_deref(),
                 self.tls_cert.as_deref(),
                 self.tls_key.as_deref(),

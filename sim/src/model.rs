@@ -6,7 +6,7 @@ use ingero_proto::hist::Histogram;
 use ingero_proto::rows::{BatchBuilder, Common, Val};
 use ingero_proto::Table;
 
-use super::faults::{FaultKind, Injection};
+use crate::faults::{FaultKind, Injection};
 
 /// Per-step costs of a healthy rank (ms).
 const HOST_MS: f64 = 20.0;
@@ -280,7 +280,7 @@ pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::faults::Injection;
+    use crate::faults::Injection;
     use std::time::Duration;
 
     #[test]

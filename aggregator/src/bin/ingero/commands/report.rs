@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::{query_failure, status_failure, CmdResult, Failure, Since, SourceArgs};
-use crate::report::{self, html, text, Report, Target};
+use ingero_aggregator::report::{self, html, text, Report, Target};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Format {

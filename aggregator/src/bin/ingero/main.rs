@@ -1,5 +1,8 @@
 //! `ingero`: the aggregator and the command-line tools.
 
+mod cli;
+mod commands;
+
 /// glibc malloc returns large buffers to the kernel and faults them back in
 /// zeroed on every batch; mimalloc keeps them (measured in BENCHMARKS.md).
 #[global_allocator]
@@ -8,9 +11,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ingero_aggregator::cli::ServeArgs;
-use ingero_aggregator::commands::{self, CmdResult, Failure};
-use ingero_aggregator::{load, serve::Server};
+use cli::ServeArgs;
+use commands::{CmdResult, Failure};
+use ingero_aggregator::server::Server;
+use ingero_sim::loadgen;
 
 /// Ingero: find where paid GPU time leaks, on which node, in which pod, and why.
 ///
@@ -118,13 +122,13 @@ async fn run(cli: Cli) -> CmdResult {
             if args.nodes == 0 || args.batches == 0 || args.rows == 0 {
                 return Err(Failure::Usage("--nodes, --batches and --rows must be > 0".into()));
             }
-            let cfg = load::LoadConfig {
+            let cfg = loadgen::LoadConfig {
                 server: args.server,
                 nodes: args.nodes,
                 batches_per_node: args.batches,
                 rows_per_batch: args.rows,
             };
-            let r = load::run(&cfg).await?;
+            let r = loadgen::run(&cfg).await?;
             println!(
                 "sent {} batches, {} rows ({} duplicates) in {:.2?}: {:.0} rows/s, {:.1} wire bytes/row",
                 r.batches,

@@ -1,0 +1,16 @@
+//! Ingero's synthetic producers and shared test support.
+//!
+//! - [`fleet`], [`model`], [`faults`]: `ingero simulate`, virtual agents that
+//!   speak the real ingest protocol, one rank of a data-parallel job each,
+//!   with injected faults.
+//! - [`loadgen`]: `ingero load`, many nodes pushing synthetic windows as fast
+//!   as the server takes them (benchmarks and tests use it too).
+//! - `seaweed` (feature `testing`): a real S3 server for the test suites of
+//!   every crate.
+
+pub mod faults;
+pub mod fleet;
+pub mod loadgen;
+pub mod model;
+#[cfg(feature = "testing")]
+pub mod seaweed;
