@@ -203,13 +203,7 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");
-                ExitCode::from(
-                    if e.downcast_ref::<error::Error>().is_some_and(|e| matches!(e, error::Error::Config(_))) {
-                        2
-                    } else {
-                        1
-                    },
-                )
+                ExitCode::from(e.downcast_ref::<error::Error>().map_or(1, error::Error::exit_code))
             }
         },
     }

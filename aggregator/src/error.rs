@@ -22,8 +22,18 @@ pub enum Error {
     Wal { path: String, reason: String },
     #[error("state file: {0}")]
     State(String),
-    #[error("query: {0}")]
-    Query(String),
+    /// A statement `ingero sql` refuses (not a query, empty) or SQL the
+    /// engine rejects while planning or running it; the caller's to fix.
+    #[error("{0}")]
+    BadQuery(String),
+    /// A time range or target that selects nothing, or an empty range.
+    #[error("{0}")]
+    NoData(String),
+    #[error("query exceeded the {} timeout (--query-timeout)", humantime::format_duration(*.0))]
+    QueryTimeout(std::time::Duration),
+    /// Setting up the query engine over the store failed.
+    #[error("query engine: {0}")]
+    Engine(String),
     /// A file given to `ingero import` that is not a trace we can read.
     #[error("{path}: {reason}")]
     Import { path: String, reason: String },
@@ -35,6 +45,18 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// True when the caller's input caused it (a flag, URL, file, query or
+    /// range): the CLI exits 2 and the gRPC API answers InvalidArgument or
+    /// NotFound. Everything else is a failure while running (exit 1).
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            Error::StoreUrl { .. } | Error::Config(_) | Error::BadQuery(_) | Error::NoData(_) | Error::Import { .. }
+        )
+    }
+}
 
 /// Adds a context line to an `io::Error`.
 pub(crate) trait IoContext<T> {

@@ -42,7 +42,7 @@ impl QueryEngine {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(limits.memory_bytes, 1.0)
             .build_arc()
-            .map_err(|e| Error::Query(e.to_string()))?;
+            .map_err(|e| Error::Engine(e.to_string()))?;
         let config = SessionConfig::new()
             .with_information_schema(true)
             .with_parquet_pruning(true)
@@ -54,18 +54,18 @@ impl QueryEngine {
                     &Url::parse("file://").expect("static URL"),
                     Arc::new(LocalFileSystem::new()),
                 );
-                Url::from_directory_path(dir).map_err(|_| Error::Query(format!("bad store dir {}", dir.display())))?
+                Url::from_directory_path(dir).map_err(|_| Error::Engine(format!("bad store dir {}", dir.display())))?
             }
             None => {
-                let u = Url::parse(store.url.as_str()).map_err(|e| Error::Query(e.to_string()))?;
+                let u = Url::parse(store.url.as_str()).map_err(|e| Error::Engine(e.to_string()))?;
                 let root = Url::parse(&format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()))
-                    .map_err(|e| Error::Query(e.to_string()))?;
+                    .map_err(|e| Error::Engine(e.to_string()))?;
                 ctx.register_object_store(&root, store.object_store.clone());
                 let mut s = u.to_string();
                 if !s.ends_with('/') {
                     s.push('/');
                 }
-                Url::parse(&s).map_err(|e| Error::Query(e.to_string()))?
+                Url::parse(&s).map_err(|e| Error::Engine(e.to_string()))?
             }
         };
         for table in Table::ALL {
@@ -78,20 +78,20 @@ impl QueryEngine {
                 fields.push(arrow::datatypes::Field::new("date", DataType::Utf8, true));
                 fields.push(arrow::datatypes::Field::new("hour", DataType::Utf8, true));
                 let schema = Arc::new(arrow::datatypes::Schema::new(fields));
-                let empty = MemTable::try_new(schema, vec![vec![]]).map_err(|e| Error::Query(e.to_string()))?;
-                ctx.register_table(table.name(), Arc::new(empty)).map_err(|e| Error::Query(e.to_string()))?;
+                let empty = MemTable::try_new(schema, vec![vec![]]).map_err(|e| Error::Engine(e.to_string()))?;
+                ctx.register_table(table.name(), Arc::new(empty)).map_err(|e| Error::Engine(e.to_string()))?;
                 continue;
             }
             let url = ListingTableUrl::parse(
-                base.join(&format!("{}/", table.name())).map_err(|e| Error::Query(e.to_string()))?,
+                base.join(&format!("{}/", table.name())).map_err(|e| Error::Engine(e.to_string()))?,
             )
-            .map_err(|e| Error::Query(e.to_string()))?;
+            .map_err(|e| Error::Engine(e.to_string()))?;
             let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
                 .with_file_extension(".parquet")
                 .with_table_partition_cols(vec![("date".into(), DataType::Utf8), ("hour".into(), DataType::Utf8)]);
             let cfg = ListingTableConfig::new(url).with_listing_options(opts).with_schema(table.schema());
-            let t = ListingTable::try_new(cfg).map_err(|e| Error::Query(e.to_string()))?;
-            ctx.register_table(table.name(), Arc::new(t)).map_err(|e| Error::Query(e.to_string()))?;
+            let t = ListingTable::try_new(cfg).map_err(|e| Error::Engine(e.to_string()))?;
+            ctx.register_table(table.name(), Arc::new(t)).map_err(|e| Error::Engine(e.to_string()))?;
         }
         Ok(QueryEngine { ctx, limits })
     }
@@ -102,20 +102,16 @@ impl QueryEngine {
         check_read_only(query)?;
         let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
         let run = async {
-            let df = self.ctx.sql_with_options(query, opts).await.map_err(|e| Error::Query(refusal(e.to_string())))?;
+            let df =
+                self.ctx.sql_with_options(query, opts).await.map_err(|e| Error::BadQuery(refusal(e.to_string())))?;
             df.execute_stream()
                 .await
-                .map_err(|e| Error::Query(e.to_string()))?
+                .map_err(|e| Error::BadQuery(e.to_string()))?
                 .try_collect::<Vec<_>>()
                 .await
-                .map_err(|e| Error::Query(e.to_string()))
+                .map_err(|e| Error::BadQuery(e.to_string()))
         };
-        tokio::time::timeout(self.limits.timeout, run).await.map_err(|_| {
-            Error::Query(format!(
-                "query exceeded the {} timeout (--query-timeout)",
-                humantime::format_duration(self.limits.timeout)
-            ))
-        })?
+        tokio::time::timeout(self.limits.timeout, run).await.map_err(|_| Error::QueryTimeout(self.limits.timeout))?
     }
 }
 
@@ -133,8 +129,8 @@ pub fn check_read_only(query: &str) -> Result<()> {
         query.split(|c: char| c.is_whitespace() || c == '(').find(|w| !w.is_empty()).unwrap_or("").to_ascii_uppercase();
     match first.as_str() {
         "SELECT" | "WITH" | "VALUES" | "EXPLAIN" | "SHOW" | "DESCRIBE" => Ok(()),
-        "" => Err(Error::Query("empty query".into())),
-        other => Err(Error::Query(format!(
+        "" => Err(Error::BadQuery("empty query".into())),
+        other => Err(Error::BadQuery(format!(
             "refused: `{other}` is not a query; ingero sql is read-only (SELECT, WITH, EXPLAIN, SHOW, DESCRIBE)"
         ))),
     }

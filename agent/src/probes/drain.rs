@@ -53,7 +53,7 @@ pub fn drain(probes: &mut Probes) -> Result<Drained> {
 
 pub fn counters(probes: &mut Probes) -> Result<Counters> {
     let m: PerCpuArray<&mut MapData, Counters> = map(&mut probes.ebpf, "counters")?;
-    let per_cpu = m.get(&0, 0).map_err(|e| Error::Bpf(format!("counters: {e}")))?;
+    let per_cpu = m.get(&0, 0).map_err(Error::map("counters"))?;
     let mut c = Counters::default();
     for v in per_cpu.iter() {
         c.events += v.events;
@@ -73,8 +73,8 @@ pub struct Rings {
 impl Rings {
     pub fn take(probes: &mut Probes) -> Result<Rings> {
         let mut take = |name: &str| -> Result<RingBuf<MapData>> {
-            let m = probes.ebpf.take_map(name).ok_or_else(|| Error::Bpf(format!("map {name} missing")))?;
-            RingBuf::try_from(m).map_err(|e| Error::Bpf(format!("ring buffer {name}: {e}")))
+            let m = probes.ebpf.take_map(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
+            RingBuf::try_from(m).map_err(Error::map(name))
         };
         Ok(Rings { stalls: take("stalls")?, procs: take("procs")? })
     }

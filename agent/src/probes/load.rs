@@ -68,33 +68,29 @@ impl Probes {
         // temporary loader (and that parse) is dropped before the second
         // parse below, for the tp_btf attach points. Two parses alive at once
         // were the agent's peak memory (2 x ~15 MB).
-        let mut ebpf = EbpfLoader::new().load(OBJECT).map_err(|e| Error::Bpf(format!("loading eBPF object: {e}")))?;
-        let btf =
-            Btf::from_sys_fs().map_err(|e| Error::Bpf(format!("reading kernel BTF (/sys/kernel/btf/vmlinux): {e}")))?;
+        let mut ebpf = EbpfLoader::new().load(OBJECT)?;
+        let btf = Btf::from_sys_fs()?;
         for name in ["call_entry", "call_return"] {
-            let p: &mut UProbe = prog(&mut ebpf, name)?.try_into().map_err(|e| Error::Bpf(format!("{name}: {e}")))?;
-            p.load().map_err(|e| Error::Bpf(format!("loading {name}: {e:#}")))?;
+            as_uprobe(prog(&mut ebpf, name)?)?.load().map_err(Error::program(format!("loading {name}")))?;
         }
         // The dlopen hold needs sleepable uprobes (Linux 6.0) and bpf_loop
         // (5.17): optional, the agent runs without it on older kernels.
         let dlopen_hold = ["dlopen_entry", "dlopen_return"].iter().try_for_each(|name| {
-            let p: &mut UProbe = prog(&mut ebpf, name)?.try_into().map_err(|e| Error::Bpf(format!("{name}: {e}")))?;
-            p.load().map_err(|e| Error::Bpf(format!("loading {name}: {e:#}")))
+            as_uprobe(prog(&mut ebpf, name)?)?.load().map_err(Error::program(format!("loading {name}")))
         });
         if let Err(e) = &dlopen_hold {
             tracing::warn!(error = %e, "no dlopen hold on this kernel: a library dlopen'd and called at once misses its first calls");
         }
         for &(name, tp, required) in TRACEPOINTS {
-            let res = (|| -> std::result::Result<(), String> {
-                let p: &mut BtfTracePoint =
-                    prog(&mut ebpf, name).map_err(|e| e.to_string())?.try_into().map_err(|e| format!("{e}"))?;
-                p.load(tp, &btf).map_err(|e| format!("{e:#}"))?;
-                p.attach().map_err(|e| format!("{e:#}"))?;
+            let res = (|| -> Result<()> {
+                let p: &mut BtfTracePoint = prog(&mut ebpf, name)?.try_into().map_err(Error::program(name))?;
+                p.load(tp, &btf).map_err(Error::program(format!("loading tp_btf/{tp}")))?;
+                p.attach().map_err(Error::program(format!("attaching tp_btf/{tp}")))?;
                 Ok(())
             })();
             if let Err(e) = res {
                 if required {
-                    return Err(Error::Bpf(format!("attaching tp_btf/{tp}: {e}")));
+                    return Err(e);
                 }
                 tracing::warn!(tracepoint = tp, error = %e, "optional tracepoint unavailable; continuing without it");
             }
@@ -115,7 +111,7 @@ impl Probes {
 
     fn write_config(&mut self) -> Result<()> {
         let mut cfg: Array<&mut MapData, Config> = map(&mut self.ebpf, "config")?;
-        cfg.set(0, self.config, 0).map_err(|e| Error::Bpf(format!("config map: {e}")))
+        cfg.set(0, self.config, 0).map_err(Error::map("config"))
     }
 
     /// Which A/B aggregation map the programs fill now.
@@ -133,7 +129,7 @@ impl Probes {
     pub fn set_scope(&mut self, dir: &Path) -> Result<()> {
         let f = std::fs::File::open(dir).map_err(|e| Error::Config(format!("--cgroup-root {}: {e}", dir.display())))?;
         let mut arr: CgroupArray<&mut MapData> = map(&mut self.ebpf, "scope_cgroup")?;
-        arr.set(0, f, 0).map_err(|e| Error::Bpf(format!("scope map: {e}")))?;
+        arr.set(0, f, 0).map_err(Error::map("scope_cgroup"))?;
         self.config.scoped = 1;
         self.write_config()
     }
@@ -141,14 +137,14 @@ impl Probes {
     /// Adds a process to the scheduler-tracked set (CUDA users add themselves).
     pub fn track(&mut self, tgid: u32) -> Result<()> {
         let mut m: BpfHashMap<&mut MapData, u32, u8> = map(&mut self.ebpf, "tracked")?;
-        m.insert(tgid, 1, 0).map_err(|e| Error::Bpf(format!("tracked map: {e}")))
+        m.insert(tgid, 1, 0).map_err(Error::map("tracked"))
     }
 
     /// `--pid`: only these processes' calls are counted, decided in the kernel.
     pub fn set_targets(&mut self, pids: &[u32]) -> Result<()> {
         let mut m: BpfHashMap<&mut MapData, u32, u8> = map(&mut self.ebpf, "targets")?;
         for &p in pids {
-            m.insert(p, 1, 0).map_err(|e| Error::Bpf(format!("targets map (at most 1024 --pid): {e}")))?;
+            m.insert(p, 1, 0).map_err(Error::map("targets (at most 1024 --pid)"))?;
         }
         self.config.pid_filter = 1;
         self.write_config()
@@ -185,8 +181,8 @@ impl Probes {
     pub fn attach_found(&mut self, f: &Found) -> Result<Attached> {
         let open = f.map_file.iter().chain(std::iter::once(&f.path)).find_map(|p| OpenLib::open(p).ok());
         let Some(open) = open else {
-            let e = OpenLib::open(&f.path).err().map(|e| e.to_string()).unwrap_or_default();
-            return Err(Error::Bpf(format!("opening {} (pid {}): {e}", f.mapped_as, f.pid)));
+            let cause = OpenLib::open(&f.path).err().unwrap_or_else(|| std::io::Error::other("vanished"));
+            return Err(Error::Open { what: format!("{} (pid {})", f.mapped_as, f.pid), cause });
         };
         if f.pid != 0 {
             self.resolved.entry(f.pid).or_default().insert(f.id, open.id.clone());
@@ -241,9 +237,11 @@ impl Probes {
             }
             if op.timed {
                 let ret = prog(&mut self.ebpf, "call_return").and_then(as_uprobe)?;
-                let id = ret
-                    .attach(point(), path, UProbeScope::AllProcesses)
-                    .map_err(|e| Error::Bpf(format!("uretprobe {} in {}: {e:#}", op.symbol, path.display())))?;
+                let id = ret.attach(point(), path, UProbeScope::AllProcesses).map_err(Error::program(format!(
+                    "uretprobe {} in {}",
+                    op.symbol,
+                    path.display()
+                )))?;
                 links.push(("call_return", id));
             }
             done.push(op.symbol);
@@ -270,18 +268,18 @@ impl Probes {
         let ret = prog(&mut self.ebpf, "dlopen_return").and_then(as_uprobe)?;
         let id = ret
             .attach(point(), path, UProbeScope::AllProcesses)
-            .map_err(|e| Error::Bpf(format!("uretprobe dlopen in {}: {e:#}", path.display())))?;
+            .map_err(Error::program(format!("uretprobe dlopen in {}", path.display())))?;
         links.push(("dlopen_return", id));
         Ok(vec!["dlopen"])
     }
 }
 
 fn as_uprobe(p: &mut aya::programs::Program) -> Result<&mut UProbe> {
-    p.try_into().map_err(|e| Error::Bpf(format!("{e}")))
+    p.try_into().map_err(Error::program("uprobe"))
 }
 
 fn prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
-    ebpf.program_mut(name).ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))
+    ebpf.program_mut(name).ok_or_else(|| Error::Missing { kind: "program", name: name.into() })
 }
 
 /// A typed view of a map by name.
@@ -289,6 +287,6 @@ pub fn map<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<T>
 where
     T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
 {
-    let m = ebpf.map_mut(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))?;
-    T::try_from(m).map_err(|e| Error::Bpf(format!("map {name}: {e}")))
+    let m = ebpf.map_mut(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
+    T::try_from(m).map_err(Error::map(name))
 }

@@ -79,7 +79,7 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
 /// Ranks nodes over [start, end) from the store.
 pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfig) -> Result<Ranking> {
     if req.end_us <= req.start_us {
-        return Err(Error::Query("the time range is empty (start must be before end)".into()));
+        return Err(Error::NoData("the time range is empty (start must be before end)".into()));
     }
     // Bins fit the data, not the asked range: `--since` a month ago over an
     // imported 90-second trace must still give second-scale bins.

@@ -170,7 +170,7 @@ pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_u
         comms.extend(strs(b, 3).into_iter().flatten());
     }
     if nodes.is_empty() {
-        return Err(Error::Query(format!(
+        return Err(Error::NoData(format!(
             "no data for {} between {} and {}: check the name, --since and --store/--server",
             target.describe(),
             crate::rank::detector::rfc3339(start_us),

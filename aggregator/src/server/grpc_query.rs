@@ -28,9 +28,9 @@ pub fn range(since_secs: u64, start_us: i64) -> (i64, i64) {
 
 fn internal(e: crate::Error) -> Status {
     match e {
-        crate::Error::Query(m) if m.starts_with("refused") || m.contains("empty") => Status::invalid_argument(m),
-        crate::Error::Query(m) if m.contains("timeout") => Status::deadline_exceeded(m),
-        crate::Error::Query(m) => Status::invalid_argument(m),
+        crate::Error::NoData(m) => Status::not_found(m),
+        e @ crate::Error::QueryTimeout(_) => Status::deadline_exceeded(e.to_string()),
+        e if e.is_input_error() => Status::invalid_argument(e.to_string()),
         other => Status::internal(other.to_string()),
     }
 }

@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 
 use super::parquet;
 use super::state::CommitState;
-use super::url::Store;
 use super::wal::Wal;
+use super::Store;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Outcome, OutcomeLabel, TableLabel};
 

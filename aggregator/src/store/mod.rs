@@ -1,6 +1,7 @@
 //! Persistence: object-store selection, WAL, commit pipeline, Parquet layout.
 
 pub mod commit;
+pub mod handle;
 pub mod layout;
 pub mod parquet;
 pub mod read;
@@ -8,4 +9,5 @@ pub mod state;
 pub mod url;
 pub mod wal;
 
-pub use url::{Store, StoreOptions, StoreUrl};
+pub use handle::Store;
+pub use url::{StoreOptions, StoreUrl};

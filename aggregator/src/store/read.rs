@@ -7,7 +7,7 @@ use ingero_proto::Table;
 use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::url::Store;
+use super::Store;
 use crate::error::Result;
 
 /// Every Parquet file of a table, as (key, size).

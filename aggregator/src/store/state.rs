@@ -8,7 +8,7 @@ use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
 
 use super::layout::STATE_KEY;
-use super::url::Store;
+use super::Store;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

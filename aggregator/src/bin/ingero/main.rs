@@ -83,13 +83,12 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Usage(msg)) => {
-            eprintln!("error: {msg}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Run(e)) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
+        Err(f) => {
+            match &f {
+                Failure::Usage(msg) => eprintln!("error: {msg}"),
+                Failure::Run(e) => eprintln!("error: {e:#}"),
+            }
+            f.exit_code()
         }
     }
 }
@@ -98,12 +97,7 @@ async fn run(cli: Cli) -> CmdResult {
     match cli.command {
         Command::Serve(args) => {
             let cfg = args.config().map_err(Failure::Usage)?;
-            let server = Server::start(cfg).await.map_err(|e| match e {
-                ingero_aggregator::Error::StoreUrl { .. } | ingero_aggregator::Error::Config(_) => {
-                    Failure::Usage(e.to_string())
-                }
-                other => Failure::Run(other.into()),
-            })?;
+            let server = Server::start(cfg).await.map_err(Failure::lib)?;
             if server.grpc_addr.ip().is_unspecified() && args.token_file.is_none() {
                 tracing::warn!(
                     "listening on all interfaces without --token-file: anyone who can reach {} can write and read data",

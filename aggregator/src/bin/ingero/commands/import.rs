@@ -46,10 +46,7 @@ pub async fn run(a: ImportArgs) -> CmdResult {
             })
         })
         .await?
-        .map_err(|e| match e {
-            ingero_aggregator::Error::Import { .. } => Failure::Usage(e.to_string()),
-            other => Failure::Run(other.into()),
-        })?;
+        .map_err(Failure::lib)?;
         let calls: u64 = f.stats.calls.values().sum();
         eprintln!(
             "{}: {} events → {} windows, {} calls ({} counted but not stored by the source), {} reference diagnoses",

@@ -23,6 +23,25 @@ pub enum Failure {
     Run(anyhow::Error),
 }
 
+impl Failure {
+    /// The exit code of every `ingero` command, decided here only.
+    pub fn exit_code(&self) -> std::process::ExitCode {
+        match self {
+            Failure::Usage(_) => std::process::ExitCode::from(2),
+            Failure::Run(_) => std::process::ExitCode::from(1),
+        }
+    }
+
+    /// A library error: the caller's input (exit 2) or a failure while running (exit 1).
+    pub fn lib(e: ingero_aggregator::Error) -> Failure {
+        if e.is_input_error() {
+            Failure::Usage(e.to_string())
+        } else {
+            Failure::Run(e.into())
+        }
+    }
+}
+
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(e: E) -> Self {
         Failure::Run(e.into())
@@ -133,13 +152,5 @@ pub fn status_failure(s: tonic::Status) -> Failure {
             Failure::Usage(format!("the server refused our credentials: {} (--token-file)", s.message()))
         }
         _ => Failure::Run(anyhow::anyhow!("server: {} ({:?})", s.message(), s.code())),
-    }
-}
-
-/// Query errors that are the user's (bad SQL, refused statement) exit 2.
-pub fn query_failure(e: ingero_aggregator::Error) -> Failure {
-    match e {
-        ingero_aggregator::Error::Query(m) if !m.contains("timeout") => Failure::Usage(m),
-        other => Failure::Run(other.into()),
     }
 }

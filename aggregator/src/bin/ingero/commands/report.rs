@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::{query_failure, status_failure, CmdResult, Failure, Since, SourceArgs};
+use super::{status_failure, CmdResult, Failure, Since, SourceArgs};
 use ingero_aggregator::report::{self, html, text, Report, Target};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -60,7 +60,7 @@ pub async fn run(a: ReportArgs) -> CmdResult {
     } else {
         let engine = a.source.engine().await?;
         let end = chrono::Utc::now().timestamp_micros() + 1;
-        report::build(&engine, &target, a.since.start_us(), end, a.rank.detector()).await.map_err(query_failure)?
+        report::build(&engine, &target, a.since.start_us(), end, a.rank.detector()).await.map_err(Failure::lib)?
     };
     let body = render(&rep, a.format)?;
     match &a.out {

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::{query_failure, status_failure, CmdResult, Failure, SourceArgs};
+use super::{status_failure, CmdResult, Failure, SourceArgs};
 
 #[derive(Debug, Args)]
 pub struct SqlArgs {
@@ -29,7 +29,7 @@ pub async fn run(a: SqlArgs) -> CmdResult {
                 .collect::<Result<Vec<_>, _>>()?
         }
     } else {
-        a.source.engine().await?.sql(&a.query).await.map_err(query_failure)?
+        a.source.engine().await?.sql(&a.query).await.map_err(Failure::lib)?
     };
     match a.format.as_str() {
         "json" => {

@@ -2,7 +2,7 @@
 
 use clap::{Args, ValueEnum};
 
-use super::{query_failure, status_failure, CmdResult, Since, SourceArgs};
+use super::{status_failure, CmdResult, Failure, Since, SourceArgs};
 use ingero_aggregator::rank::history::{self, HistoryRequest};
 use ingero_aggregator::rank::Ranking;
 
@@ -44,7 +44,7 @@ pub async fn run(a: StragglersArgs) -> CmdResult {
             job: a.job.clone(),
             resolution: None,
         };
-        let r: Ranking = history::rank(&engine, &req, a.rank.detector()).await.map_err(query_failure)?;
+        let r: Ranking = history::rank(&engine, &req, a.rank.detector()).await.map_err(Failure::lib)?;
         serde_json::to_value(r)?
     };
     match a.format {
