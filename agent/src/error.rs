@@ -20,6 +20,8 @@ pub enum Error {
     /// A library file that could not be opened for probing.
     #[error("opening {what}: {cause}")]
     Open { what: String, cause: std::io::Error },
+    #[error("{what}: {cause}")]
+    Runtime { what: &'static str, cause: std::io::Error },
     /// Bad flags or host facts: the agent exits 2.
     #[error("{0}")]
     Config(String),

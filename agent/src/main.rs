@@ -1,15 +1,13 @@
 //! `ingero-agent`: per-node eBPF tracing of CUDA, NCCL and the scheduler.
 
-use ingero_agent::{attribution, check, embedded, error, metrics, probes, run, ship};
-
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use ingero_proto::client::{IngestClient, RetryPolicy};
+use ingero_agent::agent::{Agent, AgentConfig, KubeConfig, Sink};
+use ingero_agent::probe_loop::LoopConfig;
+use ingero_agent::{check, error, probes};
 
 /// Ingero agent: traces CUDA/NCCL calls and the scheduler with eBPF,
 /// aggregates in the kernel, and ships per-window data to `ingero serve`
@@ -118,29 +116,6 @@ struct RunArgs {
     pod_resources_interval: Duration,
 }
 
-/// The pod watcher and GPU poller, unless Kubernetes is off or absent.
-async fn kube_sources(a: &RunArgs, node: &str) -> anyhow::Result<attribution::KubeSources> {
-    use attribution::apiserver::PodWatch;
-    if a.kubernetes == "off" {
-        tracing::info!("Kubernetes off; attributing by container id, cgroup path and process name only");
-        return Ok(Default::default());
-    }
-    let watch = match &a.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| error::Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .map_err(|e| error::Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
-            let client = kube::Client::try_from(cfg).map_err(|e| error::Error::Config(format!("kube client: {e}")))?;
-            Some(PodWatch::with_client(client, node))
-        }
-        None => PodWatch::start(node).await,
-    };
-    let gpus = attribution::podresources::Gpus::start(a.pod_resources_socket.clone(), a.pod_resources_interval);
-    Ok(attribution::KubeSources { watch, gpus: Some(gpus) })
-}
-
 /// cgroup v2 mount: the given one, or the hybrid layout's `unified` subdirectory.
 fn cgroup_mount(given: &std::path::Path) -> PathBuf {
     if !given.join("cgroup.controllers").exists() && given.join("unified/cgroup.controllers").exists() {
@@ -202,8 +177,8 @@ fn main() -> ExitCode {
         Command::Run(a) => match run(*a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(e.downcast_ref::<error::Error>().map_or(1, error::Error::exit_code))
+                eprintln!("error: {e}");
+                ExitCode::from(e.exit_code())
             }
         },
     }
@@ -218,129 +193,74 @@ fn release_free_heap() {
     }
 }
 
-fn run(a: RunArgs) -> anyhow::Result<()> {
+/// Refuses flags that cannot work before anything is loaded.
+fn validate(a: &RunArgs) -> Result<(), error::Error> {
     if a.window < Duration::from_millis(100) {
-        return Err(error::Error::Config("--window must be at least 100ms".into()).into());
+        return Err(error::Error::Config("--window must be at least 100ms".into()));
     }
     if let Some(root) = &a.cgroup_root {
         if !root.join("cgroup.procs").exists() {
-            return Err(
-                error::Error::Config(format!("--cgroup-root {} is not a cgroup v2 directory", root.display())).into()
-            );
+            return Err(error::Error::Config(format!("--cgroup-root {} is not a cgroup v2 directory", root.display())));
         }
     }
     let failed: Vec<_> = check::run_checks().into_iter().filter(|c| !c.ok()).collect();
     if !failed.is_empty() {
         let lines: Vec<String> = failed.iter().map(|c| format!("{}: {} — fix: {}", c.name, c.detail, c.fix)).collect();
-        return Err(error::Error::Config(format!("this host cannot run the agent:\n  {}", lines.join("\n  "))).into());
+        return Err(error::Error::Config(format!("this host cannot run the agent:\n  {}", lines.join("\n  "))));
     }
+    Ok(())
+}
+
+fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
+    let sink = match (a.aggregator, a.store) {
+        (Some(url), _) => {
+            let auth = ingero_proto::auth::ClientAuth::from_files(
+                a.token_file.as_deref(),
+                a.tls_ca.as_deref(),
+                a.tls_cert.as_deref(),
+                a.tls_key.as_deref(),
+            )
+            .map_err(|e| error::Error::Config(e.to_string()))?;
+            Sink::Aggregator { url, auth }
+        }
+        (None, Some(url)) => Sink::Store { url, s3_endpoint: a.s3_endpoint },
+        (None, None) => return Err(error::Error::Config("one of --aggregator or --store is required".into())),
+    };
+    let probe = LoopConfig {
+        node: node_name(a.node),
+        window: a.window,
+        rescan: a.rescan,
+        cgroup_root: a.cgroup_root,
+        cgroup_mount: cgroup_mount(&a.cgroup_mount),
+        pids: a.pids,
+        outlier_factor: a.outlier_factor,
+        outlier_min: a.outlier_min,
+        outlier_abs: a.outlier_abs,
+        libs: a.libs,
+        hold_dlopen: !a.no_dlopen_hold,
+    };
+    let kube = KubeConfig {
+        enabled: a.kubernetes != "off",
+        kubeconfig: a.kubeconfig,
+        pod_resources_socket: a.pod_resources_socket,
+        pod_resources_interval: a.pod_resources_interval,
+    };
+    Ok(AgentConfig {
+        probe,
+        sink,
+        spool_dir: a.spool_dir,
+        spool_max: a.spool_max as u64,
+        metrics_addr: a.metrics_addr,
+        kube,
+    })
+}
+
+fn run(a: RunArgs) -> Result<(), error::Error> {
+    validate(&a)?;
     // Load first, while little else is allocated: parsing the kernel's BTF
     // and relocating against it is the agent's largest transient (~25 MB),
     // then give the freed heap back to the kernel.
     let probes = probes::load::Probes::load()?;
     release_free_heap();
-    let node = node_name(a.node.clone());
-    // Two workers whatever the node: shipping and the pod watch are light, and
-    // one worker per CPU would be 224 threads (and malloc arenas) on a GPU node.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let _guard = rt.enter();
-    // --store: an embedded aggregator on loopback writes the dataset.
-    let (server, url) = match (&a.aggregator, &a.store) {
-        (Some(u), _) => (None, u.clone()),
-        (None, Some(store)) => {
-            let (s, u) =
-                rt.block_on(embedded::Embedded::start(store, a.s3_endpoint.clone(), a.spool_dir.join("wal")))?;
-            (Some(s), u)
-        }
-        (None, None) => unreachable!("clap requires one of --aggregator/--store"),
-    };
-    let policy = RetryPolicy { give_up_after: Duration::from_secs(2), ..Default::default() };
-    let auth = if a.store.is_some() {
-        Default::default() // the embedded aggregator on loopback
-    } else {
-        ingero_proto::auth::ClientAuth::from_files(
-            a.token_file.as_deref(),
-            a.tls_ca.as_deref(),
-            a.tls_cert.as_deref(),
-            a.tls_key.as_deref(),
-        )
-        .map_err(|e| error::Error::Config(e.to_string()))?
-    };
-    let client =
-        IngestClient::with_auth(&url, &node, policy, &auth).map_err(|e| error::Error::Config(e.to_string()))?;
-    let spool = ship::spool::Spool::open(&a.spool_dir.join("batches"), a.spool_max as u64)?;
-    let ship_stats = Arc::new(ship::ShipStats::default());
-    let loop_stats = Arc::new(run::LoopStats::default());
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let shipper = rt.spawn(ship::run(rx, client, spool, ship_stats.clone(), Duration::from_secs(5)));
-    if let Some(addr) = a.metrics_addr {
-        let (l, s) = (loop_stats.clone(), ship_stats.clone());
-        rt.spawn(async move {
-            if let Err(e) = metrics::serve(addr, l, s).await {
-                tracing::error!(error = %e, "metrics endpoint failed");
-            }
-        });
-    }
-    let kube = rt.block_on(kube_sources(&a, &node))?;
-    if let Some(w) = &kube.watch {
-        let _ = loop_stats.kube.set(w.stats.clone());
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        let stop = stop.clone();
-        let mut s = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(sig))?;
-        rt.spawn(async move {
-            s.recv().await;
-            stop.store(true, Ordering::Relaxed);
-        });
-    }
-    let cfg = run::LoopConfig {
-        node: node.clone(),
-        window: a.window,
-        rescan: a.rescan,
-        cgroup_root: a.cgroup_root.clone(),
-        cgroup_mount: cgroup_mount(&a.cgroup_mount),
-        pids: a.pids.clone(),
-        outlier_factor: a.outlier_factor,
-        outlier_min: a.outlier_min,
-        outlier_abs: a.outlier_abs,
-        libs: a.libs.clone(),
-        hold_dlopen: !a.no_dlopen_hold,
-    };
-    tracing::info!(node = %node, aggregator = %url, window = ?a.window, "ingero-agent tracing");
-    let (ls, ss) = (loop_stats.clone(), ship_stats.clone());
-    let probe_thread = std::thread::spawn(move || {
-        // The spool's drop count reaches the node_windows rows through the loop stats.
-        let forward = std::thread::spawn({
-            let (ls, ss) = (ls.clone(), ss.clone());
-            move || loop {
-                ls.spool_dropped.store(ss.dropped.load(Ordering::Relaxed), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(200));
-                if Arc::strong_count(&ls) <= 2 {
-                    break;
-                }
-            }
-        });
-        let r = run::probe_loop(probes, cfg, tx, stop, ls, kube);
-        drop(forward);
-        r
-    });
-    let res = probe_thread.join().map_err(|_| anyhow::anyhow!("probe thread panicked"))?;
-    let ss = ship_stats.clone();
-    rt.block_on(async {
-        let _ = shipper.await;
-        tracing::info!(
-            acked = ss.sent.load(Ordering::Relaxed),
-            rejected = ss.rejected.load(Ordering::Relaxed),
-            dropped = ss.dropped.load(Ordering::Relaxed),
-            spooled = ss.spooled.load(Ordering::Relaxed),
-            "ingero-agent stopped"
-        );
-        if let Some(s) = server {
-            s.shutdown().await?;
-        }
-        Ok::<_, anyhow::Error>(())
-    })?;
-    res?;
-    Ok(())
+    Agent::start(config(a)?, probes)?.wait()
 }

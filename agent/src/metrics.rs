@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::run::LoopStats;
+use crate::probe_loop::LoopStats;
 use crate::ship::ShipStats;
 
 pub fn render(l: &LoopStats, s: &ShipStats) -> String {
@@ -30,6 +30,12 @@ pub fn render(l: &LoopStats, s: &ShipStats) -> String {
             "counter",
             "Library files that could not be probed (retried on the next scan)",
             g(&l.attach_failures),
+        ),
+        (
+            "ingero_agent_rows_invalid_total",
+            "counter",
+            "Rows refused by the schema check (a bug if ever non-zero; logged)",
+            g(&l.rows_invalid),
         ),
         ("ingero_agent_cached_processes", "gauge", "Processes whose attribution is cached", g(&l.cached_processes)),
         (

@@ -2,10 +2,12 @@
 
 use std::collections::HashMap;
 
-use arrow::array::RecordBatch;
 use ingero_proto::hist::Histogram;
-use ingero_proto::rows::{BatchBuilder, Common, Val};
-use ingero_proto::Table;
+use ingero_proto::rows::{BatchBuilder, Row, TimestampUs};
+use ingero_proto::tables::{
+    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow,
+};
+use ingero_proto::{Table, Tables};
 
 use crate::attribution::{Attributor, ProcInfo};
 use crate::probes::abi::{Counters, ProcEvent, StallEvent, HIST_BUCKETS, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM};
@@ -62,7 +64,7 @@ fn common(ctx: &WindowCtx<'_>, pid: u32, p: &ProcInfo) -> Common {
         pid,
         comm: if p.comm.is_empty() { format!("pid-{pid}") } else { p.comm.clone() },
         cgroup_id: p.cgroup_id,
-        window_start_us: ctx.window_start_us,
+        window_start_us: TimestampUs(ctx.window_start_us),
         window_us: ctx.window_us,
     }
 }
@@ -77,61 +79,135 @@ fn sparse(hist: &[u32; HIST_BUCKETS]) -> (Vec<u8>, Vec<u64>) {
     h.sparse()
 }
 
-/// Builds every table for the window. Rows that cannot be built are counted,
-/// never silently dropped.
-pub fn build(
-    ctx: &WindowCtx<'_>,
-    d: &Drained,
-    stalls: &[StallEvent],
-    events: &[ProcEvent],
-    attr: &mut Attributor,
-    cgroup_paths: &HashMap<u64, String>,
-) -> Vec<(Table, RecordBatch)> {
-    let mut calls = BatchBuilder::new(Table::CallWindows);
-    for (k, v) in &d.calls {
-        let Some(op) = ops::by_id(k.op) else { continue };
-        let p = attr.get(k.tgid).clone();
-        let (b, c) = sparse(&v.hist);
-        let row = [
-            Val::Str(op.lib.name()),
-            Val::Str(op.symbol),
-            Val::U(v.count),
-            Val::U(v.errors),
-            Val::U(v.total_ns),
-            Val::U(v.max_ns),
-            Val::Bool(false),
-            Val::U8s(&b),
-            Val::U64s(&c),
-        ];
-        let _ = calls.push(&common(ctx, k.tgid, &p), &row);
+/// The batches of one window, and the rows that could not be built.
+#[derive(Debug, Default)]
+pub struct Built {
+    pub tables: Tables,
+    /// Rows refused by the schema check (a bug, never expected): counted in
+    /// `ingero_agent_rows_invalid_total` and logged, not silently dropped.
+    pub invalid_rows: u64,
+}
+
+/// Builds the tables of one window, one named step per table.
+pub struct WindowBuilder<'a, 'c> {
+    ctx: &'a WindowCtx<'c>,
+    attr: &'a mut Attributor,
+    out: Built,
+}
+
+impl<'a, 'c> WindowBuilder<'a, 'c> {
+    pub fn new(ctx: &'a WindowCtx<'c>, attr: &'a mut Attributor) -> Self {
+        WindowBuilder { ctx, attr, out: Built::default() }
     }
-    let mut sched = BatchBuilder::new(Table::SchedWindows);
-    for (tgid, v) in &d.sched {
-        let p = attr.get(*tgid).clone();
-        let threads = std::fs::read_dir(format!("/proc/{tgid}/task")).map(|d| d.count() as u64).unwrap_or(1);
-        let row = [
-            Val::U(threads),
-            Val::U(v.on_ns),
-            Val::U(v.off_ns),
-            Val::U(v.runq_ns),
-            Val::U(v.runq_max_ns),
-            Val::U(v.voluntary),
-            Val::U(v.involuntary),
-            Val::U(v.wakeups),
-        ];
-        let _ = sched.push(&common(ctx, *tgid, &p), &row);
+
+    /// Every table of the drained window.
+    pub fn build(
+        mut self,
+        d: &Drained,
+        stalls: &[StallEvent],
+        events: &[ProcEvent],
+        cgroup_paths: &HashMap<u64, String>,
+    ) -> Built {
+        self.calls(d);
+        self.sched(d);
+        self.cgroups(d, cgroup_paths);
+        self.io(d);
+        self.stalls(stalls);
+        self.host_events(events);
+        self.node();
+        self.out
     }
-    let mut cg = BatchBuilder::new(Table::CgroupWindows);
-    for (id, v) in &d.cgroups {
-        let path = match cgroup_paths.get(id) {
-            Some(p) => p.clone(),
-            None if ctx.cgroup_scoped => continue,
-            None => String::new(),
-        };
-        let owner = crate::attribution::cgroup::parse(&path);
-        let pod = attr.pod(owner.pod_uid.as_deref());
-        let c = Common {
-            node: ctx.node.to_string(),
+
+    /// Appends one row; a refused row is counted, never silently dropped.
+    fn add<R: Row>(&mut self, b: &mut BatchBuilder, common: &Common, row: &R) {
+        if let Err(e) = b.append(common, row) {
+            self.out.invalid_rows += 1;
+            tracing::warn!(table = %R::TABLE, error = %e, "row refused by the schema");
+        }
+    }
+
+    fn finish(&mut self, mut b: BatchBuilder) {
+        if b.is_empty() {
+            return;
+        }
+        let n = b.len() as u64;
+        match b.finish() {
+            Ok(batch) => self.out.tables.push((b.table(), batch)),
+            Err(e) => {
+                self.out.invalid_rows += n;
+                tracing::warn!(table = %b.table(), error = %e, "batch refused");
+            }
+        }
+    }
+
+    fn common(&mut self, pid: u32) -> Common {
+        let p = self.attr.get(pid);
+        common(self.ctx, pid, p)
+    }
+
+    fn calls(&mut self, d: &Drained) {
+        let mut b = BatchBuilder::new(Table::CallWindows);
+        for (k, v) in &d.calls {
+            let Some(op) = ops::by_id(k.op) else { continue };
+            let (hist_bucket, hist_count) = sparse(&v.hist);
+            let row = CallRow {
+                library: op.lib.name(),
+                op: op.symbol,
+                count: v.count,
+                errors: v.errors,
+                total_ns: v.total_ns,
+                max_ns: v.max_ns,
+                sampled: false,
+                hist_bucket: &hist_bucket,
+                hist_count: &hist_count,
+            };
+            let c = self.common(k.tgid);
+            self.add(&mut b, &c, &row);
+        }
+        self.finish(b);
+    }
+
+    fn sched(&mut self, d: &Drained) {
+        let mut b = BatchBuilder::new(Table::SchedWindows);
+        for (tgid, v) in &d.sched {
+            let threads = std::fs::read_dir(format!("/proc/{tgid}/task")).map(|d| d.count() as u32).unwrap_or(1);
+            let row = SchedRow {
+                threads,
+                on_cpu_ns: v.on_ns,
+                off_cpu_ns: v.off_ns,
+                runq_wait_ns: v.runq_ns,
+                runq_max_ns: v.runq_max_ns,
+                voluntary_switches: v.voluntary,
+                involuntary_switches: v.involuntary,
+                wakeups: v.wakeups,
+            };
+            let c = self.common(*tgid);
+            self.add(&mut b, &c, &row);
+        }
+        self.finish(b);
+    }
+
+    fn cgroups(&mut self, d: &Drained, cgroup_paths: &HashMap<u64, String>) {
+        let mut b = BatchBuilder::new(Table::CgroupWindows);
+        for (id, v) in &d.cgroups {
+            let path = match cgroup_paths.get(id) {
+                Some(p) => p.as_str(),
+                None if self.ctx.cgroup_scoped => continue,
+                None => "",
+            };
+            let c = self.cgroup_common(*id, path);
+            let row = CgroupRow { cgroup_path: path, on_cpu_ns: v.on_ns, runq_wait_ns: 0, switches: v.switches };
+            self.add(&mut b, &c, &row);
+        }
+        self.finish(b);
+    }
+
+    /// A cgroup's row names its pod and container when the path holds them.
+    fn cgroup_common(&mut self, id: u64, path: &str) -> Common {
+        let owner = crate::attribution::cgroup::parse(path);
+        let pod = self.attr.pod(owner.pod_uid.as_deref());
+        Common {
+            node: self.ctx.node.to_string(),
             namespace: pod.as_ref().map(|m| m.namespace.clone()),
             pod: pod.as_ref().map(|m| m.name.clone()),
             job: pod.as_ref().map(|m| m.job.clone()),
@@ -141,136 +217,139 @@ pub fn build(
                 .map(String::from)
                 .or_else(|| owner.container_id.as_ref().map(|c| c[..12].to_string())),
             comm: path.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or("/").to_string(),
-            cgroup_id: *id,
-            window_start_us: ctx.window_start_us,
-            window_us: ctx.window_us,
+            cgroup_id: id,
+            window_start_us: TimestampUs(self.ctx.window_start_us),
+            window_us: self.ctx.window_us,
+            ..Default::default()
+        }
+    }
+
+    fn io(&mut self, d: &Drained) {
+        let mut b = BatchBuilder::new(Table::IoWindows);
+        for (k, v) in &d.io {
+            let device = format!("{}:{}", k.dev >> 20, k.dev & 0xfffff);
+            let op = match k.op {
+                0 => "read",
+                1 => "write",
+                2 => "flush",
+                3 => "discard",
+                _ => "other",
+            };
+            let (hist_bucket, hist_count) = sparse(&v.hist);
+            let row = IoRow {
+                device: &device,
+                op,
+                count: v.count,
+                bytes: v.bytes,
+                total_ns: v.total_ns,
+                max_ns: v.max_ns,
+                hist_bucket: &hist_bucket,
+                hist_count: &hist_count,
+            };
+            let c = self.common(k.tgid);
+            self.add(&mut b, &c, &row);
+        }
+        self.finish(b);
+    }
+
+    fn stalls(&mut self, stalls: &[StallEvent]) {
+        let mut b = BatchBuilder::new(Table::StallEvents);
+        for e in stalls {
+            let Some(op) = ops::by_id(e.op) else { continue };
+            let row = StallRow {
+                event_time: TimestampUs((e.ts_ns / 1000) as i64 + self.ctx.mono_to_wall_us),
+                tid: e.tid,
+                library: op.lib.name(),
+                op: op.symbol,
+                duration_ns: e.duration_ns,
+                threshold_ns: e.threshold_ns,
+                reason: "threshold",
+            };
+            let c = self.common(e.tgid);
+            self.add(&mut b, &c, &row);
+        }
+        self.finish(b);
+    }
+
+    fn host_events(&mut self, events: &[ProcEvent]) {
+        let mut b = BatchBuilder::new(Table::HostEvents);
+        for e in events {
+            let kind = match e.kind {
+                PROC_EXEC => "exec",
+                PROC_EXIT => "exit",
+                PROC_FORK => "fork",
+                PROC_OOM => "oom_kill",
+                _ => continue,
+            };
+            let comm = String::from_utf8_lossy(&e.comm).trim_end_matches('\0').to_string();
+            let mut c = self.common(e.tgid);
+            if c.comm.starts_with("pid-") {
+                c.comm = comm.clone();
+            }
+            let value = match e.kind {
+                PROC_FORK => e.other as i64,
+                PROC_EXIT => exit_status(e.value),
+                _ => e.value as i64,
+            };
+            let event_time = TimestampUs((e.ts_ns / 1000) as i64 + self.ctx.mono_to_wall_us);
+            self.add(&mut b, &c, &HostEventRow { event_time, kind, value, detail: Some(&comm) });
+        }
+        self.finish(b);
+    }
+
+    /// The agent's own health and the host's facts.
+    fn node(&mut self) {
+        let mut b = BatchBuilder::new(Table::NodeWindows);
+        let me = Common {
+            node: self.ctx.node.to_string(),
+            pid: std::process::id(),
+            comm: "ingero-agent".into(),
+            window_start_us: TimestampUs(self.ctx.window_start_us),
+            window_us: self.ctx.window_us,
             ..Default::default()
         };
-        let _ = cg.push(&c, &[Val::Str(&path), Val::U(v.on_ns), Val::U(0), Val::U(v.switches)]);
-    }
-    let mut io = BatchBuilder::new(Table::IoWindows);
-    for (k, v) in &d.io {
-        let p = attr.get(k.tgid).clone();
-        let dev = format!("{}:{}", k.dev >> 20, k.dev & 0xfffff);
-        let op = match k.op {
-            0 => "read",
-            1 => "write",
-            2 => "flush",
-            3 => "discard",
-            _ => "other",
+        let (h, c) = (self.ctx.host, &self.ctx.counters_delta);
+        let row = NodeRow {
+            events: c.events,
+            ringbuf_drops: c.ringbuf_drops,
+            map_full: c.map_full + c.inflight_full,
+            spool_dropped: self.ctx.spool_dropped,
+            probe_run_ns: self.ctx.probe_run_ns,
+            kernel: h.kernel.as_deref(),
+            cpu_model: h.cpu_model.as_deref(),
+            cpu_cores: h.cpu_cores,
+            gpu_model: None,
+            driver_version: None,
+            cuda_version: None,
         };
-        let (b, c) = sparse(&v.hist);
-        let row = [
-            Val::Str(&dev),
-            Val::Str(op),
-            Val::U(v.count),
-            Val::U(v.bytes),
-            Val::U(v.total_ns),
-            Val::U(v.max_ns),
-            Val::U8s(&b),
-            Val::U64s(&c),
-        ];
-        let _ = io.push(&common(ctx, k.tgid, &p), &row);
+        self.add(&mut b, &me, &row);
+        self.finish(b);
     }
-    let mut st = BatchBuilder::new(Table::StallEvents);
-    for e in stalls {
-        let Some(op) = ops::by_id(e.op) else { continue };
-        let p = attr.get(e.tgid).clone();
-        let t = (e.ts_ns / 1000) as i64 + ctx.mono_to_wall_us;
-        let row = [
-            Val::Ts(t),
-            Val::U(e.tid as u64),
-            Val::Str(op.lib.name()),
-            Val::Str(op.symbol),
-            Val::U(e.duration_ns),
-            Val::U(e.threshold_ns),
-            Val::Str("threshold"),
-        ];
-        let _ = st.push(&common(ctx, e.tgid, &p), &row);
-    }
-    let mut ev = BatchBuilder::new(Table::HostEvents);
-    for e in events {
-        let kind = match e.kind {
-            PROC_EXEC => "exec",
-            PROC_EXIT => "exit",
-            PROC_FORK => "fork",
-            PROC_OOM => "oom_kill",
-            _ => continue,
-        };
-        let comm = String::from_utf8_lossy(&e.comm).trim_end_matches('\0').to_string();
-        let p = attr.get(e.tgid).clone();
-        let mut c = common(ctx, e.tgid, &p);
-        if c.comm.starts_with("pid-") {
-            c.comm = comm.clone();
-        }
-        let value = match e.kind {
-            PROC_FORK => e.other as i64,
-            PROC_EXIT => exit_status(e.value),
-            _ => e.value as i64,
-        };
-        let t = (e.ts_ns / 1000) as i64 + ctx.mono_to_wall_us;
-        let _ = ev.push(&c, &[Val::Ts(t), Val::Str(kind), Val::I(value), Val::Str(&comm)]);
-    }
-    let mut node = BatchBuilder::new(Table::NodeWindows);
-    let me = Common {
-        node: ctx.node.to_string(),
-        pid: std::process::id(),
-        comm: "ingero-agent".into(),
-        window_start_us: ctx.window_start_us,
-        window_us: ctx.window_us,
-        ..Default::default()
-    };
-    let h = ctx.host;
-    let c = &ctx.counters_delta;
-    let _ = node.push(
-        &me,
-        &[
-            Val::U(c.events),
-            Val::U(c.ringbuf_drops),
-            Val::U(c.map_full + c.inflight_full),
-            Val::U(ctx.spool_dropped),
-            Val::U(ctx.probe_run_ns),
-            h.kernel.as_deref().into(),
-            h.cpu_model.as_deref().into(),
-            h.cpu_cores.map_or(Val::Null, |n| Val::U(n as u64)),
-            Val::Null,
-            Val::Null,
-            Val::Null,
-        ],
-    );
-    let mut out = Vec::new();
-    for mut b in [calls, sched, cg, io, st, ev, node] {
-        if !b.is_empty() {
-            let t = b.table();
-            if let Ok(batch) = b.finish() {
-                out.push((t, batch));
-            }
-        }
-    }
-    out
-}
 
-/// Process metadata rows for processes seen for the first time or changed.
-pub fn process_meta(ctx: &WindowCtx<'_>, pids: &[u32], attr: &mut Attributor) -> Option<(Table, RecordBatch)> {
-    let mut b = BatchBuilder::new(Table::ProcessMeta);
-    for &pid in pids {
-        let p = attr.get(pid).clone();
-        let libs = p.libraries.join(",");
-        let row = [
-            Val::Str(&p.cmdline),
-            p.owner.container_id.as_deref().into(),
-            p.owner.pod_uid.as_deref().into(),
-            Val::Str(&p.cgroup_path),
-            p.env.local_rank.map_or(Val::Null, |r| Val::I(r as i64)),
-            p.env.master.as_deref().into(),
-            p.nccl_comm.as_deref().into(),
-            p.gpus.as_deref().into(),
-            Val::Str(&libs),
-            p.pod.as_ref().map(|m| m.labels_json.as_str()).into(),
-        ];
-        let _ = b.push(&common(ctx, pid, &p), &row);
+    /// Process metadata rows for processes seen for the first time or changed.
+    pub fn process_meta(mut self, pids: &[u32]) -> Built {
+        let mut b = BatchBuilder::new(Table::ProcessMeta);
+        for &pid in pids {
+            let c = self.common(pid);
+            let p = self.attr.get(pid).clone();
+            let libraries = p.libraries.join(",");
+            let row = ProcessMetaRow {
+                cmdline: &p.cmdline,
+                container_id: p.owner.container_id.as_deref(),
+                pod_uid: p.owner.pod_uid.as_deref(),
+                cgroup_path: &p.cgroup_path,
+                local_rank: p.env.local_rank,
+                master_addr: p.env.master.as_deref(),
+                nccl_comm_id: p.nccl_comm.as_deref(),
+                gpus: p.gpus.as_deref(),
+                libraries: &libraries,
+                labels: p.pod.as_ref().map(|m| m.labels_json.as_str()),
+            };
+            self.add(&mut b, &c, &row);
+        }
+        self.finish(b);
+        self.out
     }
-    (!b.is_empty()).then(|| Some((Table::ProcessMeta, b.finish().ok()?))).flatten()
 }
 
 /// The kernel's exit_code, `(status << 8) | signal`, as Kubernetes and

@@ -14,7 +14,8 @@ use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::rank::history::{self, HistoryRequest};
 use ingero_aggregator::store::parquet;
 use ingero_aggregator::store::{Store, StoreUrl};
-use ingero_proto::rows::{BatchBuilder, Common, Val};
+use ingero_proto::rows::{BatchBuilder, TimestampUs};
+use ingero_proto::tables::{CallRow, Common, SchedRow};
 use ingero_proto::Table;
 use ingero_sim::faults::Injection;
 use ingero_sim::model::{step_job, Rng};
@@ -61,7 +62,7 @@ fn main() {
                     world_size: Some(nodes as i32),
                     pid: 4242,
                     comm: "python3".into(),
-                    window_start_us: start_us + w as i64 * 1_000_000,
+                    window_start_us: TimestampUs(start_us + w as i64 * 1_000_000),
                     window_us: 1_000_000,
                     ..Default::default()
                 };
@@ -76,41 +77,33 @@ fn main() {
                     let per = (ms * 1e6) as u64;
                     let b = [ingero_proto::hist::bucket(per)];
                     let hc = [n];
-                    calls
-                        .push(
-                            &c,
-                            &[
-                                Val::Str(lib),
-                                Val::Str(op),
-                                Val::U(n),
-                                Val::U(0),
-                                Val::U(per * n),
-                                Val::U(per),
-                                Val::Bool(false),
-                                Val::U8s(&b),
-                                Val::U64s(&hc),
-                            ],
-                        )
-                        .unwrap();
+                    let row = CallRow {
+                        library: lib,
+                        op,
+                        count: n,
+                        errors: 0,
+                        total_ns: per * n,
+                        max_ns: per,
+                        sampled: false,
+                        hist_bucket: &b,
+                        hist_count: &hc,
+                    };
+                    calls.append(&c, &row).unwrap();
                 }
                 let runq = (s * r.runq_ms * 1e6).min(0.9e9);
                 let off = (40e6 + s * r.blocked_ms * 1e6).min(1e9 - runq);
                 let on = 1e9 - runq - off;
-                sched
-                    .push(
-                        &c,
-                        &[
-                            Val::U(1),
-                            Val::U(on as u64),
-                            Val::U(off as u64),
-                            Val::U(runq as u64),
-                            Val::U(0),
-                            Val::U(0),
-                            Val::U(0),
-                            Val::U(0),
-                        ],
-                    )
-                    .unwrap();
+                let row = SchedRow {
+                    threads: 1,
+                    on_cpu_ns: on as u64,
+                    off_cpu_ns: off as u64,
+                    runq_wait_ns: runq as u64,
+                    runq_max_ns: 0,
+                    voluntary_switches: 0,
+                    involuntary_switches: 0,
+                    wakeups: 0,
+                };
+                sched.append(&c, &row).unwrap();
             }
             for mut b in [calls, sched] {
                 rows_total += b.len();

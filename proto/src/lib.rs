@@ -4,7 +4,8 @@
 //! - [`schema`]: the Arrow schema of every table, with units and meaning.
 //! - [`ipc`]: Arrow IPC encode/decode with validation against [`schema`].
 //! - [`hist`]: the latency histogram shared with the eBPF programs.
-//! - [`rows`]: builders that turn Rust rows into batches of those schemas.
+//! - [`tables`]: one typed row struct per table; the schema is generated from them.
+//! - [`rows`]: builders that turn those rows into batches of the schemas.
 //! - [`client`]: the ingest client with retry and backoff.
 //! - [`units`]: sizes on the command line.
 
@@ -14,6 +15,7 @@ pub mod hist;
 pub mod ipc;
 pub mod rows;
 pub mod schema;
+pub mod tables;
 pub mod units;
 pub mod values;
 
@@ -28,6 +30,9 @@ pub mod pb {
 }
 
 pub use schema::Table;
+
+/// Batches of several tables, as one window or one request carries them.
+pub type Tables = Vec<(Table, arrow::array::RecordBatch)>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -12,7 +12,8 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field};
 
-use crate::schema::{ColType, Table, COMMON};
+use crate::schema::{ColType, Column, Table, COMMON};
+pub use crate::tables::*;
 use crate::{Error, Result};
 
 /// One cell value.
@@ -36,40 +37,59 @@ impl<'a> From<Option<&'a str>> for Val<'a> {
     }
 }
 
-/// The columns every row starts with (see [`COMMON`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Common {
-    pub node: String,
-    pub namespace: Option<String>,
-    pub pod: Option<String>,
-    pub container: Option<String>,
-    pub job: Option<String>,
-    pub rank: Option<i32>,
-    pub world_size: Option<i32>,
-    pub pid: u32,
-    pub comm: String,
-    pub cgroup_id: u64,
-    pub window_start_us: i64,
-    pub window_us: u64,
+/// A UTC timestamp in microseconds since the epoch (a `TimestampUs` column).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TimestampUs(pub i64);
+
+/// A Rust type that is one column: its Arrow type, nullability and value.
+pub trait Cell {
+    const TYPE: ColType;
+    const NULLABLE: bool = false;
+    fn val(&self) -> Val<'_>;
 }
 
-impl Common {
-    pub fn vals(&self) -> [Val<'_>; 12] {
-        [
-            Val::Str(&self.node),
-            self.namespace.as_deref().into(),
-            self.pod.as_deref().into(),
-            self.container.as_deref().into(),
-            self.job.as_deref().into(),
-            self.rank.map_or(Val::Null, |r| Val::I(r as i64)),
-            self.world_size.map_or(Val::Null, |r| Val::I(r as i64)),
-            Val::U(self.pid as u64),
-            Val::Str(&self.comm),
-            Val::U(self.cgroup_id),
-            Val::Ts(self.window_start_us),
-            Val::U(self.window_us),
-        ]
+macro_rules! cell {
+    ($ty:ty, $col:ident, |$v:ident| $e:expr) => {
+        impl Cell for $ty {
+            const TYPE: ColType = ColType::$col;
+            fn val(&self) -> Val<'_> {
+                let $v = self;
+                $e
+            }
+        }
+    };
+}
+
+cell!(String, Utf8, |v| Val::Str(v));
+cell!(&str, Utf8, |v| Val::Str(v));
+cell!(bool, Bool, |v| Val::Bool(*v));
+cell!(i32, I32, |v| Val::I(*v as i64));
+cell!(i64, I64, |v| Val::I(*v));
+cell!(u32, U32, |v| Val::U(*v as u64));
+cell!(u64, U64, |v| Val::U(*v));
+cell!(f64, F64, |v| Val::F(*v));
+cell!(TimestampUs, TimestampUs, |v| Val::Ts(v.0));
+cell!(&[u8], ListU8, |v| Val::U8s(v));
+cell!(&[u64], ListU64, |v| Val::U64s(v));
+
+impl<T: Cell> Cell for Option<T> {
+    const TYPE: ColType = T::TYPE;
+    const NULLABLE: bool = true;
+    fn val(&self) -> Val<'_> {
+        self.as_ref().map_or(Val::Null, Cell::val)
     }
+}
+
+/// A struct whose fields are columns, in order (see [`crate::tables`]).
+pub trait Columns {
+    const COLUMNS: &'static [Column];
+    /// Calls `f` with the row's values in column order.
+    fn with_vals<T>(&self, f: impl FnOnce(&[Val<'_>]) -> T) -> T;
+}
+
+/// The table-specific part of a row of [`Row::TABLE`].
+pub trait Row: Columns {
+    const TABLE: Table;
 }
 
 enum Col {
@@ -188,9 +208,16 @@ impl BatchBuilder {
         self.rows == 0
     }
 
+    /// Appends a typed row; a row of another table is an error.
+    pub fn append<R: Row>(&mut self, common: &Common, row: &R) -> Result<()> {
+        if R::TABLE != self.table {
+            return Err(Error::Invalid(format!("a {} row pushed to {}", R::TABLE, self.table)));
+        }
+        common.with_vals(|c| row.with_vals(|own| self.push_vals(c, own)))
+    }
+
     /// Appends a row: the common columns, then the table's own columns in order.
-    pub fn push(&mut self, common: &Common, own: &[Val<'_>]) -> Result<()> {
-        let common_vals = common.vals();
+    fn push_vals(&mut self, common_vals: &[Val<'_>], own: &[Val<'_>]) -> Result<()> {
         if COMMON.len() + own.len() != self.cols.len() {
             return Err(Error::Invalid(format!(
                 "{}: row has {} values, table has {} columns",
@@ -251,7 +278,7 @@ mod tests {
             node: "n1".into(),
             pid: 42,
             comm: "python".into(),
-            window_start_us: 1_700_000_000_000_000,
+            window_start_us: TimestampUs(1_700_000_000_000_000),
             window_us: 1_000_000,
             ..Default::default()
         }
@@ -260,19 +287,19 @@ mod tests {
     #[test]
     fn builds_valid_batches_that_round_trip_ipc() {
         let mut b = BatchBuilder::new(Table::CallWindows);
-        let own = [
-            Val::Str("cudart"),
-            Val::Str("cudaLaunchKernel"),
-            Val::U(10),
-            Val::U(0),
-            Val::U(100),
-            Val::U(20),
-            Val::Bool(false),
-            Val::U8s(&[10, 11]),
-            Val::U64s(&[4, 6]),
-        ];
-        b.push(&common(), &own).unwrap();
-        b.push(&common(), &own).unwrap();
+        let row = CallRow {
+            library: "cudart",
+            op: "cudaLaunchKernel",
+            count: 10,
+            errors: 0,
+            total_ns: 100,
+            max_ns: 20,
+            sampled: false,
+            hist_bucket: &[10, 11],
+            hist_count: &[4, 6],
+        };
+        b.append(&common(), &row).unwrap();
+        b.append(&common(), &row).unwrap();
         let batch = b.finish().unwrap();
         assert_eq!(batch.num_rows(), 2);
         let bytes = ipc::encode(&Table::CallWindows.schema(), std::slice::from_ref(&batch)).unwrap();
@@ -286,10 +313,22 @@ mod tests {
     #[test]
     fn rejects_values_of_the_wrong_type_without_partial_rows() {
         let mut b = BatchBuilder::new(Table::CgroupWindows);
-        let err = b.push(&common(), &[Val::Str("/x"), Val::Str("oops"), Val::U(0), Val::U(0)]).unwrap_err();
+        let err = common()
+            .with_vals(|c| b.push_vals(c, &[Val::Str("/x"), Val::Str("oops"), Val::U(0), Val::U(0)]))
+            .unwrap_err();
         assert!(err.to_string().contains("on_cpu_ns"), "{err}");
         assert!(b.is_empty());
-        b.push(&common(), &[Val::Str("/x"), Val::U(1), Val::U(0), Val::U(0)]).unwrap();
+        let row = CgroupRow { cgroup_path: "/x", on_cpu_ns: 1, runq_wait_ns: 0, switches: 0 };
+        b.append(&common(), &row).unwrap();
         assert_eq!(b.finish().unwrap().num_rows(), 1);
+    }
+
+    #[test]
+    fn a_row_of_another_table_is_refused() {
+        let mut b = BatchBuilder::new(Table::SchedWindows);
+        let row = CgroupRow { cgroup_path: "/x", on_cpu_ns: 1, runq_wait_ns: 0, switches: 0 };
+        let err = b.append(&common(), &row).unwrap_err().to_string();
+        assert!(err.contains("cgroup_windows row pushed to sched_windows"), "{err}");
+        assert!(b.is_empty());
     }
 }

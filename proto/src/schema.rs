@@ -9,6 +9,9 @@ use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
+use crate::rows::Columns;
+use crate::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow};
+
 /// One column: name, Arrow type, nullability, unit and meaning.
 #[derive(Debug, Clone, Copy)]
 pub struct Column {
@@ -54,137 +57,8 @@ impl ColType {
     }
 }
 
-const fn col(name: &'static str, ty: ColType, unit: &'static str, doc: &'static str) -> Column {
-    Column { name, ty, nullable: false, unit, doc }
-}
-const fn opt(name: &'static str, ty: ColType, unit: &'static str, doc: &'static str) -> Column {
-    Column { name, ty, nullable: true, unit, doc }
-}
-
-use ColType::*;
-
 /// Columns every row of every table starts with, in this order.
-pub const COMMON: &[Column] = &[
-    col("node", Utf8, "", "Node name (Kubernetes node, else hostname)"),
-    opt("namespace", Utf8, "", "Pod namespace; null when not in a known pod"),
-    opt("pod", Utf8, "", "Pod name; null when not in a known pod"),
-    opt("container", Utf8, "", "Container name (or container id when the pod is unknown)"),
-    opt(
-        "job",
-        Utf8,
-        "",
-        "Job identity: owner (Job, JobSet, PyTorchJob, …), else NCCL communicator id, else configured label",
-    ),
-    opt("rank", I32, "", "Rank of the process in its job (RANK or ncclCommInitRank)"),
-    opt("world_size", I32, "", "Number of ranks in the job (WORLD_SIZE or nranks)"),
-    col("pid", U32, "", "Process id (tgid) in the agent's pid namespace (the host's with hostPID, a kind node's own); 0 for node-level rows"),
-    col("comm", Utf8, "", "Process name (task comm, 15 chars max)"),
-    col("cgroup_id", U64, "", "cgroup v2 id (inode of the cgroup directory); 0 when unknown"),
-    col("window_start", TimestampUs, "µs since epoch, UTC", "Start of the aggregation window"),
-    col("window_us", U64, "µs", "Window length"),
-];
-
-/// Histogram bucket columns shared by the latency tables.
-const HIST: &[Column] = &[
-    col(
-        "hist_bucket",
-        ListU8,
-        "bucket index",
-        "Sparse latency histogram: indices of non-empty buckets (see Histogram)",
-    ),
-    col("hist_count", ListU64, "calls", "Sparse latency histogram: count per bucket in hist_bucket"),
-];
-
-const CALL_WINDOWS: &[Column] = &[
-    col("library", Utf8, "", "cudart (runtime), cuda (driver) or nccl"),
-    col("op", Utf8, "", "Function name, e.g. cudaStreamSynchronize, ncclAllReduce"),
-    col("count", U64, "calls", "Calls that started in the window"),
-    col("errors", U64, "calls", "Calls that returned a non-success code (return-probed ops only)"),
-    col("total_ns", U64, "ns", "Sum of call durations (0 for entry-only ops such as launches)"),
-    col("max_ns", U64, "ns", "Longest call"),
-    col("sampled", Bool, "", "True when durations come from a sample of calls (imported traces); count is exact"),
-];
-
-const SCHED_WINDOWS: &[Column] = &[
-    col("threads", U32, "threads", "Threads of the process seen in the window"),
-    col("on_cpu_ns", U64, "ns", "Time the process's threads ran on a CPU"),
-    col("off_cpu_ns", U64, "ns", "Time its threads were blocked or sleeping (switched out, not runnable)"),
-    col("runq_wait_ns", U64, "ns", "Time its threads were runnable but waiting for a CPU (run-queue latency)"),
-    col("runq_max_ns", U64, "ns", "Longest single run-queue wait"),
-    col("voluntary_switches", U64, "switches", "Context switches where the thread blocked"),
-    col("involuntary_switches", U64, "switches", "Context switches where the thread was preempted while runnable"),
-    col("wakeups", U64, "wakeups", "sched_wakeup / sched_wakeup_new events for its threads"),
-];
-
-const CGROUP_WINDOWS: &[Column] = &[
-    col("cgroup_path", Utf8, "", "cgroup v2 path below the cgroup root"),
-    col("on_cpu_ns", U64, "ns", "CPU time of every task in the cgroup (noisy-neighbour attribution)"),
-    col("runq_wait_ns", U64, "ns", "Run-queue wait of every task in the cgroup"),
-    col("switches", U64, "switches", "Context switches of every task in the cgroup"),
-];
-
-const IO_WINDOWS: &[Column] = &[
-    col("device", Utf8, "", "Block device as major:minor"),
-    col("op", Utf8, "", "read, write, flush, discard or other"),
-    col("count", U64, "requests", "Requests completed in the window"),
-    col("bytes", U64, "bytes", "Bytes transferred"),
-    col("total_ns", U64, "ns", "Sum of issue→complete latencies"),
-    col("max_ns", U64, "ns", "Longest request"),
-];
-
-const HOST_EVENTS: &[Column] = &[
-    col("event_time", TimestampUs, "µs since epoch, UTC", "When it happened"),
-    col(
-        "kind",
-        Utf8,
-        "",
-        "oom_kill, exec, exit, fork, mem_pressure, swap; reference_chain for a diagnosis stored in an imported trace",
-    ),
-    col(
-        "value",
-        I64,
-        "kind-specific",
-        "oom_kill: victim pages; exit: exit status, or 128 + the signal that killed it (137 SIGKILL, 134 SIGABRT), as Kubernetes reports it; fork: child pid (new processes only, never threads); mem_pressure/swap: bytes",
-    ),
-    opt("detail", Utf8, "", "Free text: victim name, new binary path, … (reference_chain: the chain as JSON)"),
-];
-
-const STALL_EVENTS: &[Column] = &[
-    col("event_time", TimestampUs, "µs since epoch, UTC", "Start of the outlier call"),
-    col("tid", U32, "", "Thread id that made the call"),
-    col("library", Utf8, "", "cudart, cuda or nccl"),
-    col("op", Utf8, "", "Function name"),
-    col("duration_ns", U64, "ns", "Duration of this call"),
-    col("threshold_ns", U64, "ns", "Threshold it crossed"),
-    col("reason", Utf8, "", "median_multiple (N × running median) or absolute"),
-];
-
-const PROCESS_META: &[Column] = &[
-    col("cmdline", Utf8, "", "Command line, arguments joined by spaces (truncated to 4 KiB)"),
-    opt("container_id", Utf8, "", "Container runtime id (64 hex) parsed from the cgroup path"),
-    opt("pod_uid", Utf8, "", "Pod UID parsed from the cgroup path"),
-    col("cgroup_path", Utf8, "", "cgroup v2 path"),
-    opt("local_rank", I32, "", "LOCAL_RANK from the environment"),
-    opt("master_addr", Utf8, "", "MASTER_ADDR:MASTER_PORT from the environment"),
-    opt("nccl_comm_id", Utf8, "", "NCCL communicator id (hex) learned from ncclCommInitRank"),
-    opt("gpus", Utf8, "", "GPU device ids held by the container (kubelet PodResources), comma separated"),
-    col("libraries", Utf8, "", "Traced libraries mapped by the process, comma separated paths"),
-    opt("labels", Utf8, "", "Pod labels as a JSON object"),
-];
-
-const NODE_WINDOWS: &[Column] = &[
-    col("events", U64, "events", "Probe hits aggregated in the window"),
-    col("ringbuf_drops", U64, "events", "Outlier events lost to a full ring buffer (summed over CPUs)"),
-    col("map_full", U64, "events", "Updates lost to a full kernel map (summed over CPUs)"),
-    col("spool_dropped", U64, "batches", "Batches dropped from a full on-disk spool since the agent started"),
-    col("probe_run_ns", U64, "ns", "eBPF program run time in the window (BPF_STATS_RUN_TIME)"),
-    opt("kernel", Utf8, "", "Kernel release"),
-    opt("cpu_model", Utf8, "", "CPU model name"),
-    opt("cpu_cores", U32, "cores", "Online CPUs"),
-    opt("gpu_model", Utf8, "", "GPU model"),
-    opt("driver_version", Utf8, "", "NVIDIA driver version"),
-    opt("cuda_version", Utf8, "", "CUDA version"),
-];
+pub const COMMON: &[Column] = Common::COLUMNS;
 
 /// Every table the system writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -243,29 +117,24 @@ impl Table {
         }
     }
 
-    /// Table-specific columns (after [`COMMON`]).
-    pub fn own_columns(self) -> Vec<Column> {
-        let (own, hist): (&[Column], bool) = match self {
-            Table::CallWindows => (CALL_WINDOWS, true),
-            Table::SchedWindows => (SCHED_WINDOWS, false),
-            Table::CgroupWindows => (CGROUP_WINDOWS, false),
-            Table::IoWindows => (IO_WINDOWS, true),
-            Table::HostEvents => (HOST_EVENTS, false),
-            Table::StallEvents => (STALL_EVENTS, false),
-            Table::ProcessMeta => (PROCESS_META, false),
-            Table::NodeWindows => (NODE_WINDOWS, false),
-        };
-        let mut cols = own.to_vec();
-        if hist {
-            cols.extend_from_slice(HIST);
+    /// Table-specific columns (after [`COMMON`]), from its row struct.
+    pub fn own_columns(self) -> &'static [Column] {
+        match self {
+            Table::CallWindows => CallRow::COLUMNS,
+            Table::SchedWindows => SchedRow::COLUMNS,
+            Table::CgroupWindows => CgroupRow::COLUMNS,
+            Table::IoWindows => IoRow::COLUMNS,
+            Table::HostEvents => HostEventRow::COLUMNS,
+            Table::StallEvents => StallRow::COLUMNS,
+            Table::ProcessMeta => ProcessMetaRow::COLUMNS,
+            Table::NodeWindows => NodeRow::COLUMNS,
         }
-        cols
     }
 
     /// All columns in order.
     pub fn columns(self) -> Vec<Column> {
         let mut cols = COMMON.to_vec();
-        cols.extend(self.own_columns());
+        cols.extend_from_slice(self.own_columns());
         cols
     }
 

@@ -8,8 +8,9 @@ use arrow::array::RecordBatch;
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
 use ingero_proto::hist::Histogram;
 use ingero_proto::pb::PushRequest;
-use ingero_proto::rows::{BatchBuilder, Common, Val};
-use ingero_proto::Table;
+use ingero_proto::rows::{BatchBuilder, TimestampUs};
+use ingero_proto::tables::{CallRow, Common, SchedRow};
+use ingero_proto::{Table, Tables};
 
 const OPS: [(&str, &str); 8] = [
     ("cudart", "cudaLaunchKernel"),
@@ -24,7 +25,7 @@ const OPS: [(&str, &str); 8] = [
 
 /// Rows of one node for one window: `rows` call-window rows over
 /// `rows / OPS.len()` processes plus one scheduler row per process.
-pub fn synth_tables(node: &str, window_start_us: i64, rows: usize, seed: u64) -> Vec<(Table, RecordBatch)> {
+pub fn synth_tables(node: &str, window_start_us: i64, rows: usize, seed: u64) -> Tables {
     let mut calls = BatchBuilder::new(Table::CallWindows);
     let mut sched = BatchBuilder::new(Table::SchedWindows);
     let procs = rows.div_ceil(OPS.len()).max(1);
@@ -48,7 +49,7 @@ pub fn synth_tables(node: &str, window_start_us: i64, rows: usize, seed: u64) ->
             pid: 1000 + p as u32,
             comm: "python3".into(),
             cgroup_id: 5000 + p as u64,
-            window_start_us,
+            window_start_us: TimestampUs(window_start_us),
             window_us: 1_000_000,
         };
         for (lib, op) in OPS {
@@ -67,39 +68,31 @@ pub fn synth_tables(node: &str, window_start_us: i64, rows: usize, seed: u64) ->
                 max = max.max(d);
             }
             let (b, c) = h.sparse();
-            calls
-                .push(
-                    &common,
-                    &[
-                        Val::Str(lib),
-                        Val::Str(op),
-                        Val::U(count),
-                        Val::U(0),
-                        Val::U(total),
-                        Val::U(max),
-                        Val::Bool(false),
-                        Val::U8s(&b),
-                        Val::U64s(&c),
-                    ],
-                )
-                .expect("synthetic row fits the schema");
+            let row = CallRow {
+                library: lib,
+                op,
+                count,
+                errors: 0,
+                total_ns: total,
+                max_ns: max,
+                sampled: false,
+                hist_bucket: &b,
+                hist_count: &c,
+            };
+            calls.append(&common, &row).expect("synthetic row fits the schema");
         }
         let on = 200_000_000 + rnd() % 600_000_000;
-        sched
-            .push(
-                &common,
-                &[
-                    Val::U(8),
-                    Val::U(on),
-                    Val::U(1_000_000_000 - on),
-                    Val::U(rnd() % 5_000_000),
-                    Val::U(rnd() % 1_000_000),
-                    Val::U(rnd() % 2000),
-                    Val::U(rnd() % 200),
-                    Val::U(rnd() % 2000),
-                ],
-            )
-            .expect("synthetic row fits the schema");
+        let row = SchedRow {
+            threads: 8,
+            on_cpu_ns: on,
+            off_cpu_ns: 1_000_000_000 - on,
+            runq_wait_ns: rnd() % 5_000_000,
+            runq_max_ns: rnd() % 1_000_000,
+            voluntary_switches: rnd() % 2000,
+            involuntary_switches: rnd() % 200,
+            wakeups: rnd() % 2000,
+        };
+        sched.append(&common, &row).expect("synthetic row fits the schema");
     }
     vec![
         (Table::CallWindows, calls.finish().expect("valid batch")),

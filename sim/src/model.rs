@@ -3,8 +3,9 @@
 
 use arrow::array::RecordBatch;
 use ingero_proto::hist::Histogram;
-use ingero_proto::rows::{BatchBuilder, Common, Val};
-use ingero_proto::Table;
+use ingero_proto::rows::{BatchBuilder, Row, TimestampUs};
+use ingero_proto::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, ProcessMetaRow, SchedRow};
+use ingero_proto::{Table, Tables};
 
 use crate::faults::{FaultKind, Injection};
 
@@ -136,22 +137,22 @@ fn call_row(b: &mut BatchBuilder, c: &Common, lib: &str, op: &str, count: f64, p
         total = (per_call_ms * 1e6 * count as f64) as u64;
     }
     let (bk, ct) = h.sparse();
-    let vals = [
-        Val::Str(lib),
-        Val::Str(op),
-        Val::U(count),
-        Val::U(0),
-        Val::U(total),
-        Val::U(max),
-        Val::Bool(false),
-        Val::U8s(&bk),
-        Val::U64s(&ct),
-    ];
-    b.push(c, &vals).expect("simulated row fits the schema");
+    let row = CallRow {
+        library: lib,
+        op,
+        count,
+        errors: 0,
+        total_ns: total,
+        max_ns: max,
+        sampled: false,
+        hist_bucket: &bk,
+        hist_count: &ct,
+    };
+    b.append(c, &row).expect("simulated row fits the schema");
 }
 
 /// The rows an agent on this node would ship for the window.
-pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Vec<(Table, RecordBatch)> {
+pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Tables {
     let common = Common {
         node: id.node.to_string(),
         namespace: Some("ml".into()),
@@ -163,7 +164,7 @@ pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Vec<
         pid: 4242,
         comm: "python3".into(),
         cgroup_id: 10_000 + id.rank as u64,
-        window_start_us: id.window_start_us,
+        window_start_us: TimestampUs(id.window_start_us),
         window_us: 1_000_000,
     };
     let mut calls = BatchBuilder::new(Table::CallWindows);
@@ -172,27 +173,58 @@ pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Vec<
     call_row(&mut calls, &common, "cudart", "cudaMemcpyAsync", s * 4.0, 0.2, rng);
     call_row(&mut calls, &common, "cudart", "cudaStreamSynchronize", s, r.compute_ms * 0.85, rng);
     call_row(&mut calls, &common, "nccl", "ncclAllReduce", s, r.nccl_ms.max(0.01), rng);
+    let sched = sched_row(r);
+    let mut out = vec![
+        (Table::CallWindows, calls.finish().expect("valid")),
+        (Table::SchedWindows, one(&common, &sched)),
+        (Table::CgroupWindows, cgroups(id, r, &common, &sched)),
+        (Table::IoWindows, io(r, &common)),
+    ];
+    if r.mem_events > 0 {
+        out.push((Table::HostEvents, mem_events(id, r, &common)));
+    }
+    if first {
+        out.push((Table::ProcessMeta, one(&common, &process_meta())));
+    }
+    out
+}
 
-    let mut sched = BatchBuilder::new(Table::SchedWindows);
+/// A batch of one row.
+fn one<R: Row>(common: &Common, row: &R) -> RecordBatch {
+    let mut b = BatchBuilder::new(R::TABLE);
+    b.append(common, row).expect("simulated row fits the schema");
+    b.finish().expect("valid")
+}
+
+/// Run-queue and blocked time per step become the window's scheduler time.
+fn sched_row(r: &RankWindow) -> SchedRow {
+    let s = r.steps;
     let runq = (s * r.runq_ms * 1e6).min(0.9e9);
     let off = (40e6 + s * r.blocked_ms * 1e6).min(1e9 - runq);
     let on = 1e9 - runq - off;
-    let own = [
-        Val::U(1),
-        Val::U(on as u64),
-        Val::U(off as u64),
-        Val::U(runq as u64),
-        Val::U((r.runq_ms * 1e6) as u64),
-        Val::U((s * 3.0) as u64),
-        Val::U((s * (1.0 + r.runq_ms / 10.0)) as u64),
-        Val::U((s * 3.0) as u64),
-    ];
-    sched.push(&common, &own).expect("simulated row fits the schema");
+    SchedRow {
+        threads: 1,
+        on_cpu_ns: on as u64,
+        off_cpu_ns: off as u64,
+        runq_wait_ns: runq as u64,
+        runq_max_ns: (r.runq_ms * 1e6) as u64,
+        voluntary_switches: (s * 3.0) as u64,
+        involuntary_switches: (s * (1.0 + r.runq_ms / 10.0)) as u64,
+        wakeups: (s * 3.0) as u64,
+    }
+}
 
+/// The rank's pod cgroup, and a CPU hog beside it when a noisy neighbour is injected.
+fn cgroups(id: &RankId<'_>, r: &RankWindow, common: &Common, sched: &SchedRow) -> RecordBatch {
     let mut cg = BatchBuilder::new(Table::CgroupWindows);
     let pod_cg = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", id.rank);
-    cg.push(&common, &[Val::Str(&pod_cg), Val::U(on as u64), Val::U(runq as u64), Val::U((s * 4.0) as u64)])
-        .expect("simulated row fits the schema");
+    let row = CgroupRow {
+        cgroup_path: &pod_cg,
+        on_cpu_ns: sched.on_cpu_ns,
+        runq_wait_ns: sched.runq_wait_ns,
+        switches: (r.steps * 4.0) as u64,
+    };
+    cg.append(common, &row).expect("simulated row fits the schema");
     if r.noisy_neighbour {
         let hog = Common {
             namespace: Some("batch".into()),
@@ -206,75 +238,62 @@ pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Vec<
             cgroup_id: 77_777,
             ..common.clone()
         };
-        let path = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podhog.slice";
-        cg.push(&hog, &[Val::Str(path), Val::U(1_800_000_000), Val::U(50_000_000), Val::U(900)])
-            .expect("simulated row fits the schema");
+        let row = CgroupRow {
+            cgroup_path: "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podhog.slice",
+            on_cpu_ns: 1_800_000_000,
+            runq_wait_ns: 50_000_000,
+            switches: 900,
+        };
+        cg.append(&hog, &row).expect("simulated row fits the schema");
     }
+    cg.finish().expect("valid")
+}
 
-    let mut io = BatchBuilder::new(Table::IoWindows);
+fn io(r: &RankWindow, common: &Common) -> RecordBatch {
     let io_count = r.io_count.round() as u64;
     let mut h = Histogram::default();
     h.add(ingero_proto::hist::bucket((r.io_ms * 1e6) as u64), io_count);
     let (bk, ct) = h.sparse();
-    let io_total = (r.io_ms * 1e6) as u64 * io_count;
-    io.push(
-        &common,
-        &[
-            Val::Str("259:0"),
-            Val::Str("read"),
-            Val::U(io_count),
-            Val::U(io_count * 131_072),
-            Val::U(io_total),
-            Val::U((r.io_ms * 1.5e6) as u64),
-            Val::U8s(&bk),
-            Val::U64s(&ct),
-        ],
-    )
-    .expect("simulated row fits the schema");
+    let row = IoRow {
+        device: "259:0",
+        op: "read",
+        count: io_count,
+        bytes: io_count * 131_072,
+        total_ns: (r.io_ms * 1e6) as u64 * io_count,
+        max_ns: (r.io_ms * 1.5e6) as u64,
+        hist_bucket: &bk,
+        hist_count: &ct,
+    };
+    one(common, &row)
+}
 
-    let mut out = vec![
-        (Table::CallWindows, calls.finish().expect("valid")),
-        (Table::SchedWindows, sched.finish().expect("valid")),
-        (Table::CgroupWindows, cg.finish().expect("valid")),
-        (Table::IoWindows, io.finish().expect("valid")),
-    ];
-    if r.mem_events > 0 {
-        let mut ev = BatchBuilder::new(Table::HostEvents);
-        for k in 0..r.mem_events {
-            ev.push(
-                &common,
-                &[
-                    Val::Ts(id.window_start_us + k as i64 * 300_000),
-                    Val::Str("mem_pressure"),
-                    Val::I(512 << 20),
-                    Val::Str("memory.high reclaim"),
-                ],
-            )
-            .expect("simulated row fits the schema");
-        }
-        out.push((Table::HostEvents, ev.finish().expect("valid")));
+fn mem_events(id: &RankId<'_>, r: &RankWindow, common: &Common) -> RecordBatch {
+    let mut ev = BatchBuilder::new(Table::HostEvents);
+    for k in 0..r.mem_events {
+        let row = HostEventRow {
+            event_time: TimestampUs(id.window_start_us + k as i64 * 300_000),
+            kind: "mem_pressure",
+            value: 512 << 20,
+            detail: Some("memory.high reclaim"),
+        };
+        ev.append(common, &row).expect("simulated row fits the schema");
     }
-    if first {
-        let mut pm = BatchBuilder::new(Table::ProcessMeta);
-        pm.push(
-            &common,
-            &[
-                Val::Str("python3 train.py --model llama-7b"),
-                Val::Str("4f1c0d2e9a7b"),
-                Val::Null,
-                Val::Str("/kubepods.slice/kubepods-burstable.slice"),
-                Val::I(0),
-                Val::Str("10.0.0.1:29500"),
-                Val::Null,
-                Val::Str("0"),
-                Val::Str("/usr/lib/x86_64-linux-gnu/libcudart.so.12"),
-                Val::Null,
-            ],
-        )
-        .expect("simulated row fits the schema");
-        out.push((Table::ProcessMeta, pm.finish().expect("valid")));
+    ev.finish().expect("valid")
+}
+
+fn process_meta() -> ProcessMetaRow<'static> {
+    ProcessMetaRow {
+        cmdline: "python3 train.py --model llama-7b",
+        container_id: Some("4f1c0d2e9a7b"),
+        pod_uid: None,
+        cgroup_path: "/kubepods.slice/kubepods-burstable.slice",
+        local_rank: Some(0),
+        master_addr: Some("10.0.0.1:29500"),
+        nccl_comm_id: None,
+        gpus: Some("0"),
+        libraries: "/usr/lib/x86_64-linux-gnu/libcudart.so.12",
+        labels: None,
     }
-    out
 }
 
 #[cfg(test)]

@@ -104,6 +104,18 @@ pub struct Counters {
     pub inflight_full: u64,
 }
 
+impl Counters {
+    /// The increase since `before` (the counters only grow).
+    pub fn since(&self, before: &Counters) -> Counters {
+        Counters {
+            events: self.events.saturating_sub(before.events),
+            ringbuf_drops: self.ringbuf_drops.saturating_sub(before.ringbuf_drops),
+            map_full: self.map_full.saturating_sub(before.map_full),
+            inflight_full: self.inflight_full.saturating_sub(before.inflight_full),
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Config {

@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
 use ingero_proto::client::{IngestClient, SendError};
-use ingero_proto::Table;
+use ingero_proto::pb::PushRequest;
+use ingero_proto::Tables;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tonic::Code;
 
 use spool::Spool;
@@ -19,121 +20,153 @@ use spool::Spool;
 pub struct ShipStats {
     pub sent: AtomicU64,
     pub rejected: AtomicU64,
-    pub dropped: AtomicU64,
+    /// Shared with the probe loop, which reports it in node_windows.
+    pub dropped: Arc<AtomicU64>,
     pub spooled: AtomicU64,
 }
 
-/// Ships every batch from `rx`; returns when `rx` closes and the spool is
-/// drained (or `drain_timeout` passes with the aggregator still down).
-pub async fn run(
-    mut rx: mpsc::Receiver<Vec<(Table, RecordBatch)>>,
-    mut client: IngestClient,
-    mut spool: Spool,
+/// Ships every window it receives: spool first, then send the oldest
+/// spooled batch, in order, with retry; a window that arrives while a send
+/// is retrying goes to disk at once.
+pub struct Shipper {
+    rx: mpsc::Receiver<Tables>,
+    client: IngestClient,
+    spool: Spool,
     stats: Arc<ShipStats>,
+    /// After the probe loop stops, how long to keep trying to empty the spool.
     drain_timeout: Duration,
-) {
-    client.advance_past(spool.max_sequence());
-    let mut backoff = Duration::from_millis(200);
-    let mut closing: Option<tokio::time::Instant> = None;
-    loop {
-        // Take new windows without waiting while the spool has work.
-        let pending = spool.files().len();
-        let next = if pending == 0 && closing.is_none() {
-            rx.recv().await
+    closing: Option<Instant>,
+    backoff: Duration,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+
+impl Shipper {
+    pub fn new(
+        rx: mpsc::Receiver<Tables>,
+        mut client: IngestClient,
+        spool: Spool,
+        stats: Arc<ShipStats>,
+        drain_timeout: Duration,
+    ) -> Shipper {
+        client.advance_past(spool.max_sequence());
+        Shipper { rx, client, spool, stats, drain_timeout, closing: None, backoff: FIRST_BACKOFF }
+    }
+
+    /// Returns when the channel closes and the spool is empty, or when
+    /// `drain_timeout` passes after that with the aggregator still down.
+    pub async fn run(mut self) {
+        while self.take_new().await {
+            self.stats.dropped.store(self.spool.dropped, Ordering::Relaxed);
+            self.stats.spooled.store(self.spool.files().len() as u64, Ordering::Relaxed);
+            let Some((path, req)) = self.spool.oldest() else { continue };
+            let pushed = self.push_accepting(&req).await;
+            match pushed {
+                Ok(_) => {
+                    self.spool.remove(&path);
+                    self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                    self.backoff = FIRST_BACKOFF;
+                }
+                Err(SendError::Rejected(s)) if !credentials_refused(&s) => {
+                    tracing::error!(sequence = req.sequence, status = %s.message(), "aggregator refused a batch; dropping it");
+                    self.spool.remove(&path);
+                    self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    if self.closing.is_some_and(|c| Instant::now() >= c) {
+                        tracing::warn!(
+                            spooled = self.spool.files().len(),
+                            "aggregator still unreachable at shutdown; batches stay in the spool for the next start"
+                        );
+                        return;
+                    }
+                    self.wait_backoff(e).await;
+                }
+            }
+        }
+    }
+
+    /// Takes new windows, without waiting while the spool has work; false
+    /// once there is nothing left to do.
+    async fn take_new(&mut self) -> bool {
+        let pending = self.spool.files().len();
+        let next = if pending == 0 && self.closing.is_none() {
+            self.rx.recv().await
         } else {
-            match rx.try_recv() {
+            match self.rx.try_recv() {
                 Ok(t) => Some(t),
                 Err(mpsc::error::TryRecvError::Empty) => None,
                 Err(mpsc::error::TryRecvError::Disconnected) => {
-                    closing.get_or_insert_with(|| tokio::time::Instant::now() + drain_timeout);
+                    self.start_closing();
                     None
                 }
             }
         };
         match next {
             Some(tables) => {
-                to_spool(&mut client, &mut spool, &tables);
-                // Everything else already waiting goes to disk too: the probe
-                // thread must never block on a full channel during an outage.
-                while let Ok(more) = rx.try_recv() {
-                    to_spool(&mut client, &mut spool, &more);
-                }
+                self.accept(&tables);
+                true
             }
-            None if pending == 0 && closing.is_some() => return,
-            None if closing.is_none() && rx.is_closed() && pending == 0 => return,
-            None => {}
+            None => !(pending == 0 && (self.closing.is_some() || self.rx.is_closed())),
         }
-        stats.dropped.store(spool.dropped, Ordering::Relaxed);
-        stats.spooled.store(spool.files().len() as u64, Ordering::Relaxed);
-        // Send the oldest spooled batch.
-        let Some((path, req)) = spool.oldest() else { continue };
-        // Windows that arrive while the push is retrying go to disk at once:
-        // an agent killed during an outage loses nothing it had drained.
-        let mut pusher = client.clone();
-        let push = pusher.push(&req);
+    }
+
+    /// Spools a window and every other one already waiting: the probe
+    /// thread must never block on a full channel during an outage.
+    fn accept(&mut self, tables: &Tables) {
+        to_spool(&mut self.client, &mut self.spool, tables);
+        while let Ok(more) = self.rx.try_recv() {
+            to_spool(&mut self.client, &mut self.spool, &more);
+        }
+    }
+
+    fn on_recv(&mut self, t: Option<Tables>) {
+        match t {
+            Some(tables) => self.accept(&tables),
+            None => self.start_closing(),
+        }
+    }
+
+    fn start_closing(&mut self) {
+        self.closing.get_or_insert_with(|| Instant::now() + self.drain_timeout);
+    }
+
+    /// Sends one batch; windows that arrive meanwhile go to the spool, so an
+    /// agent killed during an outage loses nothing it had drained.
+    async fn push_accepting(&mut self, req: &PushRequest) -> Result<(), SendError> {
+        let mut pusher = self.client.clone();
+        let push = pusher.push(req);
         tokio::pin!(push);
-        let pushed = loop {
+        loop {
             tokio::select! {
-                r = &mut push => break r,
-                t = rx.recv(), if closing.is_none() => match t {
-                    Some(tables) => to_spool(&mut client, &mut spool, &tables),
-                    None => {
-                        closing.get_or_insert_with(|| tokio::time::Instant::now() + drain_timeout);
-                    }
-                },
-            }
-        };
-        let res = match pushed {
-            // Wrong or missing credentials are a configuration problem, not a
-            // bad batch: keep it in the spool until the token is fixed.
-            Err(SendError::Rejected(s)) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
-                tracing::error!(status = %s.message(), "aggregator refused our credentials (check --token-file / TLS); keeping batches in the spool");
-                Err(SendError::Unavailable { attempts: 1, last: s })
-            }
-            r => r,
-        };
-        match res {
-            Ok(_) => {
-                spool.remove(&path);
-                stats.sent.fetch_add(1, Ordering::Relaxed);
-                backoff = Duration::from_millis(200);
-            }
-            Err(SendError::Rejected(s)) => {
-                tracing::error!(sequence = req.sequence, status = %s.message(), "aggregator refused a batch; dropping it");
-                spool.remove(&path);
-                stats.rejected.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                if closing.is_some_and(|c| tokio::time::Instant::now() >= c) {
-                    tracing::warn!(
-                        spooled = spool.files().len(),
-                        "aggregator still unreachable at shutdown; batches stay in the spool for the next start"
-                    );
-                    return;
-                }
-                tracing::warn!(error = %e, spooled = spool.files().len(), retry_in = ?backoff, "aggregator unreachable; spooling");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    t = rx.recv(), if closing.is_none() => {
-                        match t {
-                            Some(tables) => {
-                                to_spool(&mut client, &mut spool, &tables);
-                                while let Ok(more) = rx.try_recv() {
-                                    to_spool(&mut client, &mut spool, &more);
-                                }
-                            }
-                            None => { closing.get_or_insert_with(|| tokio::time::Instant::now() + drain_timeout); }
-                        }
-                    }
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                r = &mut push => return r.map(|_| ()),
+                t = self.rx.recv(), if self.closing.is_none() => self.on_recv(t),
             }
         }
     }
+
+    async fn wait_backoff(&mut self, e: SendError) {
+        if let SendError::Rejected(s) = &e {
+            // Wrong or missing credentials are a configuration problem, not a
+            // bad batch: keep it in the spool until the token is fixed.
+            tracing::error!(status = %s.message(), "aggregator refused our credentials (check --token-file / TLS); keeping batches in the spool");
+        } else {
+            tracing::warn!(error = %e, spooled = self.spool.files().len(), retry_in = ?self.backoff, "aggregator unreachable; spooling");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(self.backoff) => {}
+            t = self.rx.recv(), if self.closing.is_none() => self.on_recv(t),
+        }
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(10));
+    }
+}
+
+fn credentials_refused(s: &tonic::Status) -> bool {
+    matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied)
 }
 
 /// Encodes a window's tables with the next sequence and writes them to the spool.
-fn to_spool(client: &mut IngestClient, spool: &mut Spool, tables: &[(Table, RecordBatch)]) {
+fn to_spool(client: &mut IngestClient, spool: &mut Spool, tables: &Tables) {
     match client.request(tables) {
         Ok(req) => {
             if let Err(e) = spool.push(&req) {

@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arrow::array::RecordBatch;
 use ingero_proto::hist::{bucket, Histogram};
-use ingero_proto::rows::{BatchBuilder, Common, Val};
-use ingero_proto::Table;
+use ingero_proto::rows::{BatchBuilder, TimestampUs};
+use ingero_proto::tables::{CallRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow};
+use ingero_proto::{Table, Tables};
 
 use super::source::{Event, Trace, CUDA, DRIVER, HOST, IO};
 use crate::error::Result;
@@ -251,18 +252,35 @@ impl<'a> Folder<'a> {
             pid,
             comm: self.trace.names.get(&pid).cloned().unwrap_or_else(|| format!("pid-{pid}")),
             cgroup_id: cg.unwrap_or(0),
-            window_start_us: w / 1000,
+            window_start_us: TimestampUs(w / 1000),
             window_us: (self.window_ns / 1000) as u64,
         }
     }
 
     /// Every table, ready to write.
-    pub fn finish(mut self) -> Result<(Vec<(Table, RecordBatch)>, FoldStats)> {
+    pub fn finish(mut self) -> Result<(Tables, FoldStats)> {
         self.discarded();
-        let mut out = Vec::new();
-        let mut t = BatchBuilder::new(Table::CallWindows);
         let mut windows: HashSet<i64> = HashSet::new();
         let mut medians: HashMap<(i64, i64), Histogram> = HashMap::new();
+        let mut out = vec![
+            (Table::CallWindows, self.call_windows(&mut windows, &mut medians)?),
+            (Table::SchedWindows, self.sched_windows(&mut windows)?),
+            (Table::IoWindows, self.io_windows()?),
+            (Table::HostEvents, self.host_events()?),
+            (Table::StallEvents, self.stall_events(&medians)?),
+            (Table::ProcessMeta, self.process_meta()?),
+            (Table::NodeWindows, self.node_windows(windows)?),
+        ];
+        out.retain(|(_, b)| b.num_rows() > 0);
+        Ok((out, self.stats))
+    }
+
+    fn call_windows(
+        &mut self,
+        windows: &mut HashSet<i64>,
+        medians: &mut HashMap<(i64, i64), Histogram>,
+    ) -> Result<RecordBatch> {
+        let mut t = BatchBuilder::new(Table::CallWindows);
         let mut keys: Vec<_> = self.calls.keys().copied().collect();
         keys.sort_unstable();
         for k @ (w, pid, src, op) in keys {
@@ -272,73 +290,83 @@ impl<'a> Folder<'a> {
             let name = op_name(self.trace, src, op);
             *self.stats.calls.entry(name.clone()).or_default() += c.count;
             let (b, n) = c.hist.sparse();
-            let lib = if src == CUDA { "cudart" } else { "cuda" };
-            let row = [
-                Val::Str(lib),
-                Val::Str(&name),
-                Val::U(c.count),
-                Val::U(c.errors),
-                Val::U(c.total_ns),
-                Val::U(c.max_ns),
-                Val::Bool(c.sampled),
-                Val::U8s(&b),
-                Val::U64s(&n),
-            ];
-            t.push(&self.common(pid, w), &row)?;
+            let row = CallRow {
+                library: if src == CUDA { "cudart" } else { "cuda" },
+                op: &name,
+                count: c.count,
+                errors: c.errors,
+                total_ns: c.total_ns,
+                max_ns: c.max_ns,
+                sampled: c.sampled,
+                hist_bucket: &b,
+                hist_count: &n,
+            };
+            t.append(&self.common(pid, w), &row)?;
         }
-        out.push((Table::CallWindows, t.finish()?));
+        Ok(t.finish()?)
+    }
 
+    fn sched_windows(&self, windows: &mut HashSet<i64>) -> Result<RecordBatch> {
         let mut t = BatchBuilder::new(Table::SchedWindows);
         let mut keys: Vec<_> = self.sched.keys().copied().collect();
         keys.sort_unstable();
         for k @ (w, pid) in keys {
             let s = &self.sched[&k];
             windows.insert(w);
-            let threads = self.threads.get(&pid).map_or(1, |t| t.len()).max(1) as u64;
+            let threads = self.threads.get(&pid).map_or(1, |t| t.len()).max(1) as u32;
             // The source records only off-CPU time: the rest of each thread's
             // window counts as on-CPU (so shares are of thread time).
-            let on = (threads * self.window_ns as u64).saturating_sub(s.off_ns);
-            let row = [
-                Val::U(threads),
-                Val::U(on),
-                Val::U(s.off_ns),
-                Val::U(0),
-                Val::U(0),
-                Val::U(s.switches),
-                Val::U(0),
-                Val::U(s.wakeups),
-            ];
-            t.push(&self.common(pid, w), &row)?;
+            let on = (threads as u64 * self.window_ns as u64).saturating_sub(s.off_ns);
+            let row = SchedRow {
+                threads,
+                on_cpu_ns: on,
+                off_cpu_ns: s.off_ns,
+                runq_wait_ns: 0,
+                runq_max_ns: 0,
+                voluntary_switches: s.switches,
+                involuntary_switches: 0,
+                wakeups: s.wakeups,
+            };
+            t.append(&self.common(pid, w), &row)?;
         }
-        out.push((Table::SchedWindows, t.finish()?));
+        Ok(t.finish()?)
+    }
 
+    fn io_windows(&self) -> Result<RecordBatch> {
         let mut t = BatchBuilder::new(Table::IoWindows);
         for (&(w, pid, op), i) in &self.io {
-            let name = match op {
+            let op = match op {
                 1 => "read",
                 2 => "write",
                 3 => "discard",
                 _ => "other",
             };
-            let row = [
-                Val::Str("unknown"),
-                Val::Str(name),
-                Val::U(i.count),
-                Val::U(i.bytes),
-                Val::U(i.total_ns),
-                Val::U(i.max_ns),
-            ];
-            t.push(&self.common(pid, w), &row)?;
+            let row = IoRow {
+                device: "unknown",
+                op,
+                count: i.count,
+                bytes: i.bytes,
+                total_ns: i.total_ns,
+                max_ns: i.max_ns,
+                // The source keeps no IO latency distribution.
+                hist_bucket: &[],
+                hist_count: &[],
+            };
+            t.append(&self.common(pid, w), &row)?;
         }
-        out.push((Table::IoWindows, t.finish()?));
+        Ok(t.finish()?)
+    }
 
+    /// Host events, and the source's own diagnoses as `reference_chain` rows.
+    fn host_events(&self) -> Result<RecordBatch> {
         let mut t = BatchBuilder::new(Table::HostEvents);
         for (ts, pid, kind, value, detail) in &self.host {
             let mut c = self.common(*pid, self.win(*ts));
             if *pid == 0 {
                 c.comm = "node".into();
             }
-            t.push(&c, &[Val::Ts(ts / 1000), Val::Str(kind), Val::I(*value), Val::Str(detail)])?;
+            let row = HostEventRow { event_time: TimestampUs(ts / 1000), kind, value: *value, detail: Some(detail) };
+            t.append(&c, &row)?;
         }
         for ch in &self.trace.chains {
             let mut c = self.common(0, self.win(ch.detected_ns));
@@ -349,32 +377,42 @@ impl<'a> Folder<'a> {
                 _ => 1,
             };
             let json = serde_json::to_string(ch).unwrap_or_default();
-            t.push(&c, &[Val::Ts(ch.detected_ns / 1000), Val::Str("reference_chain"), Val::I(sev), Val::Str(&json)])?;
+            let row = HostEventRow {
+                event_time: TimestampUs(ch.detected_ns / 1000),
+                kind: "reference_chain",
+                value: sev,
+                detail: Some(&json),
+            };
+            t.append(&c, &row)?;
         }
-        out.push((Table::HostEvents, t.finish()?));
+        Ok(t.finish()?)
+    }
 
-        // The calls the source kept because they were slow: > 10 × the op's median.
+    /// The calls the source kept because they were slow: > 10 × the op's median.
+    fn stall_events(&self, medians: &HashMap<(i64, i64), Histogram>) -> Result<RecordBatch> {
         let mut t = BatchBuilder::new(Table::StallEvents);
         for e in &self.slow {
             let med = medians.get(&(e.source, e.op)).and_then(|h| h.quantile(0.5)).unwrap_or(0);
             let thr = (med * 10).max(1_000_000);
-            if e.dur_ns >= thr {
-                let lib = if e.source == CUDA { "cudart" } else { "cuda" };
-                let name = op_name(self.trace, e.source, e.op);
-                let row = [
-                    Val::Ts(e.ts_ns / 1000),
-                    Val::U(e.tid as u64),
-                    Val::Str(lib),
-                    Val::Str(&name),
-                    Val::U(e.dur_ns),
-                    Val::U(thr),
-                    Val::Str("median_multiple"),
-                ];
-                t.push(&self.common(e.pid, self.win(e.ts_ns)), &row)?;
+            if e.dur_ns < thr {
+                continue;
             }
+            let name = op_name(self.trace, e.source, e.op);
+            let row = StallRow {
+                event_time: TimestampUs(e.ts_ns / 1000),
+                tid: e.tid,
+                library: if e.source == CUDA { "cudart" } else { "cuda" },
+                op: &name,
+                duration_ns: e.dur_ns,
+                threshold_ns: thr,
+                reason: "median_multiple",
+            };
+            t.append(&self.common(e.pid, self.win(e.ts_ns)), &row)?;
         }
-        out.push((Table::StallEvents, t.finish()?));
+        Ok(t.finish()?)
+    }
 
+    fn process_meta(&self) -> Result<RecordBatch> {
         let mut t = BatchBuilder::new(Table::ProcessMeta);
         let mut pids: Vec<u32> = self.cgroups.keys().copied().collect();
         pids.sort_unstable();
@@ -383,54 +421,51 @@ impl<'a> Folder<'a> {
             let meta = self.trace.cgroups.get(&c.cgroup_id);
             let cid = meta.and_then(|m| nonempty(&m.container_id));
             let path = meta.map(|m| m.path.clone()).unwrap_or_default();
-            let row = [
-                Val::Str(&c.comm),
-                cid.as_deref().into(),
-                Val::Null,
-                Val::Str(&path),
-                Val::Null,
-                Val::Null,
-                Val::Null,
-                Val::Null,
-                Val::Str(""),
-                Val::Null,
-            ];
-            t.push(&c, &row)?;
+            let row = ProcessMetaRow {
+                cmdline: &c.comm,
+                container_id: cid.as_deref(),
+                pod_uid: None,
+                cgroup_path: &path,
+                local_rank: None,
+                master_addr: None,
+                nccl_comm_id: None,
+                gpus: None,
+                libraries: "",
+                labels: None,
+            };
+            t.append(&c, &row)?;
         }
-        out.push((Table::ProcessMeta, t.finish()?));
+        Ok(t.finish()?)
+    }
 
+    /// One row per window with the host facts the source recorded.
+    fn node_windows(&mut self, windows: HashSet<i64>) -> Result<RecordBatch> {
         let mut t = BatchBuilder::new(Table::NodeWindows);
         let s = self.trace.session.clone().unwrap_or_default();
-        fn opt(v: &str) -> Val<'_> {
-            if v.is_empty() {
-                Val::Null
-            } else {
-                Val::Str(v)
-            }
-        }
+        let opt = |v: &str| (!v.is_empty()).then(|| v.to_string());
+        let (kernel, cpu_model, gpu_model) = (opt(&s.kernel), opt(&s.cpu_model), opt(&s.gpu_model));
+        let (driver_version, cuda_version) = (opt(&s.gpu_driver), opt(&s.cuda_version));
         let mut ws: Vec<i64> = windows.into_iter().collect();
         ws.sort_unstable();
         self.stats.windows = ws.len();
         for w in ws {
             let mut c = self.common(0, w);
             c.comm = "import".into();
-            let row = [
-                Val::U(0),
-                Val::U(0),
-                Val::U(0),
-                Val::U(0),
-                Val::U(0),
-                opt(&s.kernel),
-                opt(&s.cpu_model),
-                if s.cpu_cores > 0 { Val::U(s.cpu_cores as u64) } else { Val::Null },
-                opt(&s.gpu_model),
-                opt(&s.gpu_driver),
-                opt(&s.cuda_version),
-            ];
-            t.push(&c, &row)?;
+            let row = NodeRow {
+                events: 0,
+                ringbuf_drops: 0,
+                map_full: 0,
+                spool_dropped: 0,
+                probe_run_ns: 0,
+                kernel: kernel.as_deref(),
+                cpu_model: cpu_model.as_deref(),
+                cpu_cores: (s.cpu_cores > 0).then_some(s.cpu_cores),
+                gpu_model: gpu_model.as_deref(),
+                driver_version: driver_version.as_deref(),
+                cuda_version: cuda_version.as_deref(),
+            };
+            t.append(&c, &row)?;
         }
-        out.push((Table::NodeWindows, t.finish()?));
-        out.retain(|(_, b)| b.num_rows() > 0);
-        Ok((out, self.stats))
+        Ok(t.finish()?)
     }
 }

@@ -12,8 +12,7 @@ pub mod source;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
-use arrow::array::RecordBatch;
-use ingero_proto::Table;
+use ingero_proto::Tables;
 
 use crate::error::Result;
 use crate::store::layout::Partition;
@@ -25,7 +24,7 @@ pub use fold::FoldStats;
 pub struct Folded {
     pub file: String,
     pub fingerprint: u64,
-    pub tables: Vec<(Table, RecordBatch)>,
+    pub tables: Tables,
     pub stats: FoldStats,
     pub reference_chains: usize,
 }

@@ -120,7 +120,8 @@ fn sort_if_needed(batch: &RecordBatch) -> Result<RecordBatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ingero_proto::rows::{BatchBuilder, Common, Val};
+    use ingero_proto::rows::{BatchBuilder, TimestampUs};
+    use ingero_proto::tables::{CgroupRow, Common};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     #[test]
@@ -132,11 +133,11 @@ mod tests {
                 node: node.into(),
                 pid,
                 comm: "x".into(),
-                window_start_us: 1_000 * hour + t,
+                window_start_us: TimestampUs(1_000 * hour + t),
                 window_us: 1,
                 ..Default::default()
             };
-            b.push(&c, &[Val::Str("/"), Val::U(1), Val::U(0), Val::U(0)]).unwrap();
+            b.append(&c, &CgroupRow { cgroup_path: "/", on_cpu_ns: 1, runq_wait_ns: 0, switches: 0 }).unwrap();
         }
         let parts = partition(Table::CgroupWindows, &[b.finish().unwrap()]).unwrap();
         let rows: Vec<usize> = parts.values().map(|b| b.num_rows()).collect();

@@ -1,0 +1,171 @@
+//! A running agent: the probe thread (probe → window → attribute) and the
+//! shipper on a small async runtime, started from one [`AgentConfig`] the
+//! way `ingero serve` starts from a `ServeConfig`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ingero_proto::auth::ClientAuth;
+use ingero_proto::client::{IngestClient, RetryPolicy};
+
+use crate::attribution::KubeSources;
+use crate::embedded::Embedded;
+use crate::error::{Error, Result};
+use crate::probe_loop::{LoopConfig, LoopStats, ProbeLoop};
+use crate::probes::load::Probes;
+use crate::ship::spool::Spool;
+use crate::ship::{ShipStats, Shipper};
+
+/// Where windows go.
+#[derive(Debug, Clone)]
+pub enum Sink {
+    /// A remote `ingero serve`.
+    Aggregator { url: String, auth: ClientAuth },
+    /// Single-node use: an embedded aggregator writes this store.
+    Store { url: String, s3_endpoint: Option<String> },
+}
+
+/// Pod metadata sources (see `attribution::apiserver`, `podresources`).
+#[derive(Debug, Clone)]
+pub struct KubeConfig {
+    pub enabled: bool,
+    pub kubeconfig: Option<PathBuf>,
+    pub pod_resources_socket: PathBuf,
+    pub pod_resources_interval: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub probe: LoopConfig,
+    pub sink: Sink,
+    pub spool_dir: PathBuf,
+    pub spool_max: u64,
+    pub metrics_addr: Option<SocketAddr>,
+    pub kube: KubeConfig,
+}
+
+/// A started agent; [`Agent::wait`] returns after SIGTERM/SIGINT once the
+/// last window is shipped (or spooled).
+pub struct Agent {
+    rt: tokio::runtime::Runtime,
+    probe_thread: std::thread::JoinHandle<Result<()>>,
+    shipper: tokio::task::JoinHandle<()>,
+    ship_stats: Arc<ShipStats>,
+    server: Option<Embedded>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("embedded_store", &self.server.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts shipping, metrics, the pod watch and the probe thread.
+    pub fn start(cfg: AgentConfig, probes: Probes) -> Result<Agent> {
+        // Two workers whatever the node: shipping and the pod watch are light, and
+        // one worker per CPU would be 224 threads (and malloc arenas) on a GPU node.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|cause| Error::Runtime { what: "starting the async runtime", cause })?;
+        let _guard = rt.enter();
+        let (server, url, auth) = match &cfg.sink {
+            Sink::Aggregator { url, auth } => (None, url.clone(), auth.clone()),
+            Sink::Store { url, s3_endpoint } => {
+                let wal = cfg.spool_dir.join("wal");
+                let (s, u) = rt.block_on(Embedded::start(url, s3_endpoint.clone(), wal))?;
+                // The embedded aggregator on loopback needs no credentials.
+                (Some(s), u, ClientAuth::default())
+            }
+        };
+        let policy = RetryPolicy { give_up_after: Duration::from_secs(2), ..Default::default() };
+        let client =
+            IngestClient::with_auth(&url, &cfg.probe.node, policy, &auth).map_err(|e| Error::Config(e.to_string()))?;
+        let spool = Spool::open(&cfg.spool_dir.join("batches"), cfg.spool_max)?;
+        let ship_stats = Arc::new(ShipStats::default());
+        let loop_stats = Arc::new(LoopStats::default());
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let shipper = rt.spawn(Shipper::new(rx, client, spool, ship_stats.clone(), Duration::from_secs(5)).run());
+        if let Some(addr) = cfg.metrics_addr {
+            let (l, s) = (loop_stats.clone(), ship_stats.clone());
+            rt.spawn(async move {
+                if let Err(e) = crate::metrics::serve(addr, l, s).await {
+                    tracing::error!(error = %e, "metrics endpoint failed");
+                }
+            });
+        }
+        let kube = rt.block_on(kube_sources(&cfg.kube, &cfg.probe.node))?;
+        if let Some(w) = &kube.watch {
+            let _ = loop_stats.kube.set(w.stats.clone());
+        }
+        let stop = stop_on_signals(&rt)?;
+        tracing::info!(node = %cfg.probe.node, aggregator = %url, window = ?cfg.probe.window, "ingero-agent tracing");
+        let dropped = ship_stats.dropped.clone();
+        let probe_thread =
+            std::thread::spawn(move || ProbeLoop::start(probes, cfg.probe, loop_stats, dropped, kube)?.run(tx, &stop));
+        Ok(Agent { rt, probe_thread, shipper, ship_stats, server })
+    }
+
+    /// Waits for the probe thread to stop, the shipper to drain, and the
+    /// embedded store (if any) to flush.
+    pub fn wait(self) -> Result<()> {
+        let res = self.probe_thread.join().unwrap_or_else(|_| Err(Error::Config("probe thread panicked".into())));
+        let ss = self.ship_stats;
+        self.rt.block_on(async {
+            let _ = self.shipper.await;
+            tracing::info!(
+                acked = ss.sent.load(Ordering::Relaxed),
+                rejected = ss.rejected.load(Ordering::Relaxed),
+                dropped = ss.dropped.load(Ordering::Relaxed),
+                spooled = ss.spooled.load(Ordering::Relaxed),
+                "ingero-agent stopped"
+            );
+            if let Some(s) = self.server {
+                s.shutdown().await?;
+            }
+            Ok::<_, Error>(())
+        })?;
+        res
+    }
+}
+
+/// A flag set by SIGTERM or SIGINT.
+fn stop_on_signals(rt: &tokio::runtime::Runtime) -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let stop = stop.clone();
+        let mut s = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(sig))
+            .map_err(|cause| Error::Runtime { what: "installing signal handlers", cause })?;
+        rt.spawn(async move {
+            s.recv().await;
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    Ok(stop)
+}
+
+/// The pod watcher and GPU poller, unless Kubernetes is off or absent.
+async fn kube_sources(k: &KubeConfig, node: &str) -> Result<KubeSources> {
+    use crate::attribution::apiserver::PodWatch;
+    if !k.enabled {
+        tracing::info!("Kubernetes off; attributing by container id, cgroup path and process name only");
+        return Ok(Default::default());
+    }
+    let watch = match &k.kubeconfig {
+        Some(path) => {
+            let bad = |e: &dyn std::fmt::Display| Error::Config(format!("--kubeconfig {}: {e}", path.display()));
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(&e))?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.map_err(|e| bad(&e))?;
+            let client = kube::Client::try_from(cfg).map_err(|e| Error::Config(format!("kube client: {e}")))?;
+            Some(PodWatch::with_client(client, node))
+        }
+        None => PodWatch::start(node).await,
+    };
+    let gpus = crate::attribution::podresources::Gpus::start(k.pod_resources_socket.clone(), k.pod_resources_interval);
+    Ok(KubeSources { watch, gpus: Some(gpus) })
+}

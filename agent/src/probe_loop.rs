@@ -1,0 +1,424 @@
+//! The probe loop (probe → window → attribute) on its own thread: process
+//! events as they come, a drained window every `--window`, tables to the
+//! shipper on the async runtime.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aya::maps::{Array, MapData};
+use ingero_proto::hist::Histogram;
+use ingero_proto::Tables;
+use tokio::sync::mpsc;
+
+use crate::attribution::Attributor;
+use crate::error::Result;
+use crate::probes::abi::{Counters, ProcEvent, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK};
+use crate::probes::drain::{self, Rings};
+use crate::probes::load::{map, Attached, Probes};
+use crate::probes::ops::Lib;
+use crate::probes::statics::StaticRuntimes;
+use crate::probes::{libs, ops};
+use crate::window::{HostFacts, WindowBuilder, WindowCtx};
+
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    pub node: String,
+    pub window: Duration,
+    pub rescan: Duration,
+    pub cgroup_root: Option<PathBuf>,
+    pub cgroup_mount: PathBuf,
+    pub pids: Vec<u32>,
+    /// Outlier when a call exceeds this multiple of the op's running median…
+    pub outlier_factor: f64,
+    /// …but never below this.
+    pub outlier_min: Duration,
+    /// Fixed threshold instead of the median rule.
+    pub outlier_abs: Option<Duration>,
+    /// Library files to probe at start (plus the usual install locations).
+    pub libs: Vec<PathBuf>,
+    /// Hold a thread that dlopens a CUDA/NCCL library until it is probed.
+    pub hold_dlopen: bool,
+}
+
+/// Shared with the metrics endpoint.
+#[derive(Default)]
+pub struct LoopStats {
+    pub windows: AtomicU64,
+    pub events: AtomicU64,
+    pub ringbuf_drops: AtomicU64,
+    pub map_full: AtomicU64,
+    pub probe_run_ns: AtomicU64,
+    pub libraries: AtomicU64,
+    /// Library files that could not be probed (each is retried on the next scan).
+    pub attach_failures: AtomicU64,
+    /// Kernel memory of the BPF maps (fdinfo memlock).
+    pub kernel_map_bytes: AtomicU64,
+    /// Processes whose attribution is cached.
+    pub cached_processes: AtomicU64,
+    /// Rows refused by the schema check (never expected; counted, not dropped silently).
+    pub rows_invalid: AtomicU64,
+    pub kube: std::sync::OnceLock<Arc<crate::attribution::apiserver::KubeStats>>,
+}
+
+/// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.
+fn mono_to_wall_us() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let mono_us = ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000;
+    chrono::Utc::now().timestamp_micros() - mono_us
+}
+
+/// Walks the cgroup tree: id (inode) → path, for naming cgroups in reports.
+/// cgroup id → path relative to the mount; only under `scope` when the agent
+/// is scoped with --cgroup-root (that subtree is its "node").
+fn cgroup_paths(mount: &std::path::Path, scope: Option<&std::path::Path>) -> HashMap<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = HashMap::new();
+    let mut stack = vec![scope.unwrap_or(mount).to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if let Ok(m) = std::fs::metadata(&dir) {
+            let rel = dir.strip_prefix(mount).map(|p| format!("/{}", p.display())).unwrap_or_default();
+            out.insert(m.ino(), rel);
+        }
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            stack.extend(rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+        }
+        if out.len() > 100_000 {
+            break;
+        }
+    }
+    out
+}
+
+/// The probe thread's state: the loaded probes, what it knows of each
+/// process, and the window being filled.
+pub struct ProbeLoop {
+    probes: Probes,
+    rings: Rings,
+    cfg: LoopConfig,
+    stats: Arc<LoopStats>,
+    /// Batches the shipper dropped from a full spool (shown in node_windows).
+    spool_dropped: Arc<AtomicU64>,
+    attr: Attributor,
+    host: HostFacts,
+    statics: StaticRuntimes,
+    pid_filter: HashSet<u32>,
+    cg_paths: HashMap<u64, String>,
+    medians: HashMap<u32, f64>,
+    /// pid → what its last process_meta row said (ProcInfo::meta_key).
+    described: HashMap<u32, u64>,
+    /// Process events of the current window (exec, exit, fork, OOM).
+    events: Vec<ProcEvent>,
+    /// Processes to scan again shortly after an exec or fork.
+    follow_ups: Vec<(Instant, u32)>,
+    next_scan: Instant,
+    last_counters: Counters,
+    run_time_fd: Option<std::os::fd::OwnedFd>,
+    last_run_ns: u64,
+}
+
+impl ProbeLoop {
+    /// Applies the configuration to the kernel side and probes what is
+    /// already there, so the first window is complete.
+    pub fn start(
+        mut probes: Probes,
+        cfg: LoopConfig,
+        stats: Arc<LoopStats>,
+        spool_dropped: Arc<AtomicU64>,
+        kube: crate::attribution::KubeSources,
+    ) -> Result<ProbeLoop> {
+        let rings = Rings::take(&mut probes)?;
+        if let Some(root) = &cfg.cgroup_root {
+            probes.set_scope(root)?;
+        }
+        probes.set_hold_dlopen(cfg.hold_dlopen)?;
+        if !cfg.pids.is_empty() {
+            for &p in &cfg.pids {
+                probes.track(p)?;
+            }
+            probes.set_targets(&cfg.pids)?;
+        }
+        log_map_memory(&stats);
+        let mut l = ProbeLoop {
+            rings,
+            attr: Attributor::new(cfg.cgroup_mount.clone()).with_kubernetes(kube.watch, kube.gpus),
+            host: HostFacts::read(),
+            statics: StaticRuntimes::default(),
+            pid_filter: cfg.pids.iter().copied().collect(),
+            cg_paths: cgroup_paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref()),
+            medians: HashMap::new(),
+            described: HashMap::new(),
+            events: Vec::new(),
+            follow_ups: Vec::new(),
+            next_scan: Instant::now() + cfg.rescan,
+            last_counters: Counters::default(),
+            run_time_fd: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
+            last_run_ns: 0,
+            probes,
+            cfg,
+            stats,
+            spool_dropped,
+        };
+        l.scan(&libs::pids(l.cfg.cgroup_root.as_deref()));
+        // A fixed outlier threshold applies from the first call, not the first window.
+        update_thresholds(&mut l.probes, &drain::Drained::default(), &mut l.medians, &l.cfg);
+        l.attach_well_known();
+        Ok(l)
+    }
+
+    /// Runs until `stop` is set; every window's tables go to `tx`.
+    pub fn run(mut self, tx: mpsc::Sender<Tables>, stop: &AtomicBool) -> Result<()> {
+        let window_us = self.cfg.window.as_micros() as i64;
+        let now_us = chrono::Utc::now().timestamp_micros();
+        let mut window_start = now_us - now_us % window_us;
+        tracing::info!(window = ?self.cfg.window, "probe loop ready");
+        while !stop.load(Ordering::Relaxed) {
+            let window_end = window_start + window_us;
+            self.poll_until(window_end, stop);
+            let tables = self.close_window(window_start, window_us)?;
+            if tx.blocking_send(tables).is_err() {
+                break;
+            }
+            window_start = window_end;
+        }
+        Ok(())
+    }
+
+    /// Libraries named on the command line or in the usual places are probed
+    /// before any process maps them, so a first process is traced from its first call.
+    fn attach_well_known(&mut self) {
+        for f in libs::well_known(&self.cfg.libs) {
+            match self.probes.attach_found(&f) {
+                Ok(Attached::Now(syms)) if !syms.is_empty() => {
+                    self.stats.libraries.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(library = %f.path.display(), probes = syms.len(), "attached ahead of use");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.stats.attach_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(library = %f.path.display(), error = %e, "cannot attach")
+                }
+            }
+        }
+    }
+
+    /// Probes the CUDA/NCCL libraries these processes map.
+    fn scan(&mut self, pids: &[u32]) {
+        for &pid in pids {
+            if !self.pid_filter.is_empty() && !self.pid_filter.contains(&pid) {
+                continue;
+            }
+            for f in libs::scan_pid_with_statics(pid, &mut self.statics) {
+                let info = self.attr.get(pid);
+                if f.lib != Lib::Libc && !info.libraries.contains(&f.mapped_as) {
+                    info.libraries.push(f.mapped_as.clone());
+                }
+                if !self.probes.is_attached(&f) {
+                    self.attach(pid, &f);
+                }
+            }
+        }
+    }
+
+    fn attach(&mut self, pid: u32, f: &libs::Found) {
+        match self.probes.attach_found(f) {
+            Ok(Attached::Now(syms)) => {
+                self.stats.libraries.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(pid, library = %f.mapped_as, probes = syms.len(), "attached");
+            }
+            Ok(Attached::Already) => {}
+            // Not marked attached: the next scan of this process retries.
+            Err(e) => {
+                self.stats.attach_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(pid, library = %f.mapped_as, error = %e, "cannot attach; will retry")
+            }
+        }
+    }
+
+    /// Handles process events until the window ends, waking at least every
+    /// 10 ms (exec → rescan at once) and at once for a held dlopen.
+    fn poll_until(&mut self, window_end: i64, stop: &AtomicBool) {
+        loop {
+            let now = chrono::Utc::now().timestamp_micros();
+            if now >= window_end || stop.load(Ordering::Relaxed) {
+                return;
+            }
+            self.rings.wait_procs(Duration::from_micros(((window_end - now) as u64).min(10_000)));
+            for e in self.rings.procs() {
+                self.on_proc_event(e);
+            }
+            let now = Instant::now();
+            let due: Vec<u32> = self.follow_ups.iter().filter(|(t, _)| *t <= now).map(|(_, p)| *p).collect();
+            if !due.is_empty() {
+                self.follow_ups.retain(|(t, _)| *t > now);
+                self.scan(&due);
+            }
+            if Instant::now() >= self.next_scan {
+                self.scan(&libs::pids(self.cfg.cgroup_root.as_deref()));
+                self.next_scan = Instant::now() + self.cfg.rescan;
+            }
+        }
+    }
+
+    fn on_proc_event(&mut self, e: ProcEvent) {
+        match e.kind {
+            PROC_DLOPEN => {
+                // The thread waits in the kernel until its library is probed.
+                let t = Instant::now();
+                self.scan(&[e.tgid]);
+                self.probes.release(e.tgid);
+                tracing::debug!(pid = e.tgid, held_us = t.elapsed().as_micros() as u64, "dlopen held");
+                return;
+            }
+            PROC_EXEC | PROC_FORK => {
+                let pid = if e.kind == PROC_FORK { e.other } else { e.tgid };
+                self.attr.refresh(pid);
+                self.scan(&[pid]);
+                // The loader maps DT_NEEDED libraries and programs dlopen
+                // theirs shortly after exec: look again soon.
+                let now = Instant::now();
+                for ms in [10, 40, 150, 500, 1500] {
+                    self.follow_ups.push((now + Duration::from_millis(ms), pid));
+                }
+            }
+            PROC_COMM_INIT => {
+                let p = self.attr.get(e.tgid);
+                p.nccl_comm = Some(format!("{:016x}", e.extra));
+                p.nccl_rank = Some((e.other as i32, e.value));
+                self.described.remove(&e.tgid);
+                return;
+            }
+            _ => {}
+        }
+        self.events.push(e);
+    }
+
+    /// Drains the kernel's window and turns it into tables.
+    fn close_window(&mut self, window_start: i64, window_us: i64) -> Result<Tables> {
+        let mut d = drain::drain(&mut self.probes)?;
+        if !self.pid_filter.is_empty() {
+            // Library probes fire for every process using the file: keep --pid only.
+            let keep = &self.pid_filter;
+            d.calls.retain(|(k, _)| keep.contains(&k.tgid));
+            d.sched.retain(|(p, _)| keep.contains(p));
+            d.io.retain(|(k, _)| keep.contains(&k.tgid));
+        }
+        let stalls = self.rings.stalls();
+        let delta = d.counters.since(&self.last_counters);
+        self.last_counters = d.counters;
+        let run_ns = if self.run_time_fd.is_some() { total_run_ns(&self.probes) } else { 0 };
+        let probe_run_ns = run_ns.saturating_sub(self.last_run_ns);
+        self.last_run_ns = run_ns;
+        if d.cgroups.iter().any(|(id, _)| !self.cg_paths.contains_key(id)) {
+            self.cg_paths = cgroup_paths(&self.cfg.cgroup_mount, self.cfg.cgroup_root.as_deref());
+        }
+        let ctx = WindowCtx {
+            node: &self.cfg.node,
+            window_start_us: window_start,
+            window_us: window_us as u64,
+            mono_to_wall_us: mono_to_wall_us(),
+            counters_delta: delta,
+            spool_dropped: self.spool_dropped.load(Ordering::Relaxed),
+            probe_run_ns,
+            host: &self.host,
+            cgroup_scoped: self.cfg.cgroup_root.is_some(),
+        };
+        self.attr.begin_window();
+        // Only processes in scope produce rows (a scoped agent shares the kernel maps' view).
+        let mut built = WindowBuilder::new(&ctx, &mut self.attr).build(&d, &stalls, &self.events, &self.cg_paths);
+        let mut changed: Vec<u32> = Vec::new();
+        for (k, _) in &d.calls {
+            let key = self.attr.get(k.tgid).meta_key();
+            if self.described.insert(k.tgid, key) != Some(key) {
+                changed.push(k.tgid);
+            }
+        }
+        let meta = WindowBuilder::new(&ctx, &mut self.attr).process_meta(&changed);
+        built.tables.extend(meta.tables);
+        self.stats.rows_invalid.fetch_add(built.invalid_rows + meta.invalid_rows, Ordering::Relaxed);
+        self.forget_exited();
+        update_thresholds(&mut self.probes, &d, &mut self.medians, &self.cfg);
+        self.count_window(&delta, probe_run_ns);
+        Ok(built.tables)
+    }
+
+    /// Drops what is cached about processes that exited.
+    fn forget_exited(&mut self) {
+        for e in self.events.drain(..) {
+            if e.kind == PROC_EXIT {
+                self.attr.forget(e.tgid);
+                self.probes.forget(e.tgid);
+                self.described.remove(&e.tgid);
+            }
+        }
+        // Exits lost to a full ring buffer, and reused pids, are caught here:
+        // cached state stays bounded by the processes alive now.
+        for pid in self.attr.prune() {
+            self.probes.forget(pid);
+            self.described.remove(&pid);
+        }
+        self.stats.cached_processes.store(self.attr.len() as u64, Ordering::Relaxed);
+    }
+
+    fn count_window(&self, delta: &Counters, probe_run_ns: u64) {
+        let s = &self.stats;
+        s.windows.fetch_add(1, Ordering::Relaxed);
+        s.events.fetch_add(delta.events, Ordering::Relaxed);
+        s.ringbuf_drops.fetch_add(delta.ringbuf_drops, Ordering::Relaxed);
+        s.map_full.fetch_add(delta.map_full + delta.inflight_full, Ordering::Relaxed);
+        s.probe_run_ns.fetch_add(probe_run_ns, Ordering::Relaxed);
+    }
+}
+
+fn log_map_memory(stats: &LoopStats) {
+    if let Ok(mm) = crate::probes::memory::MapMemory::of_pid(std::process::id()) {
+        stats.kernel_map_bytes.store(mm.total(), Ordering::Relaxed);
+        tracing::info!(
+            kernel_map_mib = mm.total() >> 20,
+            possible_cpus = mm.possible_cpus,
+            at_256_cpus_mib = mm.at_cpus(256) >> 20,
+            "BPF maps loaded"
+        );
+    }
+}
+
+fn total_run_ns(probes: &Probes) -> u64 {
+    probes.ebpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.run_time().as_nanos() as u64).sum()
+}
+
+/// Outlier thresholds per op: N × the op's running median, at least `min`.
+fn update_thresholds(probes: &mut Probes, d: &drain::Drained, medians: &mut HashMap<u32, f64>, cfg: &LoopConfig) {
+    let mut per_op: HashMap<u32, Histogram> = HashMap::new();
+    for (k, v) in &d.calls {
+        let h = per_op.entry(k.op).or_default();
+        for (i, &n) in v.hist.iter().enumerate() {
+            if n > 0 {
+                h.add(i as u8, n as u64);
+            }
+        }
+    }
+    let Ok(mut thr): std::result::Result<Array<&mut MapData, u64>, _> = map(&mut probes.ebpf, "thresholds") else {
+        return;
+    };
+    for op in ops::all().iter().filter(|o| o.timed) {
+        let id = op.id as u32;
+        let t = match cfg.outlier_abs {
+            Some(a) => a.as_nanos() as u64,
+            None => {
+                if let Some(m) = per_op.get(&id).and_then(|h| h.quantile(0.5)) {
+                    let e = medians.entry(id).or_insert(m as f64);
+                    *e = 0.8 * *e + 0.2 * m as f64;
+                }
+                match medians.get(&id) {
+                    Some(m) => ((m * cfg.outlier_factor) as u64).max(cfg.outlier_min.as_nanos() as u64),
+                    None => 0,
+                }
+            }
+        };
+        let _ = thr.set(id, t, 0);
+    }
+}

@@ -1,0 +1,197 @@
+//! One definition per table: each row struct below generates its table's
+//! column list (name, Arrow type from the field's Rust type, nullability
+//! from `Option`, unit, meaning) and the values of a row, in column order.
+//! [`crate::schema`] builds the Arrow schemas and `proto/README.md` from
+//! these lists; every producer (agent, simulator, load generator, importer)
+//! fills these structs, so none can drift from the schema.
+
+use crate::rows::{Cell, Columns, Row, TimestampUs, Val};
+use crate::schema::{Column, Table};
+
+/// Column name: the field name, or the `as "name"` given.
+macro_rules! col_name {
+    ($field:ident) => {
+        stringify!($field)
+    };
+    ($field:ident $col:literal) => {
+        $col
+    };
+}
+
+macro_rules! columns {
+    ($(#[$meta:meta])* $row:ident<$lt:lifetime> for $table:ident { $($body:tt)* }) => {
+        columns!(@def [$(#[$meta])*] $row [<$lt>] { $($body)* });
+        impl<$lt> Row for $row<$lt> {
+            const TABLE: Table = Table::$table;
+        }
+    };
+    ($(#[$meta:meta])* $row:ident for $table:ident { $($body:tt)* }) => {
+        columns!(@def [$(#[$meta])*] $row [] { $($body)* });
+        impl Row for $row {
+            const TABLE: Table = Table::$table;
+        }
+    };
+    ($(#[$meta:meta])* $row:ident { $($body:tt)* }) => {
+        columns!(@def [$(#[$meta])*] $row [] { $($body)* });
+    };
+    (@def [$($attr:tt)*] $row:ident [$($gen:tt)*] {
+        $( $field:ident $(as $col:literal)? : $ty:ty, $unit:literal, $doc:literal; )*
+    }) => {
+        $($attr)*
+        pub struct $row $($gen)* {
+            $( #[doc = $doc] pub $field: $ty, )*
+        }
+
+        impl $($gen)* Columns for $row $($gen)* {
+            const COLUMNS: &'static [Column] = &[
+                $( Column {
+                    name: col_name!($field $($col)?),
+                    ty: <$ty as Cell>::TYPE,
+                    nullable: <$ty as Cell>::NULLABLE,
+                    unit: $unit,
+                    doc: $doc,
+                }, )*
+            ];
+
+            fn with_vals<T>(&self, f: impl FnOnce(&[Val<'_>]) -> T) -> T {
+                f(&[ $( Cell::val(&self.$field) ),* ])
+            }
+        }
+    };
+}
+
+columns! {
+    /// The columns every row of every table starts with.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+    Common {
+        node: String, "", "Node name (Kubernetes node, else hostname)";
+        namespace: Option<String>, "", "Pod namespace; null when not in a known pod";
+        pod: Option<String>, "", "Pod name; null when not in a known pod";
+        container: Option<String>, "", "Container name (or container id when the pod is unknown)";
+        job: Option<String>, "", "Job identity: owner (Job, JobSet, PyTorchJob, …), else NCCL communicator id, else configured label";
+        rank: Option<i32>, "", "Rank of the process in its job (RANK or ncclCommInitRank)";
+        world_size: Option<i32>, "", "Number of ranks in the job (WORLD_SIZE or nranks)";
+        pid: u32, "", "Process id (tgid) in the agent's pid namespace (the host's with hostPID, a kind node's own); 0 for node-level rows";
+        comm: String, "", "Process name (task comm, 15 chars max)";
+        cgroup_id: u64, "", "cgroup v2 id (inode of the cgroup directory); 0 when unknown";
+        window_start_us as "window_start": TimestampUs, "µs since epoch, UTC", "Start of the aggregation window";
+        window_us: u64, "µs", "Window length";
+    }
+}
+
+columns! {
+    /// `call_windows`: one row per process, op and window.
+    #[derive(Debug, Clone, PartialEq)]
+    CallRow<'a> for CallWindows {
+        library: &'a str, "", "cudart (runtime), cuda (driver) or nccl";
+        op: &'a str, "", "Function name, e.g. cudaStreamSynchronize, ncclAllReduce";
+        count: u64, "calls", "Calls that started in the window";
+        errors: u64, "calls", "Calls that returned a non-success code (return-probed ops only)";
+        total_ns: u64, "ns", "Sum of call durations (0 for entry-only ops such as launches)";
+        max_ns: u64, "ns", "Longest call";
+        sampled: bool, "", "True when durations come from a sample of calls (imported traces); count is exact";
+        hist_bucket: &'a [u8], "bucket index", "Sparse latency histogram: indices of non-empty buckets (see Histogram)";
+        hist_count: &'a [u64], "calls", "Sparse latency histogram: count per bucket in hist_bucket";
+    }
+}
+
+columns! {
+    /// `sched_windows`: one row per CUDA-using process and window.
+    #[derive(Debug, Clone, PartialEq)]
+    SchedRow for SchedWindows {
+        threads: u32, "threads", "Threads of the process seen in the window";
+        on_cpu_ns: u64, "ns", "Time the process's threads ran on a CPU";
+        off_cpu_ns: u64, "ns", "Time its threads were blocked or sleeping (switched out, not runnable)";
+        runq_wait_ns: u64, "ns", "Time its threads were runnable but waiting for a CPU (run-queue latency)";
+        runq_max_ns: u64, "ns", "Longest single run-queue wait";
+        voluntary_switches: u64, "switches", "Context switches where the thread blocked";
+        involuntary_switches: u64, "switches", "Context switches where the thread was preempted while runnable";
+        wakeups: u64, "wakeups", "sched_wakeup / sched_wakeup_new events for its threads";
+    }
+}
+
+columns! {
+    /// `cgroup_windows`: one row per cgroup and window.
+    #[derive(Debug, Clone, PartialEq)]
+    CgroupRow<'a> for CgroupWindows {
+        cgroup_path: &'a str, "", "cgroup v2 path below the cgroup root";
+        on_cpu_ns: u64, "ns", "CPU time of every task in the cgroup (noisy-neighbour attribution)";
+        runq_wait_ns: u64, "ns", "Run-queue wait of every task in the cgroup";
+        switches: u64, "switches", "Context switches of every task in the cgroup";
+    }
+}
+
+columns! {
+    /// `io_windows`: one row per process, device, op and window.
+    #[derive(Debug, Clone, PartialEq)]
+    IoRow<'a> for IoWindows {
+        device: &'a str, "", "Block device as major:minor";
+        op: &'a str, "", "read, write, flush, discard or other";
+        count: u64, "requests", "Requests completed in the window";
+        bytes: u64, "bytes", "Bytes transferred";
+        total_ns: u64, "ns", "Sum of issue→complete latencies";
+        max_ns: u64, "ns", "Longest request";
+        hist_bucket: &'a [u8], "bucket index", "Sparse latency histogram: indices of non-empty buckets (see Histogram)";
+        hist_count: &'a [u64], "calls", "Sparse latency histogram: count per bucket in hist_bucket";
+    }
+}
+
+columns! {
+    /// `host_events`: one row per event.
+    #[derive(Debug, Clone, PartialEq)]
+    HostEventRow<'a> for HostEvents {
+        event_time: TimestampUs, "µs since epoch, UTC", "When it happened";
+        kind: &'a str, "", "oom_kill, exec, exit, fork, mem_pressure, swap; reference_chain for a diagnosis stored in an imported trace";
+        value: i64, "kind-specific", "oom_kill: victim pages; exit: exit status, or 128 + the signal that killed it (137 SIGKILL, 134 SIGABRT), as Kubernetes reports it; fork: child pid (new processes only, never threads); mem_pressure/swap: bytes";
+        detail: Option<&'a str>, "", "Free text: victim name, new binary path, … (reference_chain: the chain as JSON)";
+    }
+}
+
+columns! {
+    /// `stall_events`: one row per outlier call.
+    #[derive(Debug, Clone, PartialEq)]
+    StallRow<'a> for StallEvents {
+        event_time: TimestampUs, "µs since epoch, UTC", "Start of the outlier call";
+        tid: u32, "", "Thread id that made the call";
+        library: &'a str, "", "cudart, cuda or nccl";
+        op: &'a str, "", "Function name";
+        duration_ns: u64, "ns", "Duration of this call";
+        threshold_ns: u64, "ns", "Threshold it crossed";
+        reason: &'a str, "", "median_multiple (N × running median) or absolute";
+    }
+}
+
+columns! {
+    /// `process_meta`: one row per process per window it changed or was first seen.
+    #[derive(Debug, Clone, PartialEq)]
+    ProcessMetaRow<'a> for ProcessMeta {
+        cmdline: &'a str, "", "Command line, arguments joined by spaces (truncated to 4 KiB)";
+        container_id: Option<&'a str>, "", "Container runtime id (64 hex) parsed from the cgroup path";
+        pod_uid: Option<&'a str>, "", "Pod UID parsed from the cgroup path";
+        cgroup_path: &'a str, "", "cgroup v2 path";
+        local_rank: Option<i32>, "", "LOCAL_RANK from the environment";
+        master_addr: Option<&'a str>, "", "MASTER_ADDR:MASTER_PORT from the environment";
+        nccl_comm_id: Option<&'a str>, "", "NCCL communicator id (hex) learned from ncclCommInitRank";
+        gpus: Option<&'a str>, "", "GPU device ids held by the container (kubelet PodResources), comma separated";
+        libraries: &'a str, "", "Traced libraries mapped by the process, comma separated paths";
+        labels: Option<&'a str>, "", "Pod labels as a JSON object";
+    }
+}
+
+columns! {
+    /// `node_windows`: one row per node and window.
+    #[derive(Debug, Clone, PartialEq)]
+    NodeRow<'a> for NodeWindows {
+        events: u64, "events", "Probe hits aggregated in the window";
+        ringbuf_drops: u64, "events", "Outlier events lost to a full ring buffer (summed over CPUs)";
+        map_full: u64, "events", "Updates lost to a full kernel map (summed over CPUs)";
+        spool_dropped: u64, "batches", "Batches dropped from a full on-disk spool since the agent started";
+        probe_run_ns: u64, "ns", "eBPF program run time in the window (BPF_STATS_RUN_TIME)";
+        kernel: Option<&'a str>, "", "Kernel release";
+        cpu_model: Option<&'a str>, "", "CPU model name";
+        cpu_cores: Option<u32>, "cores", "Online CPUs";
+        gpu_model: Option<&'a str>, "", "GPU model";
+        driver_version: Option<&'a str>, "", "NVIDIA driver version";
+        cuda_version: Option<&'a str>, "", "CUDA version";
+    }
+}
