@@ -185,66 +185,11 @@ impl Trace {
                 .collect::<rusqlite::Result<_>>()?;
         }
         if has("sessions") {
-            self.session = c
-                .query_row(
-                    "SELECT started_at, stopped_at, gpu_model, gpu_driver, cpu_model, cpu_cores, kernel, cuda_ver \
-                     FROM sessions ORDER BY started_at LIMIT 1",
-                    [],
-                    |r| {
-                        Ok(Session {
-                            started_ns: r.get(0)?,
-                            stopped_ns: r.get(1)?,
-                            gpu_model: r.get(2)?,
-                            gpu_driver: r.get(3)?,
-                            cpu_model: r.get(4)?,
-                            cpu_cores: r.get::<_, i64>(5)?.max(0) as u32,
-                            kernel: r.get(6)?,
-                            cuda_version: r.get(7)?,
-                        })
-                    },
-                )
-                .ok();
+            self.session = read_session(c);
         }
-        self.aggregates = c
-            .prepare("SELECT bucket, source, op, pid, count, stored, sum_dur, max_dur, sum_arg0 FROM event_aggregates")?
-            .query_map([], |r| {
-                let u = |i: usize| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
-                Ok(Aggregate {
-                    bucket_ns: r.get(0)?,
-                    source: r.get(1)?,
-                    op: r.get(2)?,
-                    pid: r.get::<_, i64>(3)? as u32,
-                    count: u(4)?,
-                    stored: u(5)?,
-                    sum_ns: u(6)?,
-                    max_ns: u(7)?,
-                    sum_arg0: u(8)?,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+        self.aggregates = read_aggregates(c)?;
         if has("causal_chains") {
-            self.chains = c
-                .prepare(
-                    "SELECT id, detected_at, severity, summary, root_cause, explanation, recommendations, cuda_op, \
-                     cuda_p99_us, cuda_p50_us, tail_ratio FROM causal_chains ORDER BY detected_at",
-                )?
-                .query_map([], |r| {
-                    let recs: String = r.get(6)?;
-                    Ok(RefChain {
-                        id: r.get(0)?,
-                        detected_ns: r.get(1)?,
-                        severity: r.get(2)?,
-                        summary: r.get(3)?,
-                        root_cause: r.get(4)?,
-                        explanation: r.get(5)?,
-                        recommendations: serde_json::from_str(&recs).unwrap_or_default(),
-                        cuda_op: r.get(7)?,
-                        p99_us: r.get(8)?,
-                        p50_us: r.get(9)?,
-                        tail_ratio: r.get(10)?,
-                    })
-                })?
-                .collect::<rusqlite::Result<_>>()?;
+            self.chains = read_chains(c)?;
         }
         self.events = c.query_row("SELECT COUNT(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
         Ok(())
@@ -285,4 +230,70 @@ impl Trace {
         }
         Ok(())
     }
+}
+
+/// The first recording session: host facts.
+fn read_session(c: &Connection) -> Option<Session> {
+    c.query_row(
+        "SELECT started_at, stopped_at, gpu_model, gpu_driver, cpu_model, cpu_cores, kernel, cuda_ver \
+                 FROM sessions ORDER BY started_at LIMIT 1",
+        [],
+        |r| {
+            Ok(Session {
+                started_ns: r.get(0)?,
+                stopped_ns: r.get(1)?,
+                gpu_model: r.get(2)?,
+                gpu_driver: r.get(3)?,
+                cpu_model: r.get(4)?,
+                cpu_cores: r.get::<_, i64>(5)?.max(0) as u32,
+                kernel: r.get(6)?,
+                cuda_version: r.get(7)?,
+            })
+        },
+    )
+    .ok()
+}
+
+fn read_aggregates(c: &Connection) -> rusqlite::Result<Vec<Aggregate>> {
+    c.prepare("SELECT bucket, source, op, pid, count, stored, sum_dur, max_dur, sum_arg0 FROM event_aggregates")?
+        .query_map([], |r| {
+            let u = |i: usize| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
+            Ok(Aggregate {
+                bucket_ns: r.get(0)?,
+                source: r.get(1)?,
+                op: r.get(2)?,
+                pid: r.get::<_, i64>(3)? as u32,
+                count: u(4)?,
+                stored: u(5)?,
+                sum_ns: u(6)?,
+                max_ns: u(7)?,
+                sum_arg0: u(8)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()
+}
+
+/// The diagnoses the source product stored.
+fn read_chains(c: &Connection) -> rusqlite::Result<Vec<RefChain>> {
+    c.prepare(
+        "SELECT id, detected_at, severity, summary, root_cause, explanation, recommendations, cuda_op, \
+                 cuda_p99_us, cuda_p50_us, tail_ratio FROM causal_chains ORDER BY detected_at",
+    )?
+    .query_map([], |r| {
+        let recs: String = r.get(6)?;
+        Ok(RefChain {
+            id: r.get(0)?,
+            detected_ns: r.get(1)?,
+            severity: r.get(2)?,
+            summary: r.get(3)?,
+            root_cause: r.get(4)?,
+            explanation: r.get(5)?,
+            recommendations: serde_json::from_str(&recs).unwrap_or_default(),
+            cuda_op: r.get(7)?,
+            p99_us: r.get(8)?,
+            p50_us: r.get(9)?,
+            tail_ratio: r.get(10)?,
+        })
+    })?
+    .collect::<rusqlite::Result<_>>()
 }

@@ -157,156 +157,221 @@ fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
     out
 }
 
-pub fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
-    let mut chains = Vec::new();
-    let who = d.comms.join(", ");
-    let pids = d.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
-    let span = s.windows as f64 * d.window_secs;
-    let neighbours: Vec<String> = d
-        .neighbours
-        .iter()
-        .filter(|n| n.cores >= 0.05)
-        .map(|n| {
-            let owner = match (&n.namespace, &n.pod) {
-                (Some(ns), Some(p)) => format!("pod {ns}/{p}"),
-                _ => format!("cgroup {}", n.cgroup_path),
-            };
-            format!("{owner} ({}) used {:.1} cores on the same node", n.comm, n.cores)
-        })
-        .collect();
+/// Who a chain talks about: the processes and the neighbours that took CPU.
+struct Subject {
+    who: String,
+    pids: String,
+    span_secs: f64,
+    neighbours: Vec<String>,
+}
 
-    if s.oom_kills > 0 {
-        let victims: Vec<String> = d
-            .events
+impl Subject {
+    fn of(d: &ReportData, s: &Summary) -> Subject {
+        let neighbours = d
+            .neighbours
             .iter()
-            .filter(|e| e.kind == "oom_kill")
-            .map(|e| format!("{} at {}", e.detail.clone().unwrap_or(e.comm.clone()), e.time))
+            .filter(|n| n.cores >= 0.05)
+            .map(|n| {
+                let owner = match (&n.namespace, &n.pod) {
+                    (Some(ns), Some(p)) => format!("pod {ns}/{p}"),
+                    _ => format!("cgroup {}", n.cgroup_path),
+                };
+                format!("{owner} ({}) used {:.1} cores on the same node", n.comm, n.cores)
+            })
             .collect();
-        chains.push(Chain {
-            severity: Severity::High,
-            cause: "oom".into(),
-            title: "OOM kill → lost work and restarts".into(),
-            root_cause: vec![format!("{} OOM kill(s): {}", s.oom_kills, victims.join("; "))],
-            effect: vec![
-                "the killed process's in-flight steps are lost; the job restarts or hangs at the next collective"
-                    .into(),
-            ],
-            contributing: vec![],
-            fixes: vec![
-                "raise the container memory limit or lower the batch size / number of DataLoader workers".into(),
-                "set DataLoader persistent_workers=True and avoid copying the dataset into every worker".into(),
-            ],
-        });
+        Subject {
+            who: d.comms.join(", "),
+            pids: d.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
+            span_secs: s.windows as f64 * d.window_secs,
+            neighbours,
+        }
     }
+}
 
-    // The detector flags after three deviant windows; a single window of
-    // run-queue wait on a busy host is noise, not a diagnosis. Three windows
-    // at 15% are (the mean alone is diluted by calm windows before a fault).
-    let runq_bad = s.runq_share >= 0.10 || s.runq_share_sustained >= 0.15;
-    if runq_bad {
-        let mut effect = gpu_effects(d, s);
-        effect.insert(0, "the GPU idles while the host cannot launch the next step".into());
-        chains.push(Chain {
-            severity: if s.runq_share >= 0.2 || s.runq_share_sustained >= 0.25 { Severity::High } else { Severity::Medium },
-            cause: "cpu_contention".into(),
-            title: "CPU scheduling contention → CUDA throughput drop".into(),
-            root_cause: vec![
-                format!("training process {who} (pid {pids}) was runnable but waiting for a CPU {} of the time (peak {}) over {span:.0}s", pct(s.runq_share), pct(s.runq_share_peak)),
-            ],
-            effect,
-            contributing: if neighbours.is_empty() { vec!["no single other cgroup dominated: look at DataLoader workers and per-node daemons".into()] } else { neighbours.clone() },
-            fixes: vec![
-                "give the training pod Guaranteed QoS with integer CPU requests and enable the kubelet static CPU manager (cpuManagerPolicy: static) so its threads get exclusive cores".into(),
-                "keep batch/best-effort pods off GPU nodes (taint the nodes, or set CPU limits on the neighbours listed above)".into(),
-                "size DataLoader num_workers to the cores the pod really has (cores − 2)".into(),
-            ],
-        });
-    }
-
-    let io_bad = s.io_share >= 0.05 && s.offcpu_share >= 0.08;
-    if io_bad {
-        let mut effect = gpu_effects(d, s);
-        effect.insert(
-            0,
-            format!("training threads blocked (off-CPU) {} of the time waiting for input", pct(s.offcpu_share)),
-        );
-        chains.push(Chain {
-            severity: if s.offcpu_share >= 0.2 { Severity::High } else { Severity::Medium },
-            cause: "io_stall".into(),
-            title: "Block IO stall → input pipeline starves the GPU".into(),
-            root_cause: vec![format!("block IO latency adds up to {} of wall time for {who}", pct(s.io_share))],
-            effect,
-            contributing: vec![],
-            fixes: vec![
-                "stage the dataset on local NVMe (or a node-local cache) instead of network storage".into(),
-                "raise DataLoader prefetch_factor and num_workers so reads overlap compute".into(),
-                "check the volume's IOPS/throughput limits and noisy IO neighbours on the node".into(),
-            ],
-        });
-    }
-
-    if s.mem_events > 0 && s.offcpu_share >= 0.05 {
-        let mut effect = gpu_effects(d, s);
-        effect.insert(0, format!("threads blocked in reclaim/page faults: off-CPU {}", pct(s.offcpu_share)));
-        chains.push(Chain {
-            severity: Severity::Medium,
-            cause: "memory_pressure".into(),
-            title: "Memory pressure → reclaim stalls the training loop".into(),
-            root_cause: vec![format!("{} memory-pressure/swap events", s.mem_events)],
-            effect,
-            contributing: vec![],
-            fixes: vec![
-                "raise the pod's memory limit (memory.high reclaim starts below it) or reduce host-side caching".into(),
-                "disable swap on GPU nodes; pin_memory buffers cannot be swapped".into(),
-            ],
-        });
-    }
-
+/// Every chain the data supports, most severe first.
+pub fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
+    let who = Subject::of(d, s);
+    let mut chains: Vec<Chain> = [oom(d, s), cpu_contention(d, s, &who), io_stall(d, s, &who), memory_pressure(d, s)]
+        .into_iter()
+        .flatten()
+        .collect();
+    let host_cause = chains.iter().any(|c| matches!(c.cause.as_str(), "cpu_contention" | "io_stall"));
     // Sleeping inside a sync or a collective is waiting, not a host stall.
-    if !runq_bad && !io_bad && s.mem_events == 0 && s.host_offcpu_share >= 0.25 {
-        chains.push(Chain {
-            severity: Severity::Medium,
-            cause: "host_blocked".into(),
-            title: "Host threads blocked → GPU waits for work".into(),
-            root_cause: vec![format!("{who} was off-CPU {} of the time outside CUDA/NCCL waits (locks, sleeps, synchronous host work)", pct(s.host_offcpu_share))],
-            effect: gpu_effects(d, s),
-            contributing: vec![],
-            fixes: vec!["profile the input pipeline (py-spy dump during a stall) and move blocking work out of the training loop".into()],
-        });
+    if !host_cause && s.mem_events == 0 {
+        chains.extend(host_blocked(d, s, &who));
     }
-
     // A rank that waits least at collectives but has no host cause: the GPU or the link.
     if chains.iter().all(|c| c.severity != Severity::High) {
-        if let Some(peer) = s.peer_nccl_share {
-            if s.nccl_share < peer * 0.7 && s.stall_share < 0.1 {
-                chains.push(Chain {
-                    severity: Severity::High,
-                    cause: "slow_gpu".into(),
-                    title: "Slow GPU → every other rank waits at the collective".into(),
-                    root_cause: vec![format!("host is healthy (stall {}) but this rank reaches the collective last", pct(s.stall_share))],
-                    effect: gpu_effects(d, s),
-                    contributing: vec![],
-                    fixes: vec![
-                        "check `nvidia-smi -q -d PERFORMANCE,CLOCK,ECC` for throttling, XID errors or ECC retirement on this node".into(),
-                        "cordon the node and reschedule the rank to confirm".into(),
-                    ],
-                });
-            }
-            if s.nccl_share > peer * 1.3 && s.nccl_share - peer > 0.05 && s.stall_share < 0.1 {
-                chains.push(Chain {
-                    severity: Severity::Medium,
-                    cause: "slow_network".into(),
-                    title: "Slow interconnect → longer collectives".into(),
-                    root_cause: vec![format!("NCCL collectives take {} of the time vs {} on peers", pct(s.nccl_share), pct(peer))],
-                    effect: vec!["every step of the job waits for this node's transfers".into()],
-                    contributing: vec![],
-                    fixes: vec!["check NIC errors/link speed (ethtool -S, ibstat) and NCCL_DEBUG=INFO transport selection on this node".into()],
-                });
-            }
-        }
+        chains.extend(gpu_or_link(d, s));
     }
     chains.sort_by_key(|c| c.severity);
     chains
+}
+
+fn oom(d: &ReportData, s: &Summary) -> Option<Chain> {
+    if s.oom_kills == 0 {
+        return None;
+    }
+    let victims: Vec<String> = d
+        .events
+        .iter()
+        .filter(|e| e.kind == "oom_kill")
+        .map(|e| format!("{} at {}", e.detail.clone().unwrap_or(e.comm.clone()), e.time))
+        .collect();
+    Some(Chain {
+        severity: Severity::High,
+        cause: "oom".into(),
+        title: "OOM kill → lost work and restarts".into(),
+        root_cause: vec![format!("{} OOM kill(s): {}", s.oom_kills, victims.join("; "))],
+        effect: vec![
+            "the killed process's in-flight steps are lost; the job restarts or hangs at the next collective".into()
+        ],
+        contributing: vec![],
+        fixes: vec![
+            "raise the container memory limit or lower the batch size / number of DataLoader workers".into(),
+            "set DataLoader persistent_workers=True and avoid copying the dataset into every worker".into(),
+        ],
+    })
+}
+
+fn cpu_contention(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
+    // The detector flags after three deviant windows; a single window of
+    // run-queue wait on a busy host is noise, not a diagnosis. Three windows
+    // at 15% are (the mean alone is diluted by calm windows before a fault).
+    if s.runq_share < 0.10 && s.runq_share_sustained < 0.15 {
+        return None;
+    }
+    let mut effect = gpu_effects(d, s);
+    effect.insert(0, "the GPU idles while the host cannot launch the next step".into());
+    Some(Chain {
+        severity: if s.runq_share >= 0.2 || s.runq_share_sustained >= 0.25 { Severity::High } else { Severity::Medium },
+        cause: "cpu_contention".into(),
+        title: "CPU scheduling contention → CUDA throughput drop".into(),
+        root_cause: vec![format!(
+            "training process {} (pid {}) was runnable but waiting for a CPU {} of the time (peak {}) over {:.0}s",
+            w.who,
+            w.pids,
+            pct(s.runq_share),
+            pct(s.runq_share_peak),
+            w.span_secs
+        )],
+        effect,
+        contributing: if w.neighbours.is_empty() {
+            vec!["no single other cgroup dominated: look at DataLoader workers and per-node daemons".into()]
+        } else {
+            w.neighbours.clone()
+        },
+        fixes: vec![
+            "give the training pod Guaranteed QoS with integer CPU requests and enable the kubelet static CPU manager (cpuManagerPolicy: static) so its threads get exclusive cores".into(),
+            "keep batch/best-effort pods off GPU nodes (taint the nodes, or set CPU limits on the neighbours listed above)".into(),
+            "size DataLoader num_workers to the cores the pod really has (cores − 2)".into(),
+        ],
+    })
+}
+
+fn io_stall(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
+    if s.io_share < 0.05 || s.offcpu_share < 0.08 {
+        return None;
+    }
+    let mut effect = gpu_effects(d, s);
+    effect
+        .insert(0, format!("training threads blocked (off-CPU) {} of the time waiting for input", pct(s.offcpu_share)));
+    Some(Chain {
+        severity: if s.offcpu_share >= 0.2 { Severity::High } else { Severity::Medium },
+        cause: "io_stall".into(),
+        title: "Block IO stall → input pipeline starves the GPU".into(),
+        root_cause: vec![format!("block IO latency adds up to {} of wall time for {}", pct(s.io_share), w.who)],
+        effect,
+        contributing: vec![],
+        fixes: vec![
+            "stage the dataset on local NVMe (or a node-local cache) instead of network storage".into(),
+            "raise DataLoader prefetch_factor and num_workers so reads overlap compute".into(),
+            "check the volume's IOPS/throughput limits and noisy IO neighbours on the node".into(),
+        ],
+    })
+}
+
+fn memory_pressure(d: &ReportData, s: &Summary) -> Option<Chain> {
+    if s.mem_events == 0 || s.offcpu_share < 0.05 {
+        return None;
+    }
+    let mut effect = gpu_effects(d, s);
+    effect.insert(0, format!("threads blocked in reclaim/page faults: off-CPU {}", pct(s.offcpu_share)));
+    Some(Chain {
+        severity: Severity::Medium,
+        cause: "memory_pressure".into(),
+        title: "Memory pressure → reclaim stalls the training loop".into(),
+        root_cause: vec![format!("{} memory-pressure/swap events", s.mem_events)],
+        effect,
+        contributing: vec![],
+        fixes: vec![
+            "raise the pod's memory limit (memory.high reclaim starts below it) or reduce host-side caching".into(),
+            "disable swap on GPU nodes; pin_memory buffers cannot be swapped".into(),
+        ],
+    })
+}
+
+fn host_blocked(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
+    if s.host_offcpu_share < 0.25 {
+        return None;
+    }
+    Some(Chain {
+        severity: Severity::Medium,
+        cause: "host_blocked".into(),
+        title: "Host threads blocked → GPU waits for work".into(),
+        root_cause: vec![format!(
+            "{} was off-CPU {} of the time outside CUDA/NCCL waits (locks, sleeps, synchronous host work)",
+            w.who,
+            pct(s.host_offcpu_share)
+        )],
+        effect: gpu_effects(d, s),
+        contributing: vec![],
+        fixes: vec![
+            "profile the input pipeline (py-spy dump during a stall) and move blocking work out of the training loop"
+                .into(),
+        ],
+    })
+}
+
+fn gpu_or_link(d: &ReportData, s: &Summary) -> Vec<Chain> {
+    let Some(peer) = s.peer_nccl_share else { return vec![] };
+    let mut out = Vec::new();
+    if s.nccl_share < peer * 0.7 && s.stall_share < 0.1 {
+        out.push(Chain {
+            severity: Severity::High,
+            cause: "slow_gpu".into(),
+            title: "Slow GPU → every other rank waits at the collective".into(),
+            root_cause: vec![format!(
+                "host is healthy (stall {}) but this rank reaches the collective last",
+                pct(s.stall_share)
+            )],
+            effect: gpu_effects(d, s),
+            contributing: vec![],
+            fixes: vec![
+                "check `nvidia-smi -q -d PERFORMANCE,CLOCK,ECC` for throttling, XID errors or ECC retirement on this node".into(),
+                "cordon the node and reschedule the rank to confirm".into(),
+            ],
+        });
+    }
+    if s.nccl_share > peer * 1.3 && s.nccl_share - peer > 0.05 && s.stall_share < 0.1 {
+        out.push(Chain {
+            severity: Severity::Medium,
+            cause: "slow_network".into(),
+            title: "Slow interconnect → longer collectives".into(),
+            root_cause: vec![format!(
+                "NCCL collectives take {} of the time vs {} on peers",
+                pct(s.nccl_share),
+                pct(peer)
+            )],
+            effect: vec!["every step of the job waits for this node's transfers".into()],
+            contributing: vec![],
+            fixes: vec![
+                "check NIC errors/link speed (ethtool -S, ibstat) and NCCL_DEBUG=INFO transport selection on this node"
+                    .into(),
+            ],
+        });
+    }
+    out
 }
 
 #[cfg(test)]

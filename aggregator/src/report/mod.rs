@@ -2,6 +2,7 @@
 //! text, JSON and a self-contained HTML page.
 
 pub mod chains;
+pub mod collect;
 pub mod cuda;
 pub mod data;
 pub mod html;
@@ -48,7 +49,7 @@ pub async fn build(
     end_us: i64,
     cfg: DetectorConfig,
 ) -> Result<Report> {
-    let d = data::collect(engine, target, start_us, end_us).await?;
+    let d = collect::collect(engine, target, start_us, end_us).await?;
     let summary = chains::summarize(&d);
     let mut chains = chains::diagnose(&d, &summary);
     chains.extend(cuda::chains(&d, &summary));

@@ -161,6 +161,11 @@ fn decode_tables(req: &PushRequest) -> Result<Vec<(Table, Vec<RecordBatch>)>> {
         .collect()
 }
 
+type PushReply = oneshot::Sender<Result<Ack>>;
+type Fresh = Vec<(Box<Accepted>, PushReply)>;
+
+/// Owns the WAL: group-commits pushes (one fsync per group), answers them,
+/// and seals segments by size, by age and on request.
 async fn wal_owner(
     mut wal: Wal,
     mut high_water: BTreeMap<String, u64>,
@@ -182,96 +187,119 @@ async fn wal_owner(
                 continue;
             }
         };
-        let mut group = vec![first];
-        while group.len() < 1024 {
-            match rx.try_recv() {
-                Ok(c) => group.push(c),
-                Err(_) => break,
-            }
-        }
-        let mut pushes = Vec::new();
-        let mut flushes = Vec::new();
-        for c in group {
-            match c {
-                Cmd::Push(a, reply) => pushes.push((a, reply)),
-                Cmd::Flush(reply) => flushes.push(reply),
-            }
-        }
-        // Decide duplicates against what is stored plus what this group adds.
-        let mut fresh = Vec::new();
-        let mut dups = Vec::new();
-        let mut group_hw: BTreeMap<String, u64> = BTreeMap::new();
-        for (a, reply) in pushes {
-            let hw = group_hw.get(&a.node).or(high_water.get(&a.node)).copied();
-            if hw.is_some_and(|hw| a.sequence <= hw) {
-                dups.push(reply);
-            } else {
-                group_hw.insert(a.node.clone(), a.sequence);
-                fresh.push((a, reply));
-            }
-        }
-        let started = Instant::now();
-        let records: Vec<Vec<u8>> = fresh.iter_mut().map(|(a, _)| std::mem::take(&mut a.raw)).collect();
-        let res = if records.is_empty() {
-            Ok(())
-        } else {
-            let (w, res) = tokio::task::spawn_blocking(move || {
-                let res = wal.append_durable(records.iter().map(|r| r.as_slice()));
-                (wal, res)
-            })
-            .await
-            .expect("WAL writer thread panicked");
-            wal = w;
-            metrics.wal_sync_seconds.observe(started.elapsed().as_secs_f64());
-            res
-        };
-        match res {
-            Ok(()) => {
-                for (a, reply) in fresh {
-                    high_water.insert(a.node.clone(), a.sequence);
-                    for (t, batches) in &a.tables {
-                        let n: usize = batches.iter().map(|b| b.num_rows()).sum();
-                        metrics.rows.get_or_create(&TableLabel { table: t.name().to_string() }).inc_by(n as u64);
-                    }
-                    metrics.bytes.inc_by(a.ipc_bytes);
-                    metrics.batches.get_or_create(&OutcomeLabel { outcome: Outcome::stored }).inc();
-                    let rows = a.rows;
-                    buf.add(a.tables);
-                    let _ = reply.send(Ok(Ack { duplicate: false, rows }));
-                }
-                for reply in dups {
-                    metrics.batches.get_or_create(&OutcomeLabel { outcome: Outcome::duplicate }).inc();
-                    let _ = reply.send(Ok(Ack { duplicate: true, rows: 0 }));
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "write-ahead log write failed; refusing batches");
-                let msg = e.to_string();
-                for (_, reply) in fresh {
-                    metrics.reject("wal_unavailable");
-                    let _ = reply.send(Err(Error::Wal { path: wal.dir().display().to_string(), reason: msg.clone() }));
-                }
-                for reply in dups {
-                    let _ = reply.send(Ok(Ack { duplicate: true, rows: 0 }));
-                }
-            }
-        }
+        let (pushes, flushes) = take_group(first, &mut rx);
+        let (mut fresh, dups) = split_duplicates(pushes, &high_water);
+        let (w, res) = append(wal, &mut fresh, &metrics).await;
+        wal = w;
+        let wal_dir = wal.dir().display().to_string();
+        answer(res, fresh, dups, &mut high_water, &mut buf, &metrics, &wal_dir);
         metrics.buffered_rows.set(buf.rows as i64);
-        if buf.rows >= cfg.flush_rows {
+        if buf.rows >= cfg.flush_rows || (!flushes.is_empty() && buf.rows > 0) {
             wal = seal(wal, &mut buf, &high_water, &ftx, &metrics).await;
         }
-        if !flushes.is_empty() {
-            if buf.rows > 0 {
-                wal = seal(wal, &mut buf, &high_water, &ftx, &metrics).await;
-            }
-            for reply in flushes {
-                let _ = ftx.send(FlushJob::Barrier(reply)).await;
-            }
+        for reply in flushes {
+            let _ = ftx.send(FlushJob::Barrier(reply)).await;
         }
     }
     // Channel closed: flush what is left so shutdown loses nothing buffered.
     if buf.rows > 0 {
         let _ = seal(wal, &mut buf, &high_water, &ftx, &metrics).await;
+    }
+}
+
+/// The first command and everything already queued behind it (at most 1024).
+fn take_group(first: Cmd, rx: &mut mpsc::Receiver<Cmd>) -> (Fresh, Vec<oneshot::Sender<Result<()>>>) {
+    let mut group = vec![first];
+    while group.len() < 1024 {
+        match rx.try_recv() {
+            Ok(c) => group.push(c),
+            Err(_) => break,
+        }
+    }
+    let (mut pushes, mut flushes) = (Vec::new(), Vec::new());
+    for c in group {
+        match c {
+            Cmd::Push(a, reply) => pushes.push((a, reply)),
+            Cmd::Flush(reply) => flushes.push(reply),
+        }
+    }
+    (pushes, flushes)
+}
+
+/// Duplicates are decided against what is stored plus what this group adds.
+fn split_duplicates(pushes: Fresh, high_water: &BTreeMap<String, u64>) -> (Fresh, Vec<PushReply>) {
+    let (mut fresh, mut dups) = (Vec::new(), Vec::new());
+    let mut group_hw: BTreeMap<String, u64> = BTreeMap::new();
+    for (a, reply) in pushes {
+        let hw = group_hw.get(&a.node).or(high_water.get(&a.node)).copied();
+        if hw.is_some_and(|hw| a.sequence <= hw) {
+            dups.push(reply);
+        } else {
+            group_hw.insert(a.node.clone(), a.sequence);
+            fresh.push((a, reply));
+        }
+    }
+    (fresh, dups)
+}
+
+/// Appends the group's records with one fsync, off the async threads.
+async fn append(wal: Wal, fresh: &mut Fresh, metrics: &Metrics) -> (Wal, Result<()>) {
+    let records: Vec<Vec<u8>> = fresh.iter_mut().map(|(a, _)| std::mem::take(&mut a.raw)).collect();
+    if records.is_empty() {
+        return (wal, Ok(()));
+    }
+    let started = Instant::now();
+    let (wal, res) = tokio::task::spawn_blocking(move || {
+        let mut wal = wal;
+        let res = wal.append_durable(records.iter().map(|r| r.as_slice()));
+        (wal, res)
+    })
+    .await
+    .expect("WAL writer thread panicked");
+    metrics.wal_sync_seconds.observe(started.elapsed().as_secs_f64());
+    (wal, res)
+}
+
+/// Acknowledges a durable group (its rows join the buffer), or refuses it.
+fn answer(
+    res: Result<()>,
+    fresh: Fresh,
+    dups: Vec<PushReply>,
+    high_water: &mut BTreeMap<String, u64>,
+    buf: &mut Buffer,
+    metrics: &Metrics,
+    wal_dir: &str,
+) {
+    match res {
+        Ok(()) => {
+            for (a, reply) in fresh {
+                high_water.insert(a.node.clone(), a.sequence);
+                for (t, batches) in &a.tables {
+                    let n: usize = batches.iter().map(|b| b.num_rows()).sum();
+                    metrics.rows.get_or_create(&TableLabel { table: t.name().to_string() }).inc_by(n as u64);
+                }
+                metrics.bytes.inc_by(a.ipc_bytes);
+                metrics.batches.get_or_create(&OutcomeLabel { outcome: Outcome::stored }).inc();
+                let rows = a.rows;
+                buf.add(a.tables);
+                let _ = reply.send(Ok(Ack { duplicate: false, rows }));
+            }
+            for reply in dups {
+                metrics.batches.get_or_create(&OutcomeLabel { outcome: Outcome::duplicate }).inc();
+                let _ = reply.send(Ok(Ack { duplicate: true, rows: 0 }));
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "write-ahead log write failed; refusing batches");
+            let msg = e.to_string();
+            for (_, reply) in fresh {
+                metrics.reject("wal_unavailable");
+                let _ = reply.send(Err(Error::Wal { path: wal_dir.to_string(), reason: msg.clone() }));
+            }
+            for reply in dups {
+                let _ = reply.send(Ok(Ack { duplicate: true, rows: 0 }));
+            }
+        }
     }
 }
 

@@ -1,0 +1,359 @@
+//! Everything a report needs, read from the store with a few time-pruned
+//! queries: the target's own series, its node's other cgroups, its job's
+//! peers. One step per query, each filling its part of [`ReportData`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Float64Type, Int64Type, UInt32Type, UInt64Type, UInt8Type};
+use ingero_proto::hist::Histogram;
+
+use super::data::{median, Event, Neighbour, OpStat, Point, ReportData, Target};
+use crate::error::{Error, Result};
+use crate::query::{time_predicate, QueryEngine};
+use crate::rank::detector::rfc3339;
+use crate::rank::signals::{is_launch, is_nccl_collective, is_sync_op};
+
+/// Window start as µs, for grouping.
+const W: &str = "CAST(window_start AS BIGINT)";
+
+fn f64s(b: &RecordBatch, i: usize) -> Vec<f64> {
+    let c = b.column(i).as_primitive::<Float64Type>();
+    (0..c.len()).map(|j| if c.is_null(j) { 0.0 } else { c.value(j) }).collect()
+}
+
+fn strs(b: &RecordBatch, i: usize) -> Vec<Option<String>> {
+    let c = b.column(i).as_string::<i32>();
+    (0..c.len()).map(|j| (!c.is_null(j)).then(|| c.value(j).to_string())).collect()
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Reads the report's data for `target` in [start_us, end_us).
+pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_us: i64) -> Result<ReportData> {
+    let time = time_predicate("window_start", start_us, end_us);
+    let mut c = Collector {
+        engine,
+        target,
+        range: (start_us, end_us),
+        filter: format!("{} AND {time}", target.filter()),
+        time,
+        d: ReportData::default(),
+        points: BTreeMap::new(),
+        window_us: 1e6,
+    };
+    c.who().await?;
+    let off_cpu = c.sched().await?;
+    let waiting = c.calls().await?;
+    c.host_share(off_cpu, waiting);
+    c.io().await?;
+    c.events().await?;
+    c.neighbours().await?;
+    c.reference().await?;
+    c.peers().await?;
+    let mut d = c.d;
+    d.series = c.points.into_iter().map(|(t, p)| Point { t_us: t, ..p }).collect();
+    Ok(d)
+}
+
+struct Collector<'a> {
+    engine: &'a QueryEngine,
+    target: &'a Target,
+    range: (i64, i64),
+    /// The target's rows in the range.
+    filter: String,
+    /// Any rows in the range.
+    time: String,
+    d: ReportData,
+    points: BTreeMap<i64, Point>,
+    window_us: f64,
+}
+
+impl Collector<'_> {
+    async fn sql(&self, q: &str) -> Result<Vec<RecordBatch>> {
+        self.engine.sql(q).await
+    }
+
+    /// Who: nodes, jobs, processes; no rows at all is the caller's error.
+    async fn who(&mut self) -> Result<()> {
+        let f = &self.filter;
+        let who = self
+            .sql(&format!("SELECT DISTINCT node, job, pid, comm FROM sched_windows WHERE {f} UNION SELECT DISTINCT node, job, pid, comm FROM call_windows WHERE {f}"))
+            .await?;
+        let (mut nodes, mut jobs, mut pids, mut comms) =
+            (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        for b in &who {
+            let pid = b.column(2).as_primitive::<UInt32Type>();
+            for (i, (n, j)) in strs(b, 0).into_iter().zip(strs(b, 1)).enumerate() {
+                nodes.extend(n);
+                jobs.extend(j);
+                pids.insert(pid.value(i));
+            }
+            comms.extend(strs(b, 3).into_iter().flatten());
+        }
+        if nodes.is_empty() {
+            return Err(Error::NoData(format!(
+                "no data for {} between {} and {}: check the name, --since and --store/--server",
+                self.target.describe(),
+                rfc3339(self.range.0),
+                rfc3339(self.range.1)
+            )));
+        }
+        self.d.nodes = nodes.into_iter().collect();
+        self.d.jobs = jobs.into_iter().collect();
+        self.d.pids = pids.into_iter().collect();
+        self.d.comms = comms.into_iter().collect();
+        Ok(())
+    }
+
+    /// Run-queue and off-CPU shares; returns per window (off-CPU ns, all
+    /// thread time ns) for the host-stall share.
+    async fn sched(&mut self) -> Result<BTreeMap<i64, (f64, f64)>> {
+        let sched = self
+            .sql(&format!(
+                "SELECT {W} AS t, SUM(CAST(runq_wait_ns AS DOUBLE)), SUM(CAST(off_cpu_ns AS DOUBLE)), SUM(CAST(on_cpu_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)) FROM sched_windows WHERE {} GROUP BY 1",
+                self.filter
+            ))
+            .await?;
+        let mut off_cpu = BTreeMap::new();
+        for b in &sched {
+            let t = b.column(0).as_primitive::<Int64Type>();
+            let (runq, off, on, wu) = (f64s(b, 1), f64s(b, 2), f64s(b, 3), f64s(b, 4));
+            for i in 0..b.num_rows() {
+                let total = (runq[i] + off[i] + on[i]).max(1.0);
+                let p = self.points.entry(t.value(i)).or_default();
+                p.runq_share = runq[i] / total;
+                p.offcpu_share = off[i] / total;
+                off_cpu.insert(t.value(i), (off[i], total));
+                self.window_us = wu[i].max(1.0);
+            }
+        }
+        self.d.window_secs = self.window_us / 1e6;
+        Ok(off_cpu)
+    }
+
+    /// Per-op latency, sync p99, collective share and launch rate; returns
+    /// per window the time spent inside calls that wait for the GPU or peers.
+    async fn calls(&mut self) -> Result<BTreeMap<i64, f64>> {
+        let calls = self
+            .sql(&format!(
+                "SELECT {W} AS t, library, op, count, total_ns, hist_bucket, hist_count, window_us, max_ns, sampled FROM call_windows WHERE {}",
+                self.filter
+            ))
+            .await?;
+        let mut hists: BTreeMap<i64, Histogram> = BTreeMap::new();
+        let mut ops: BTreeMap<String, OpStat> = BTreeMap::new();
+        let mut waiting: BTreeMap<i64, f64> = BTreeMap::new();
+        for b in &calls {
+            let t = b.column(0).as_primitive::<Int64Type>();
+            let (lib, op) = (b.column(1).as_string::<i32>(), b.column(2).as_string::<i32>());
+            let count = b.column(3).as_primitive::<UInt64Type>();
+            let total = b.column(4).as_primitive::<UInt64Type>();
+            let (hb, hc) = (b.column(5).as_list::<i32>(), b.column(6).as_list::<i32>());
+            let wu = b.column(7).as_primitive::<UInt64Type>();
+            let mx = b.column(8).as_primitive::<UInt64Type>();
+            let sampled = b.column(9).as_boolean();
+            for i in 0..b.num_rows() {
+                let (l, o, t) = (lib.value(i), op.value(i), t.value(i));
+                let (bk, ct) = (hb.value(i), hc.value(i));
+                let hist = Histogram::from_sparse(
+                    bk.as_primitive::<UInt8Type>().values(),
+                    ct.as_primitive::<UInt64Type>().values(),
+                );
+                let st = ops.entry(o.to_string()).or_insert_with(|| OpStat {
+                    library: l.into(),
+                    op: o.into(),
+                    ..Default::default()
+                });
+                st.count += count.value(i);
+                st.total_ns += total.value(i);
+                st.max_ns = st.max_ns.max(mx.value(i));
+                st.sampled |= sampled.value(i);
+                st.hist.merge(&hist);
+                if is_sync_op(o) || is_nccl_collective(l, o) || o.contains("Memcpy") {
+                    *waiting.entry(t).or_default() += total.value(i) as f64;
+                }
+                let secs = (wu.value(i) as f64 / 1e6).max(1e-6);
+                let p = self.points.entry(t).or_default();
+                if is_sync_op(o) {
+                    self.d.sync_calls += count.value(i);
+                    hists.entry(t).or_default().merge(&hist);
+                } else if is_nccl_collective(l, o) {
+                    p.nccl_share += total.value(i) as f64 / (secs * 1e9);
+                } else if is_launch(o) {
+                    self.d.launches += count.value(i);
+                    p.launches_per_s += count.value(i) as f64 / secs;
+                }
+            }
+        }
+        for (t, h) in &hists {
+            self.points.entry(*t).or_default().sync_p99_ns = h.quantile(0.99);
+        }
+        self.d.sync_hist = hists.into_iter().collect();
+        self.d.ops = finish_ops(ops);
+        Ok(waiting)
+    }
+
+    /// A thread asleep inside cudaStreamSynchronize, a device-to-host copy
+    /// or a collective waits for the GPU or for its peers: that is not the
+    /// host stalling. Only off-CPU time outside such calls counts.
+    fn host_share(&mut self, off_cpu: BTreeMap<i64, (f64, f64)>, waiting: BTreeMap<i64, f64>) {
+        for (t, (off, total)) in off_cpu {
+            let inside = waiting.get(&t).copied().unwrap_or(0.0);
+            self.points.entry(t).or_default().host_offcpu_share = (off - inside).max(0.0) / total;
+        }
+    }
+
+    async fn io(&mut self) -> Result<()> {
+        let io = self
+            .sql(&format!(
+                "SELECT {W} AS t, SUM(CAST(total_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)) FROM io_windows WHERE {} GROUP BY 1",
+                self.filter
+            ))
+            .await?;
+        for b in &io {
+            let t = b.column(0).as_primitive::<Int64Type>();
+            let (tot, wu) = (f64s(b, 1), f64s(b, 2));
+            for i in 0..b.num_rows() {
+                self.points.entry(t.value(i)).or_default().io_share = tot[i] / (wu[i].max(1.0) * 1e3);
+            }
+        }
+        Ok(())
+    }
+
+    async fn events(&mut self) -> Result<()> {
+        let ev = self
+            .sql(&format!(
+                "SELECT CAST(event_time AS BIGINT), kind, value, detail, comm FROM host_events WHERE {} ORDER BY 1 LIMIT 500",
+                self.filter
+            ))
+            .await?;
+        for b in &ev {
+            let t = b.column(0).as_primitive::<Int64Type>();
+            let v = b.column(2).as_primitive::<Int64Type>();
+            let (kind, detail, comm) = (strs(b, 1), strs(b, 3), strs(b, 4));
+            for i in 0..b.num_rows() {
+                self.d.events.push(Event {
+                    time: rfc3339(t.value(i)),
+                    kind: kind[i].clone().unwrap_or_default(),
+                    value: v.value(i),
+                    detail: detail[i].clone(),
+                    comm: comm[i].clone().unwrap_or_default(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn node_list(&self) -> String {
+        self.d.nodes.iter().map(|n| quote(n)).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Other cgroups on the same node(s): who took the CPU.
+    async fn neighbours(&mut self) -> Result<()> {
+        let not_self = match self.target {
+            Target::Pod { namespace, name } => {
+                format!("NOT (COALESCE(namespace, '') = {} AND COALESCE(pod, '') = {})", quote(namespace), quote(name))
+            }
+            Target::Pid { pid, .. } => format!("pid <> {pid}"),
+            Target::Node(_) => {
+                format!("pid NOT IN ({})", self.d.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "))
+            }
+        };
+        let (start_us, end_us) = self.range;
+        let first = self.points.keys().next().copied().unwrap_or(start_us);
+        let last = self.points.keys().last().copied().unwrap_or(end_us) + self.window_us as i64;
+        let span_ns = (end_us.min(last) - start_us.max(first)).max(1) as f64 * 1e3;
+        let nb = self
+            .sql(&format!(
+                "SELECT namespace, pod, comm, cgroup_path, SUM(CAST(on_cpu_ns AS DOUBLE)) AS cpu FROM cgroup_windows \
+                 WHERE node IN ({}) AND {} AND {not_self} GROUP BY 1, 2, 3, 4 ORDER BY cpu DESC LIMIT 5",
+                self.node_list(),
+                self.time
+            ))
+            .await?;
+        for b in &nb {
+            let (ns, pod, comm, path, cpu) = (strs(b, 0), strs(b, 1), strs(b, 2), strs(b, 3), f64s(b, 4));
+            for i in 0..b.num_rows() {
+                self.d.neighbours.push(Neighbour {
+                    namespace: ns[i].clone(),
+                    pod: pod[i].clone(),
+                    comm: comm[i].clone().unwrap_or_default(),
+                    cgroup_path: path[i].clone().unwrap_or_default(),
+                    cores: cpu[i] / span_ns,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Diagnoses the source product stored in an imported trace.
+    async fn reference(&mut self) -> Result<()> {
+        let refs = self
+            .sql(&format!(
+                "SELECT detail FROM host_events WHERE kind = 'reference_chain' AND node IN ({}) AND {} ORDER BY event_time",
+                self.node_list(),
+                self.time
+            ))
+            .await?;
+        self.d.reference = refs.iter().flat_map(|b| strs(b, 0)).flatten().collect();
+        Ok(())
+    }
+
+    /// The job's other nodes, window by window: their median collective and stall shares.
+    async fn peers(&mut self) -> Result<()> {
+        let Some(job) = self.d.jobs.first() else { return Ok(()) };
+        let jf = format!("job = {} AND {} AND node NOT IN ({})", quote(job), self.time, self.node_list());
+        let pn = self
+            .sql(&format!(
+                "SELECT node, {W} AS t, SUM(CASE WHEN library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd', 'ncclCommInitRank') THEN CAST(total_ns AS DOUBLE) ELSE 0 END) / MAX(CAST(window_us AS DOUBLE) * 1000) FROM call_windows WHERE {jf} GROUP BY 1, 2"
+            ))
+            .await?;
+        let ps = self
+            .sql(&format!(
+                "SELECT node, {W} AS t, SUM(CAST(runq_wait_ns + off_cpu_ns AS DOUBLE)) / SUM(CAST(runq_wait_ns + off_cpu_ns + on_cpu_ns AS DOUBLE)) FROM sched_windows WHERE {jf} GROUP BY 1, 2"
+            ))
+            .await?;
+        let mut peers = BTreeSet::new();
+        let nccl = by_window(&pn, &mut peers);
+        let stall = by_window(&ps, &mut peers);
+        self.d.peers = peers.len();
+        for (t, p) in self.points.iter_mut() {
+            p.peer_nccl_share = nccl.get(t).map(|v| median(v.clone()));
+            p.peer_stall_share = stall.get(t).map(|v| median(v.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// (node, t, value) rows → values per window; the nodes seen go to `peers`.
+fn by_window(batches: &[RecordBatch], peers: &mut BTreeSet<String>) -> HashMap<i64, Vec<f64>> {
+    let mut by_t: HashMap<i64, Vec<f64>> = HashMap::new();
+    for b in batches {
+        let t = b.column(1).as_primitive::<Int64Type>();
+        let v = f64s(b, 2);
+        for (i, n) in strs(b, 0).into_iter().enumerate() {
+            peers.extend(n);
+            by_t.entry(t.value(i)).or_default().push(v[i]);
+        }
+    }
+    by_t
+}
+
+/// Quantiles per op, busiest first.
+fn finish_ops(ops: BTreeMap<String, OpStat>) -> Vec<OpStat> {
+    let mut ops: Vec<OpStat> = ops
+        .into_values()
+        .map(|mut o| {
+            // Bucket bounds can overshoot the largest call seen.
+            let cap = |q: Option<u64>| q.map(|v| if o.max_ns > 0 { v.min(o.max_ns) } else { v });
+            o.p50_ns = cap(o.hist.quantile(0.5));
+            o.p99_ns = cap(o.hist.quantile(0.99));
+            o
+        })
+        .collect();
+    ops.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
+    ops
+}
