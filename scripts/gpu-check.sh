@@ -44,7 +44,7 @@ for d in "${libdirs[@]}"; do libargs+=("--lib=$d"); done
 INGERO_LOG=info "$agent" run --aggregator http://127.0.0.1:9 --spool-dir "$work/spool" --spool-max 4GiB \
   --window 1s --rescan 200ms --kubernetes off "${libargs[@]}" 2> "$work/agent.log" &
 ag=$!
-for _ in $(seq 300); do grep -q "ingero-agent tracing" "$work/agent.log" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q "probe loop ready" "$work/agent.log" && break; sleep 0.1; done
 sleep 1
 grep -E "attached|BPF maps" "$work/agent.log" | sed 's/^/  agent: /' | head -20
 

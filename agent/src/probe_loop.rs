@@ -175,7 +175,8 @@ impl ProbeLoop {
         let window_us = self.cfg.window.as_micros() as i64;
         let now_us = chrono::Utc::now().timestamp_micros();
         let mut window_start = now_us - now_us % window_us;
-        tracing::info!(window = ?self.cfg.window, "probe loop ready");
+        // Tests and scripts start workloads on this line: every library is probed.
+        tracing::info!(window = ?self.cfg.window, libraries = self.stats.libraries.load(Ordering::Relaxed), "probe loop ready");
         while !stop.load(Ordering::Relaxed) {
             let window_end = window_start + window_us;
             self.poll_until(window_end, stop);

@@ -127,7 +127,7 @@ exec 3>{d}/go1 4>{d}/go2
 INGERO_LOG=info {agent} run --store=file://{d}/data --spool-dir={d}/spool --cgroup-root={cg} \
   --rescan=100ms --window=1s --pid=$W1 --kubeconfig={kc} --node=node-a 2>{d}/agent.log &
 A=$!
-for i in $(seq 300); do grep -q "ingero-agent tracing" {d}/agent.log && break; sleep 0.1; done
+for i in $(seq 300); do grep -q "probe loop ready" {d}/agent.log && break; sleep 0.1; done
 echo "$W1 $W2 $A" > {d}/pids
 printf g >&3; printf g >&4
 wait $W1; wait $W2
@@ -291,7 +291,7 @@ W=$!
 exec 3>{d}/go
 INGERO_LOG=info {agent} run --store=file://{d}/data --spool-dir={d}/spool --cgroup-root={cg} --rescan=100ms --window=1s 2>{d}/agent.log &
 A=$!
-for i in $(seq 300); do grep -q "ingero-agent tracing" {d}/agent.log && break; sleep 0.1; done
+for i in $(seq 300); do grep -q "probe loop ready" {d}/agent.log && break; sleep 0.1; done
 cat /proc/$W/cgroup > {d}/seen
 echo $W > {d}/pids
 printf g >&3

@@ -265,7 +265,7 @@ async fn without_kubernetes_processes_are_named_by_container_id_with_one_log_lin
         .spawn()
         .unwrap();
     let agent = Agent { child, log: dir.path().join("agent.log") };
-    agent.wait_log("ingero-agent tracing", Duration::from_secs(30));
+    agent.wait_log("probe loop ready", Duration::from_secs(30));
     let w =
         Workload::start(&wl, &lib, &["call:cudaLaunchKernel:20:0", "sleep:1500", "call:cudaLaunchKernel:20:0"], &cg);
     let pid = w.pid();
@@ -275,6 +275,6 @@ async fn without_kubernetes_processes_are_named_by_container_id_with_one_log_lin
     assert_eq!(log.matches("no Kubernetes API").count(), 1, "{log}");
     assert_eq!(log.matches("no kubelet PodResources").count(), 1, "{log}");
     let r = rows_of(&rows(dir.path(), Table::CallWindows).await, pid);
-    assert_eq!(r.iter().map(|r| r.1).sum::<u64>(), 40);
+    assert_eq!(r.iter().map(|r| r.1).sum::<u64>(), 40, "{r:?}\n{log}");
     assert!(r.iter().all(|r| r.3.is_none() && r.4.as_deref() == Some(&id[..12]) && r.5.is_none()), "{r:?}");
 }
