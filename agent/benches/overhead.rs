@@ -41,6 +41,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("overhead bench needs root");
         return;
@@ -156,6 +157,7 @@ fn main() {
             ticks / 100.0 / total * 100.0
         );
         let _ = secs;
+        // SAFETY: kill takes any pid; ours is a child we have not reaped.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let _ = agent.wait();
     }

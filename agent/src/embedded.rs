@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use crate::error::{Error, Result};
 
 #[cfg(feature = "store")]
-pub struct Embedded(ingero_aggregator::server::Server);
+pub(crate) struct Embedded(ingero_aggregator::server::Server);
 
 #[cfg(not(feature = "store"))]
 pub struct Embedded(());
@@ -23,7 +23,7 @@ impl std::fmt::Debug for Embedded {
 impl Embedded {
     /// Starts the embedded aggregator; returns it and its gRPC address.
     #[cfg(feature = "store")]
-    pub async fn start(store: &str, s3_endpoint: Option<String>, wal: PathBuf) -> Result<(Embedded, String)> {
+    pub(crate) async fn start(store: &str, s3_endpoint: Option<String>, wal: PathBuf) -> Result<(Embedded, String)> {
         use ingero_aggregator::{server as serve, store as st};
         let url = st::StoreUrl::parse(store).map_err(|e| Error::Config(e.to_string()))?;
         let opts = st::StoreOptions { s3_endpoint };
@@ -44,7 +44,7 @@ impl Embedded {
     }
 
     /// Flushes what it holds and stops.
-    pub async fn shutdown(self) -> Result<()> {
+    pub(crate) async fn shutdown(self) -> Result<()> {
         #[cfg(feature = "store")]
         self.0.shutdown().await.map_err(|e| Error::Config(format!("--store shutdown: {e}")))?;
         Ok(())

@@ -2,12 +2,12 @@
 //! pod attribution (attribution) → shipping with a disk spool (ship).
 
 pub mod agent;
-pub mod attribution;
+pub(crate) mod attribution;
 pub mod check;
-pub mod embedded;
+pub(crate) mod embedded;
 pub mod error;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod probe_loop;
 pub mod probes;
-pub mod ship;
-pub mod window;
+pub(crate) mod ship;
+pub(crate) mod window;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::probe_loop::LoopStats;
 use crate::ship::ShipStats;
 
-pub fn render(l: &LoopStats, s: &ShipStats) -> String {
+pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
     let g = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
     let rows = [
         ("ingero_agent_windows_total", "counter", "Windows drained from the kernel", g(&l.windows)),
@@ -69,7 +69,7 @@ pub fn render(l: &LoopStats, s: &ShipStats) -> String {
     out
 }
 
-pub async fn serve(addr: std::net::SocketAddr, l: Arc<LoopStats>, s: Arc<ShipStats>) -> std::io::Result<()> {
+pub(crate) async fn serve(addr: std::net::SocketAddr, l: Arc<LoopStats>, s: Arc<ShipStats>) -> std::io::Result<()> {
     let app = axum::Router::new()
         .route(
             "/metrics",

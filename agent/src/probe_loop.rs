@@ -44,7 +44,7 @@ pub struct LoopConfig {
 }
 
 /// Shared with the metrics endpoint.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct LoopStats {
     pub windows: AtomicU64,
     pub events: AtomicU64,
@@ -119,6 +119,12 @@ pub struct ProbeLoop {
     last_counters: Counters,
     run_time_fd: Option<std::os::fd::OwnedFd>,
     last_run_ns: u64,
+}
+
+impl std::fmt::Debug for ProbeLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeLoop").finish_non_exhaustive()
+    }
 }
 
 impl ProbeLoop {
@@ -201,7 +207,7 @@ impl ProbeLoop {
                 Ok(_) => {}
                 Err(e) => {
                     self.stats.attach_failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(library = %f.path.display(), error = %e, "cannot attach")
+                    tracing::warn!(library = %f.path.display(), error = %e, "cannot attach");
                 }
             }
         }
@@ -235,7 +241,7 @@ impl ProbeLoop {
             // Not marked attached: the next scan of this process retries.
             Err(e) => {
                 self.stats.attach_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(pid, library = %f.mapped_as, error = %e, "cannot attach; will retry")
+                tracing::warn!(pid, library = %f.mapped_as, error = %e, "cannot attach; will retry");
             }
         }
     }

@@ -15,7 +15,7 @@ use crate::probes::drain::Drained;
 use crate::probes::ops;
 
 /// Identity of this node and the window being built.
-pub struct WindowCtx<'a> {
+pub(crate) struct WindowCtx<'a> {
     pub node: &'a str,
     pub window_start_us: i64,
     pub window_us: u64,
@@ -31,14 +31,14 @@ pub struct WindowCtx<'a> {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     pub kernel: Option<String>,
     pub cpu_model: Option<String>,
     pub cpu_cores: Option<u32>,
 }
 
 impl HostFacts {
-    pub fn read() -> HostFacts {
+    pub(crate) fn read() -> HostFacts {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string());
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
@@ -81,7 +81,7 @@ fn sparse(hist: &[u32; HIST_BUCKETS]) -> (Vec<u8>, Vec<u64>) {
 
 /// The batches of one window, and the rows that could not be built.
 #[derive(Debug, Default)]
-pub struct Built {
+pub(crate) struct Built {
     pub tables: Tables,
     /// Rows refused by the schema check (a bug, never expected): counted in
     /// `ingero_agent_rows_invalid_total` and logged, not silently dropped.
@@ -89,19 +89,19 @@ pub struct Built {
 }
 
 /// Builds the tables of one window, one named step per table.
-pub struct WindowBuilder<'a, 'c> {
+pub(crate) struct WindowBuilder<'a, 'c> {
     ctx: &'a WindowCtx<'c>,
     attr: &'a mut Attributor,
     out: Built,
 }
 
 impl<'a, 'c> WindowBuilder<'a, 'c> {
-    pub fn new(ctx: &'a WindowCtx<'c>, attr: &'a mut Attributor) -> Self {
+    pub(crate) fn new(ctx: &'a WindowCtx<'c>, attr: &'a mut Attributor) -> Self {
         WindowBuilder { ctx, attr, out: Built::default() }
     }
 
     /// Every table of the drained window.
-    pub fn build(
+    pub(crate) fn build(
         mut self,
         d: &Drained,
         stalls: &[StallEvent],
@@ -327,7 +327,7 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
     }
 
     /// Process metadata rows for processes seen for the first time or changed.
-    pub fn process_meta(mut self, pids: &[u32]) -> Built {
+    pub(crate) fn process_meta(mut self, pids: &[u32]) -> Built {
         let mut b = BatchBuilder::new(Table::ProcessMeta);
         for &pid in pids {
             let c = self.common(pid);

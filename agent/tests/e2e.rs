@@ -232,6 +232,7 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
     for a in agents {
         a.stop();
     }
+    // SAFETY: kill takes any pid; ours is a child we have not reaped.
     unsafe { libc::kill(serve.0.id() as i32, libc::SIGTERM) };
     let st = serve.0.wait().unwrap();
     assert!(st.success(), "ingero serve exited with {st}: {}", std::fs::read_to_string(&serve_log).unwrap());

@@ -166,6 +166,7 @@ async fn acked_batches_are_stored_exactly_once_across_aggregator_and_agent_kills
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let acks: Vec<u64> = agents.into_iter().map(|a| acked(&a.stop())).collect();
+    // SAFETY: kill takes any pid; ours is a child we have not reaped.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     assert!(server.wait().unwrap().success());
     eprintln!("{kills} aggregator kills; acknowledged per agent (last run): {acks:?}");

@@ -9,7 +9,7 @@
 
 pub mod error;
 pub mod import;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod query;
 pub mod rank;
 pub mod report;

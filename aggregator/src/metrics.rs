@@ -30,6 +30,7 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+#[derive(Debug)]
 pub struct Metrics {
     pub registry: Registry,
     pub batches: Family<OutcomeLabel, Counter>,

@@ -36,6 +36,12 @@ pub struct QueryEngine {
     limits: QueryLimits,
 }
 
+impl std::fmt::Debug for QueryEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryEngine").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
 impl QueryEngine {
     /// Registers every table of the store (a table with no files yet is empty).
     pub async fn open(store: &Store, limits: QueryLimits) -> Result<QueryEngine> {

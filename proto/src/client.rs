@@ -63,7 +63,7 @@ pub fn is_retryable(code: Code) -> bool {
 }
 
 /// A connection to one aggregator for one node.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct IngestClient {
     raw: Raw<Channel>,
     node: String,

@@ -92,6 +92,7 @@ pub trait Row: Columns {
     const TABLE: Table;
 }
 
+#[derive(Debug)]
 enum Col {
     Utf8(StringBuilder),
     Bool(BooleanBuilder),
@@ -150,11 +151,11 @@ impl Col {
             (Col::Ts(b), Val::Null) => b.append_null(),
             (Col::ListU8(b), Val::U8s(xs)) => {
                 b.values().append_slice(xs);
-                b.append(true)
+                b.append(true);
             }
             (Col::ListU64(b), Val::U64s(xs)) => {
                 b.values().append_slice(xs);
-                b.append(true)
+                b.append(true);
             }
             _ => return false,
         }
@@ -178,6 +179,7 @@ impl Col {
 }
 
 /// Builds one table's batch row by row.
+#[derive(Debug)]
 pub struct BatchBuilder {
     table: Table,
     cols: Vec<Col>,

@@ -16,6 +16,7 @@ const ALLREDUCE_MS: f64 = 15.0;
 const KERNELS_PER_STEP: f64 = 150.0;
 
 /// Deterministic per-run noise.
+#[derive(Debug)]
 pub struct Rng(u64);
 
 impl Rng {
@@ -108,6 +109,7 @@ pub fn step_job(
 }
 
 /// Identity of one simulated rank.
+#[derive(Debug)]
 pub struct RankId<'a> {
     pub node: &'a str,
     pub job: &'a str,

@@ -72,7 +72,7 @@ const VOLCANO: &str = "volcano.sh/job-name";
 /// The job a pod belongs to. Read from labels and owner references only, so the
 /// agent needs no RBAC beyond pods (ReplicaSet → Deployment by the pod-template-hash
 /// suffix, the way kubectl names them).
-pub fn job_of(pod: &Pod) -> Option<String> {
+pub(crate) fn job_of(pod: &Pod) -> Option<String> {
     let ns = pod.namespace().unwrap_or_else(|| "default".into());
     let labels = pod.labels();
     let owners = pod.owner_references();
@@ -111,7 +111,7 @@ pub struct KubeStats {
 }
 
 /// A live view of this node's pods.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct PodWatch {
     store: Store<Pod>,
     pub stats: Arc<KubeStats>,

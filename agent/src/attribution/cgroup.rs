@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 /// What a cgroup path says about its owner.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CgroupOwner {
+pub(crate) struct CgroupOwner {
     pub pod_uid: Option<String>,
     pub container_id: Option<String>,
     pub qos: Option<&'static str>,
@@ -14,7 +14,7 @@ pub struct CgroupOwner {
 /// Parses e.g.
 /// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd.slice/cri-containerd-<64hex>.scope` (systemd)
 /// or `/kubepods/burstable/pod1234-abcd/<64hex>` (cgroupfs).
-pub fn parse(path: &str) -> CgroupOwner {
+pub(crate) fn parse(path: &str) -> CgroupOwner {
     let mut o = CgroupOwner::default();
     for seg in path.split('/').filter(|s| !s.is_empty()) {
         let s = seg.strip_suffix(".slice").or_else(|| seg.strip_suffix(".scope")).unwrap_or(seg);
@@ -56,7 +56,7 @@ fn is_uid(s: &str) -> bool {
 }
 
 /// The process's cgroup v2 path (the `0::` line), or the first v1 path.
-pub fn of_pid(pid: u32) -> Option<String> {
+pub(crate) fn of_pid(pid: u32) -> Option<String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     s.lines()
         .find_map(|l| l.strip_prefix("0::").map(String::from))
@@ -66,7 +66,7 @@ pub fn of_pid(pid: u32) -> Option<String> {
 /// cgroup v2 id (= inode of the cgroup directory) of a path as
 /// /proc/PID/cgroup gives it, relative to the root of the agent's cgroup
 /// namespace (`ns_root`, a directory of the mounted hierarchy).
-pub fn id_of(ns_root: &Path, path: &str) -> u64 {
+pub(crate) fn id_of(ns_root: &Path, path: &str) -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(resolve(ns_root, path)).map(|m| m.ino()).unwrap_or(0)
 }
@@ -75,7 +75,7 @@ pub fn id_of(ns_root: &Path, path: &str) -> u64 {
 /// private cgroup namespace (an agent pod's default) the cgroups of other
 /// pods read `/../../kubepods.slice/…`: relative to the namespace root, so
 /// `..` is resolved against it, lexically (never past the mount).
-pub fn resolve(ns_root: &Path, path: &str) -> PathBuf {
+pub(crate) fn resolve(ns_root: &Path, path: &str) -> PathBuf {
     let mut out = ns_root.to_path_buf();
     for seg in path.split('/').filter(|s| !s.is_empty() && *s != ".") {
         if seg == ".." {
@@ -91,7 +91,7 @@ pub fn resolve(ns_root: &Path, path: &str) -> PathBuf {
 const PROC_CGROUP_INIT_INO: u64 = 0xEFFF_FFFB;
 
 /// True when the agent runs in a cgroup namespace of its own.
-pub fn in_private_namespace() -> bool {
+pub(crate) fn in_private_namespace() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self/ns/cgroup").is_ok_and(|m| m.ino() != PROC_CGROUP_INIT_INO)
 }
@@ -100,7 +100,7 @@ pub fn in_private_namespace() -> bool {
 /// mounted at `mount`: the mount itself in the initial namespace (or when
 /// the mount was made inside the namespace); otherwise the directory that
 /// holds the agent, less the agent's own path within its namespace.
-pub fn namespace_root(mount: &Path) -> PathBuf {
+pub(crate) fn namespace_root(mount: &Path) -> PathBuf {
     let me = std::process::id();
     let own = of_pid(me).unwrap_or_default();
     let holds_me = |dir: &Path| {

@@ -1,7 +1,7 @@
 //! Job identity from the process environment (torchrun/DDP variables).
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JobEnv {
+pub(crate) struct JobEnv {
     pub rank: Option<i32>,
     pub local_rank: Option<i32>,
     pub world_size: Option<i32>,
@@ -9,7 +9,7 @@ pub struct JobEnv {
     pub master: Option<String>,
 }
 
-pub fn parse(environ: &[u8]) -> JobEnv {
+pub(crate) fn parse(environ: &[u8]) -> JobEnv {
     let mut e = JobEnv::default();
     let (mut addr, mut port) = (None, None);
     for kv in environ.split(|&b| b == 0) {
@@ -31,7 +31,7 @@ pub fn parse(environ: &[u8]) -> JobEnv {
     e
 }
 
-pub fn of_pid(pid: u32) -> JobEnv {
+pub(crate) fn of_pid(pid: u32) -> JobEnv {
     std::fs::read(format!("/proc/{pid}/environ")).map(|b| parse(&b)).unwrap_or_default()
 }
 

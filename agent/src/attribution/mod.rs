@@ -1,9 +1,9 @@
 //! Who a process is: name, cgroup, container, pod, job.
 
-pub mod apiserver;
-pub mod cgroup;
-pub mod environ;
-pub mod podresources;
+pub(crate) mod apiserver;
+pub(crate) mod cgroup;
+pub(crate) mod environ;
+pub(crate) mod podresources;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -14,7 +14,7 @@ use self::apiserver::{PodMeta, PodWatch};
 use self::podresources::Gpus;
 
 /// Where pod metadata comes from; both optional (single-node mode has neither).
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct KubeSources {
     pub watch: Option<PodWatch>,
     pub gpus: Option<Gpus>,
@@ -22,7 +22,7 @@ pub struct KubeSources {
 
 /// Everything known about one process.
 #[derive(Debug, Clone, Default)]
-pub struct ProcInfo {
+pub(crate) struct ProcInfo {
     /// Start time (clock ticks since boot, /proc/PID/stat field 22): with
     /// the pid, what identifies a process (pids are reused).
     pub start_time: u64,
@@ -44,7 +44,7 @@ pub struct ProcInfo {
 impl ProcInfo {
     /// Job identity: the pod's owner (Job, JobSet, PyTorchJob, Deployment…),
     /// else the NCCL communicator, else the torchrun master address, else a bare pod.
-    pub fn job(&self) -> Option<String> {
+    pub(crate) fn job(&self) -> Option<String> {
         let pod = self.pod.as_ref();
         pod.filter(|p| p.owned)
             .map(|p| p.job.clone())
@@ -54,7 +54,7 @@ impl ProcInfo {
     }
 
     /// Container name from the pod, else the short container id.
-    pub fn container(&self) -> Option<String> {
+    pub(crate) fn container(&self) -> Option<String> {
         let id = self.owner.container_id.as_deref();
         self.pod
             .as_ref()
@@ -68,7 +68,7 @@ impl ProcInfo {
     }
 
     /// Changes whenever what process_meta says about the process changes.
-    pub fn meta_key(&self) -> u64 {
+    pub(crate) fn meta_key(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (self.pod.as_ref().map(|p| (&p.name, &p.job, &p.labels_json)), &self.gpus, &self.nccl_comm).hash(&mut h);
         (&self.libraries, &self.cgroup_path, self.nccl_rank).hash(&mut h);
@@ -77,7 +77,7 @@ impl ProcInfo {
 }
 
 /// Caches process facts; re-reads a process when asked (exec, first sight).
-pub struct Attributor {
+pub(crate) struct Attributor {
     /// The cgroup v2 mount.
     cgroup_mount: PathBuf,
     /// The root of the agent's cgroup namespace within it (/proc paths are relative to it).
@@ -90,7 +90,7 @@ pub struct Attributor {
 }
 
 impl Attributor {
-    pub fn new(cgroup_root: PathBuf) -> Self {
+    pub(crate) fn new(cgroup_root: PathBuf) -> Self {
         // cgroup paths in /proc are relative to the agent's cgroup namespace.
         let ns_root = cgroup::namespace_root(&cgroup_root);
         Attributor {
@@ -103,7 +103,7 @@ impl Attributor {
         }
     }
 
-    pub fn with_kubernetes(mut self, watch: Option<PodWatch>, gpus: Option<Gpus>) -> Self {
+    pub(crate) fn with_kubernetes(mut self, watch: Option<PodWatch>, gpus: Option<Gpus>) -> Self {
         self.watch = watch;
         self.gpus = gpus;
         self
@@ -111,7 +111,7 @@ impl Attributor {
 
     /// Called once per window: takes the current pods, and re-reads the cgroup
     /// of processes not yet placed in a container, so "unknown" is never final.
-    pub fn begin_window(&mut self) {
+    pub(crate) fn begin_window(&mut self) {
         if let Some(w) = &self.watch {
             self.pods = w.snapshot();
         }
@@ -128,11 +128,11 @@ impl Attributor {
     }
 
     /// The pod with this UID, if the API server told us about it.
-    pub fn pod(&self, uid: Option<&str>) -> Option<Arc<PodMeta>> {
+    pub(crate) fn pod(&self, uid: Option<&str>) -> Option<Arc<PodMeta>> {
         uid.and_then(|u| self.pods.get(u)).cloned()
     }
 
-    pub fn refresh(&mut self, pid: u32) -> &mut ProcInfo {
+    pub(crate) fn refresh(&mut self, pid: u32) -> &mut ProcInfo {
         let info = read(pid, &self.cgroup_mount, &self.cgroup_root);
         let e = self.procs.entry(pid).or_default();
         // Facts learned from probes survive a re-read.
@@ -144,7 +144,7 @@ impl Attributor {
         e
     }
 
-    pub fn get(&mut self, pid: u32) -> &mut ProcInfo {
+    pub(crate) fn get(&mut self, pid: u32) -> &mut ProcInfo {
         if !self.procs.contains_key(&pid) {
             self.refresh(pid);
         }
@@ -158,23 +158,19 @@ impl Attributor {
         p
     }
 
-    pub fn forget(&mut self, pid: u32) {
+    pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
     }
 
     /// Processes cached now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.procs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.procs.is_empty()
     }
 
     /// Drops processes that are gone or whose pid now names another
     /// process (a lost exit event, pid reuse); returns the pids dropped.
     /// Called after a window is built, so a process's last rows keep its name.
-    pub fn prune(&mut self) -> Vec<u32> {
+    pub(crate) fn prune(&mut self) -> Vec<u32> {
         let stale: Vec<u32> =
             self.procs.iter().filter(|(pid, p)| start_time(**pid) != Some(p.start_time)).map(|(pid, _)| *pid).collect();
         for pid in &stale {
@@ -185,7 +181,7 @@ impl Attributor {
 }
 
 /// /proc/PID/stat field 22 (after the parenthesised comm, which may hold spaces).
-pub fn start_time(pid: u32) -> Option<u64> {
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }

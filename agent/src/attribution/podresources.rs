@@ -13,7 +13,7 @@ use ingero_proto::podresources::ListPodResourcesRequest;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 /// (namespace, pod, container) → device ids of extended GPU resources.
-pub type GpuMap = HashMap<(String, String, String), Vec<String>>;
+pub(crate) type GpuMap = HashMap<(String, String, String), Vec<String>>;
 
 /// Resource names counted as GPUs (NVIDIA's plugin, MIG slices, AMD's).
 fn is_gpu(resource: &str) -> bool {
@@ -34,7 +34,7 @@ async fn connect(socket: &Path) -> Result<Channel, tonic::transport::Error> {
 }
 
 /// One `List` call.
-pub async fn list(socket: &Path) -> Result<GpuMap, String> {
+pub(crate) async fn list(socket: &Path) -> Result<GpuMap, String> {
     let ch = connect(socket).await.map_err(|e| format!("connecting to {}: {e}", socket.display()))?;
     let resp = PodResourcesListerClient::new(ch)
         .list(ListPodResourcesRequest {})
@@ -54,7 +54,7 @@ pub async fn list(socket: &Path) -> Result<GpuMap, String> {
 }
 
 /// The latest GPU allocations, refreshed in the background.
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Gpus(Arc<RwLock<GpuMap>>);
 
 impl Gpus {

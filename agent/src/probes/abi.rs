@@ -3,27 +3,27 @@
 
 use std::mem::{offset_of, size_of};
 
-pub const HIST_BUCKETS: usize = 252;
-pub const COOKIE_TIMED: u64 = 1 << 16;
-pub const COOKIE_COMM_INIT: u64 = 1 << 17;
+pub(crate) const HIST_BUCKETS: usize = 252;
+pub(crate) const COOKIE_TIMED: u64 = 1 << 16;
+pub(crate) const COOKIE_COMM_INIT: u64 = 1 << 17;
 
-pub const PROC_EXEC: u32 = 1;
-pub const PROC_EXIT: u32 = 2;
-pub const PROC_FORK: u32 = 3;
-pub const PROC_OOM: u32 = 4;
-pub const PROC_COMM_INIT: u32 = 5;
-pub const PROC_DLOPEN: u32 = 6;
+pub(crate) const PROC_EXEC: u32 = 1;
+pub(crate) const PROC_EXIT: u32 = 2;
+pub(crate) const PROC_FORK: u32 = 3;
+pub(crate) const PROC_OOM: u32 = 4;
+pub(crate) const PROC_COMM_INIT: u32 = 5;
+pub(crate) const PROC_DLOPEN: u32 = 6;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct CallKey {
+pub(crate) struct CallKey {
     pub tgid: u32,
     pub op: u32,
 }
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct CallVal {
+pub(crate) struct CallVal {
     pub count: u64,
     pub errors: u64,
     pub total_ns: u64,
@@ -33,7 +33,7 @@ pub struct CallVal {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SchedVal {
+pub(crate) struct SchedVal {
     pub on_ns: u64,
     pub off_ns: u64,
     pub runq_ns: u64,
@@ -45,14 +45,14 @@ pub struct SchedVal {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CgroupVal {
+pub(crate) struct CgroupVal {
     pub on_ns: u64,
     pub switches: u64,
 }
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct IoKey {
+pub(crate) struct IoKey {
     pub tgid: u32,
     pub dev: u32,
     pub op: u32,
@@ -61,7 +61,7 @@ pub struct IoKey {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct IoVal {
+pub(crate) struct IoVal {
     pub count: u64,
     pub bytes: u64,
     pub total_ns: u64,
@@ -71,7 +71,7 @@ pub struct IoVal {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StallEvent {
+pub(crate) struct StallEvent {
     pub ts_ns: u64,
     pub duration_ns: u64,
     pub threshold_ns: u64,
@@ -84,7 +84,7 @@ pub struct StallEvent {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ProcEvent {
+pub(crate) struct ProcEvent {
     pub ts_ns: u64,
     pub cgroup_id: u64,
     pub kind: u32,
@@ -97,7 +97,7 @@ pub struct ProcEvent {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub events: u64,
     pub ringbuf_drops: u64,
     pub map_full: u64,
@@ -106,7 +106,7 @@ pub struct Counters {
 
 impl Counters {
     /// The increase since `before` (the counters only grow).
-    pub fn since(&self, before: &Counters) -> Counters {
+    pub(crate) fn since(&self, before: &Counters) -> Counters {
         Counters {
             events: self.events.saturating_sub(before.events),
             ringbuf_drops: self.ringbuf_drops.saturating_sub(before.ringbuf_drops),
@@ -118,7 +118,7 @@ impl Counters {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Config {
+pub(crate) struct Config {
     pub active: u32,
     pub scoped: u32,
     pub track_all: u32,
@@ -131,16 +131,17 @@ pub struct Config {
     pub pidns_ino: u64,
 }
 
-// SAFETY: plain-old-data mirrors of the C structs (no padding holes with
-// uninitialised bytes, every bit pattern valid).
-unsafe impl aya::Pod for CallKey {}
-unsafe impl aya::Pod for CallVal {}
-unsafe impl aya::Pod for SchedVal {}
-unsafe impl aya::Pod for CgroupVal {}
-unsafe impl aya::Pod for IoKey {}
-unsafe impl aya::Pod for IoVal {}
-unsafe impl aya::Pod for Counters {}
-unsafe impl aya::Pod for Config {}
+/// Plain-old-data mirrors of the C structs: no padding holes with
+/// uninitialised bytes (the size/offset assertions below), every bit pattern valid.
+macro_rules! pod {
+    ($($t:ty),*) => {
+        $(
+            // SAFETY: see above; `#[repr(C)]`, integer fields only.
+            unsafe impl aya::Pod for $t {}
+        )*
+    };
+}
+pod!(CallKey, CallVal, SchedVal, CgroupVal, IoKey, IoVal, Counters, Config);
 
 const _: () = {
     assert!(size_of::<CallKey>() == 8);
@@ -161,7 +162,7 @@ const _: () = {
 };
 
 /// Reads a `#[repr(C)]` event from ring-buffer bytes (None when too short).
-pub fn read_event<T: Copy + Default>(bytes: &[u8]) -> Option<T> {
+pub(crate) fn read_event<T: Copy + Default>(bytes: &[u8]) -> Option<T> {
     if bytes.len() < size_of::<T>() {
         return None;
     }

@@ -11,8 +11,8 @@ use super::load::{map, Probes};
 use crate::error::{Error, Result};
 
 /// One window's worth of kernel aggregates.
-#[derive(Default)]
-pub struct Drained {
+#[derive(Debug, Default)]
+pub(crate) struct Drained {
     pub calls: Vec<(CallKey, CallVal)>,
     pub sched: Vec<(u32, SchedVal)>,
     pub cgroups: Vec<(u64, CgroupVal)>,
@@ -37,7 +37,7 @@ fn drain_map<K: Pod + Eq + std::hash::Hash, V: Pod>(probes: &mut Probes, name: &
 }
 
 /// Flips the active half and drains the other one.
-pub fn drain(probes: &mut Probes) -> Result<Drained> {
+pub(crate) fn drain(probes: &mut Probes) -> Result<Drained> {
     let idle = probes.active();
     probes.flip()?;
     // Programs that read the old index finish within microseconds (they run
@@ -51,7 +51,7 @@ pub fn drain(probes: &mut Probes) -> Result<Drained> {
     Ok(Drained { calls, sched, cgroups, io, counters: counters(probes)? })
 }
 
-pub fn counters(probes: &mut Probes) -> Result<Counters> {
+pub(crate) fn counters(probes: &mut Probes) -> Result<Counters> {
     let m: PerCpuArray<&mut MapData, Counters> = map(&mut probes.ebpf, "counters")?;
     let per_cpu = m.get(&0, 0).map_err(Error::map("counters"))?;
     let mut c = Counters::default();
@@ -65,13 +65,19 @@ pub fn counters(probes: &mut Probes) -> Result<Counters> {
 }
 
 /// The two ring buffers, owned outside the `Ebpf` so they stay mapped.
-pub struct Rings {
+pub(crate) struct Rings {
     stalls: RingBuf<aya::maps::MapData>,
     procs: RingBuf<aya::maps::MapData>,
 }
 
+impl std::fmt::Debug for Rings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rings").finish_non_exhaustive()
+    }
+}
+
 impl Rings {
-    pub fn take(probes: &mut Probes) -> Result<Rings> {
+    pub(crate) fn take(probes: &mut Probes) -> Result<Rings> {
         let mut take = |name: &str| -> Result<RingBuf<MapData>> {
             let m = probes.ebpf.take_map(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
             RingBuf::try_from(m).map_err(Error::map(name))
@@ -79,7 +85,7 @@ impl Rings {
         Ok(Rings { stalls: take("stalls")?, procs: take("procs")? })
     }
 
-    pub fn stalls(&mut self) -> Vec<StallEvent> {
+    pub(crate) fn stalls(&mut self) -> Vec<StallEvent> {
         let mut out = Vec::new();
         while let Some(item) = self.stalls.next() {
             out.extend(read_event::<StallEvent>(&item));
@@ -88,14 +94,14 @@ impl Rings {
     }
 
     /// Sleeps until a process event is ready or `timeout` passes.
-    pub fn wait_procs(&self, timeout: Duration) {
+    pub(crate) fn wait_procs(&self, timeout: Duration) {
         use std::os::fd::AsRawFd;
         let mut pfd = libc::pollfd { fd: self.procs.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd we own, for the duration of the call.
         unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
     }
 
-    pub fn procs(&mut self) -> Vec<ProcEvent> {
+    pub(crate) fn procs(&mut self) -> Vec<ProcEvent> {
         let mut out = Vec::new();
         while let Some(item) = self.procs.next() {
             out.extend(read_event::<ProcEvent>(&item));

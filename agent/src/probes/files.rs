@@ -24,7 +24,7 @@ const MAX_HANDLE_SZ: usize = 128;
 
 /// The identity of a probed file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FileId {
+pub(crate) enum FileId {
     /// Device and inode (as `stat` reports them).
     Inode(u64, u64),
     /// An overlayfs file: handle type and bytes of the file beneath.
@@ -34,27 +34,27 @@ pub enum FileId {
 /// A library file held open: probes are attached through `/proc/self/fd/N`,
 /// so the file stays reachable when the process that mapped it exits first.
 #[derive(Debug)]
-pub struct OpenLib {
+pub(crate) struct OpenLib {
     file: File,
     pub id: FileId,
 }
 
 impl OpenLib {
     /// Opens `path` and identifies the file the kernel would probe.
-    pub fn open(path: &Path) -> std::io::Result<OpenLib> {
+    pub(crate) fn open(path: &Path) -> std::io::Result<OpenLib> {
         let file = File::open(path)?;
         let id = identify(&file)?;
         Ok(OpenLib { file, id })
     }
 
     /// A path that reaches this open file for as long as it is held.
-    pub fn fd_path(&self) -> PathBuf {
+    pub(crate) fn fd_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
 }
 
 /// The identity of an open file.
-pub fn identify(file: &File) -> std::io::Result<FileId> {
+pub(crate) fn identify(file: &File) -> std::io::Result<FileId> {
     let md = file.metadata()?;
     if is_overlay(file) {
         if let Some((ty, bytes)) = handle_fid(file) {
@@ -68,8 +68,9 @@ pub fn identify(file: &File) -> std::io::Result<FileId> {
 }
 
 fn is_overlay(file: &File) -> bool {
-    // SAFETY: fstatfs writes into the zeroed statfs we own; the fd is open.
+    // SAFETY: statfs is plain data; all-zero is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes into the statfs we own; the fd is open for the call.
     let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
     rc == 0 && st.f_type as i64 == OVERLAYFS_SUPER_MAGIC
 }

@@ -31,6 +31,7 @@ const TRACEPOINTS: &[(&str, &str, bool)] = &[
     ("on_rq_complete", "block_rq_complete", false),
 ];
 
+#[derive(Debug)]
 pub struct Probes {
     pub ebpf: Ebpf,
     config: Config,

@@ -2,13 +2,13 @@
 //! aggregates and events (drain), identify probed files (files), and the
 //! shared layouts (abi, ops).
 
-pub mod abi;
+pub(crate) mod abi;
 #[cfg(test)]
 mod arch_check;
-pub mod drain;
-pub mod files;
+pub(crate) mod drain;
+pub(crate) mod files;
 pub mod libs;
 pub mod load;
 pub mod memory;
 pub mod ops;
-pub mod statics;
+pub(crate) mod statics;

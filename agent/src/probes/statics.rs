@@ -115,7 +115,7 @@ impl Drop for Mapped {
 }
 
 /// True when the ELF file defines `symbol` (dynamic or static symbol table).
-pub fn has_symbol(path: &Path, symbol: &str) -> std::io::Result<bool> {
+pub(crate) fn has_symbol(path: &Path, symbol: &str) -> std::io::Result<bool> {
     let m = Mapped::open(path)?;
     let Ok(obj) = object::File::parse(m.bytes()) else { return Ok(false) };
     let defines = |s: object::Symbol<'_, '_>| !s.is_undefined() && s.name() == Ok(symbol);

@@ -1,6 +1,6 @@
 //! Shipping windows to the aggregator: spool first, send in order, retry.
 
-pub mod spool;
+pub(crate) mod spool;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use spool::Spool;
 
 /// Counters shared with the metrics endpoint and the node_windows rows.
 #[derive(Default)]
-pub struct ShipStats {
+pub(crate) struct ShipStats {
     pub sent: AtomicU64,
     pub rejected: AtomicU64,
     /// Shared with the probe loop, which reports it in node_windows.
@@ -28,7 +28,7 @@ pub struct ShipStats {
 /// Ships every window it receives: spool first, then send the oldest
 /// spooled batch, in order, with retry; a window that arrives while a send
 /// is retrying goes to disk at once.
-pub struct Shipper {
+pub(crate) struct Shipper {
     rx: mpsc::Receiver<Tables>,
     client: IngestClient,
     spool: Spool,
@@ -42,7 +42,7 @@ pub struct Shipper {
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
 impl Shipper {
-    pub fn new(
+    pub(crate) fn new(
         rx: mpsc::Receiver<Tables>,
         mut client: IngestClient,
         spool: Spool,
@@ -55,7 +55,7 @@ impl Shipper {
 
     /// Returns when the channel closes and the spool is empty, or when
     /// `drain_timeout` passes after that with the aggregator still down.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         while self.take_new().await {
             self.stats.dropped.store(self.spool.dropped, Ordering::Relaxed);
             self.stats.spooled.store(self.spool.files().len() as u64, Ordering::Relaxed);

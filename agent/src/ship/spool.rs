@@ -11,7 +11,7 @@ use prost::Message;
 
 use crate::error::{Error, Result};
 
-pub struct Spool {
+pub(crate) struct Spool {
     dir: PathBuf,
     max_bytes: u64,
     /// Batches dropped because the spool was full, since start.
@@ -23,13 +23,13 @@ fn err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 impl Spool {
-    pub fn open(dir: &Path, max_bytes: u64) -> Result<Spool> {
+    pub(crate) fn open(dir: &Path, max_bytes: u64) -> Result<Spool> {
         fs::create_dir_all(dir).map_err(err(dir))?;
         Ok(Spool { dir: dir.to_path_buf(), max_bytes, dropped: 0 })
     }
 
     /// Spooled files, oldest (lowest sequence) first, with sizes.
-    pub fn files(&self) -> Vec<(PathBuf, u64)> {
+    pub(crate) fn files(&self) -> Vec<(PathBuf, u64)> {
         let mut v: Vec<(PathBuf, u64)> = fs::read_dir(&self.dir)
             .map(|d| {
                 d.flatten()
@@ -43,17 +43,17 @@ impl Spool {
     }
 
     #[cfg(test)]
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.files().iter().map(|f| f.1).sum()
     }
 
     /// Highest sequence in the spool (to keep new sequences above it).
-    pub fn max_sequence(&self) -> u64 {
+    pub(crate) fn max_sequence(&self) -> u64 {
         self.files().last().and_then(|(p, _)| p.file_stem()?.to_str()?.parse().ok()).unwrap_or(0)
     }
 
     /// Writes a batch (atomically: temp file + rename), then enforces the cap.
-    pub fn push(&mut self, req: &PushRequest) -> Result<()> {
+    pub(crate) fn push(&mut self, req: &PushRequest) -> Result<()> {
         let path = self.dir.join(format!("{:020}.pb", req.sequence));
         let tmp = self.dir.join(format!("{:020}.tmp", req.sequence));
         let mut f = fs::File::create(&tmp).map_err(err(&tmp))?;
@@ -74,7 +74,7 @@ impl Spool {
     }
 
     /// The oldest batch (None when empty). Unreadable files are removed and counted.
-    pub fn oldest(&mut self) -> Option<(PathBuf, PushRequest)> {
+    pub(crate) fn oldest(&mut self) -> Option<(PathBuf, PushRequest)> {
         for (path, _) in self.files() {
             match fs::read(&path).ok().and_then(|b| PushRequest::decode(b.as_slice()).ok()) {
                 Some(r) => return Some((path, r)),
@@ -87,7 +87,7 @@ impl Spool {
         None
     }
 
-    pub fn remove(&self, path: &Path) {
+    pub(crate) fn remove(&self, path: &Path) {
         let _ = fs::remove_file(path);
     }
 }

@@ -61,7 +61,8 @@ pub struct FoldStats {
     pub skipped: BTreeMap<String, u64>,
 }
 
-pub struct Folder<'a> {
+#[derive(Debug)]
+pub(crate) struct Folder<'a> {
     trace: &'a Trace,
     node: String,
     job: Option<String>,
@@ -79,7 +80,7 @@ pub struct Folder<'a> {
 }
 
 /// Our name for a source op (the agent's symbol names).
-pub fn op_name(trace: &Trace, source: i64, op: i64) -> String {
+pub(crate) fn op_name(trace: &Trace, source: i64, op: i64) -> String {
     let n = trace.ops.get(&(source, op)).cloned().unwrap_or_else(|| format!("op{source}.{op}"));
     match n.as_str() {
         "cudaStreamSync" => "cudaStreamSynchronize".into(),
@@ -89,7 +90,7 @@ pub fn op_name(trace: &Trace, source: i64, op: i64) -> String {
 }
 
 impl<'a> Folder<'a> {
-    pub fn new(trace: &'a Trace, node: &str, job: Option<String>, window_ns: i64) -> Folder<'a> {
+    pub(crate) fn new(trace: &'a Trace, node: &str, job: Option<String>, window_ns: i64) -> Folder<'a> {
         let span = trace.session.as_ref().map_or((i64::MAX, i64::MIN), |s| (s.started_ns, s.stopped_ns));
         Folder {
             trace,
@@ -113,7 +114,7 @@ impl<'a> Folder<'a> {
         ts.div_euclid(self.window_ns) * self.window_ns
     }
 
-    pub fn event(&mut self, e: Event) {
+    pub(crate) fn event(&mut self, e: Event) {
         self.stats.events += 1;
         self.span = (self.span.0.min(e.ts_ns), self.span.1.max(e.ts_ns));
         if e.pid == 0 {
@@ -258,7 +259,7 @@ impl<'a> Folder<'a> {
     }
 
     /// Every table, ready to write.
-    pub fn finish(mut self) -> Result<(Tables, FoldStats)> {
+    pub(crate) fn finish(mut self) -> Result<(Tables, FoldStats)> {
         self.discarded();
         let mut windows: HashSet<i64> = HashSet::new();
         let mut medians: HashMap<(i64, i64), Histogram> = HashMap::new();

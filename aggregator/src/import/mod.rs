@@ -6,8 +6,8 @@
 //! function of the trace and node, so importing the same file again
 //! overwrites instead of duplicating.
 
-pub mod fold;
-pub mod source;
+pub(crate) mod fold;
+pub(crate) mod source;
 
 use std::hash::{Hash, Hasher};
 use std::path::Path;
@@ -21,6 +21,7 @@ use crate::store::{parquet, Store};
 pub use fold::FoldStats;
 
 /// One folded file, not yet written.
+#[derive(Debug)]
 pub struct Folded {
     pub file: String,
     pub fingerprint: u64,

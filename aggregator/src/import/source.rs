@@ -9,17 +9,17 @@ use rusqlite::{Connection, OpenFlags};
 use crate::error::{Error, Result};
 
 /// Newest schema this importer understands.
-pub const MAX_VERSION: (u32, u32) = (0, 8);
+pub(crate) const MAX_VERSION: (u32, u32) = (0, 8);
 const REQUIRED: [&str; 5] = ["events", "event_aggregates", "sources", "ops", "schema_info"];
 
 /// Source ids of the reference product.
-pub const CUDA: i64 = 1;
-pub const HOST: i64 = 3;
-pub const DRIVER: i64 = 4;
-pub const IO: i64 = 5;
+pub(crate) const CUDA: i64 = 1;
+pub(crate) const HOST: i64 = 3;
+pub(crate) const DRIVER: i64 = 4;
+pub(crate) const IO: i64 = 5;
 
 #[derive(Debug, Clone, Default)]
-pub struct Session {
+pub(crate) struct Session {
     pub started_ns: i64,
     pub stopped_ns: i64,
     pub gpu_model: String,
@@ -31,7 +31,7 @@ pub struct Session {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct CgroupMeta {
+pub(crate) struct CgroupMeta {
     pub container_id: String,
     pub path: String,
     pub pod: String,
@@ -40,7 +40,7 @@ pub struct CgroupMeta {
 
 /// One minute bucket of the source's own counters.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Aggregate {
+pub(crate) struct Aggregate {
     pub bucket_ns: i64,
     pub source: i64,
     pub op: i64,
@@ -53,7 +53,7 @@ pub struct Aggregate {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct Event {
+pub(crate) struct Event {
     pub ts_ns: i64,
     pub pid: u32,
     pub tid: u32,
@@ -67,7 +67,7 @@ pub struct Event {
 
 /// The source product's own diagnosis.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct RefChain {
+pub(crate) struct RefChain {
     pub id: String,
     pub detected_ns: i64,
     pub severity: String,
@@ -81,7 +81,8 @@ pub struct RefChain {
     pub tail_ratio: f64,
 }
 
-pub struct Trace {
+#[derive(Debug)]
+pub(crate) struct Trace {
     conn: Connection,
     pub path: String,
     pub version: String,
@@ -100,7 +101,7 @@ fn bad(path: &Path, reason: impl Into<String>) -> Error {
 
 impl Trace {
     /// Opens read-only and checks integrity, tables and schema version.
-    pub fn open(path: &Path) -> Result<Trace> {
+    pub(crate) fn open(path: &Path) -> Result<Trace> {
         if !path.is_file() {
             return Err(bad(path, "no such file"));
         }
@@ -196,7 +197,7 @@ impl Trace {
     }
 
     /// Streams events in time order; `progress` is called every 100k events.
-    pub fn for_each_event(&self, mut f: impl FnMut(Event), mut progress: impl FnMut(u64)) -> Result<()> {
+    pub(crate) fn for_each_event(&self, mut f: impl FnMut(Event), mut progress: impl FnMut(u64)) -> Result<()> {
         let err = |e: rusqlite::Error| Error::Import { path: self.path.clone(), reason: e.to_string() };
         let mut stmt = self
             .conn

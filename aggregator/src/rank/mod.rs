@@ -3,7 +3,7 @@
 
 pub mod detector;
 pub mod history;
-pub mod signals;
+pub(crate) mod signals;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,7 +36,7 @@ impl Ranking {
 }
 
 /// Handle shared by the ingest path (feeds) and the API (reads).
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct LiveRanker {
     tx: mpsc::Sender<Vec<(Table, Vec<RecordBatch>)>>,
     pub detector: Arc<Mutex<Detector>>,

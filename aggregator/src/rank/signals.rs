@@ -8,7 +8,7 @@ use arrow::datatypes::{TimestampMicrosecondType, UInt32Type, UInt64Type};
 use ingero_proto::Table;
 
 /// Rows without a job identity are grouped under this name.
-pub const DEFAULT_JOB: &str = "(unlabelled)";
+pub(crate) const DEFAULT_JOB: &str = "(unlabelled)";
 
 /// The signals, in the order they are reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,7 +32,8 @@ pub enum Signal {
 
 /// Which direction is bad, the smallest deviation that matters, and whether
 /// the signal is a cause (vs. the effect on the other ranks).
-pub struct SignalSpec {
+#[derive(Debug)]
+pub(crate) struct SignalSpec {
     pub signal: Signal,
     pub name: &'static str,
     pub label: &'static str,
@@ -43,7 +44,7 @@ pub struct SignalSpec {
     pub cause: bool,
 }
 
-pub const SPECS: [SignalSpec; 6] = [
+pub(crate) const SPECS: [SignalSpec; 6] = [
     SignalSpec {
         signal: Signal::RunqShare,
         name: "runq_share",
@@ -101,7 +102,7 @@ pub const SPECS: [SignalSpec; 6] = [
 ];
 
 /// More time in collectives than the (non-straggler) peers: a slow link.
-pub const NCCL_HIGH: SignalSpec = SignalSpec {
+pub(crate) const NCCL_HIGH: SignalSpec = SignalSpec {
     signal: Signal::NcclShare,
     name: "nccl_share_high",
     label: "NCCL collective time",
@@ -164,17 +165,17 @@ pub struct NodeWindowKey {
     pub window_start_us: i64,
 }
 
-pub fn is_sync_op(op: &str) -> bool {
+pub(crate) fn is_sync_op(op: &str) -> bool {
     op.contains("Synchronize")
 }
 
-pub fn is_nccl_collective(library: &str, op: &str) -> bool {
+pub(crate) fn is_nccl_collective(library: &str, op: &str) -> bool {
     library == "nccl" && !matches!(op, "ncclGroupStart" | "ncclGroupEnd") && !op.starts_with("ncclComm")
 }
 
 /// Work submitted to the GPU: kernels, cooperative kernels, graphs (runtime,
 /// driver, and their per-thread-stream variants).
-pub fn is_launch(op: &str) -> bool {
+pub(crate) fn is_launch(op: &str) -> bool {
     [
         "cudaLaunchKernel",
         "cuLaunchKernel",
@@ -190,7 +191,7 @@ pub fn is_launch(op: &str) -> bool {
 /// Aggregates one pushed batch into node-window signals. IO and host events
 /// carry the job of the process they belong to; node-wide rows without a
 /// job are attributed to every job seen on the node in the same batch.
-pub fn from_tables(tables: &[(Table, Vec<RecordBatch>)]) -> HashMap<NodeWindowKey, Signals> {
+pub(crate) fn from_tables(tables: &[(Table, Vec<RecordBatch>)]) -> HashMap<NodeWindowKey, Signals> {
     let mut out: HashMap<NodeWindowKey, Signals> = HashMap::new();
     for (table, batches) in tables {
         for b in batches {
@@ -255,7 +256,7 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
 }
 
 /// Formats a signal value for explanations ("41%", "3 events").
-pub fn fmt_value(spec: &SignalSpec, v: f64) -> String {
+pub(crate) fn fmt_value(spec: &SignalSpec, v: f64) -> String {
     if spec.percent {
         format!("{:.0}%", v * 100.0)
     } else {

@@ -56,7 +56,7 @@ fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
 
-pub fn fmt_ns(ns: u64) -> String {
+pub(crate) fn fmt_ns(ns: u64) -> String {
     match ns {
         n if n >= 1_000_000_000 => format!("{:.2}s", n as f64 / 1e9),
         n if n >= 1_000_000 => format!("{:.1}ms", n as f64 / 1e6),
@@ -74,7 +74,7 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-pub fn summarize(d: &ReportData) -> Summary {
+pub(crate) fn summarize(d: &ReportData) -> Summary {
     let s = &d.series;
     let n = s.len();
     // Baseline: the calmest third of the windows (lowest host stall) — the
@@ -189,7 +189,7 @@ impl Subject {
 }
 
 /// Every chain the data supports, most severe first.
-pub fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
+pub(crate) fn diagnose(d: &ReportData, s: &Summary) -> Vec<Chain> {
     let who = Subject::of(d, s);
     let mut chains: Vec<Chain> = [oom(d, s), cpu_contention(d, s, &who), io_stall(d, s, &who), memory_pressure(d, s)]
         .into_iter()

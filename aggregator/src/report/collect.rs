@@ -32,7 +32,7 @@ fn quote(s: &str) -> String {
 }
 
 /// Reads the report's data for `target` in [start_us, end_us).
-pub async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_us: i64) -> Result<ReportData> {
+pub(crate) async fn collect(engine: &QueryEngine, target: &Target, start_us: i64, end_us: i64) -> Result<ReportData> {
     let time = time_predicate("window_start", start_us, end_us);
     let mut c = Collector {
         engine,

@@ -39,7 +39,7 @@ fn lat(o: &OpStat) -> String {
 }
 
 /// Which of our causes explains a tail on `op`.
-pub fn cause_for_op(op: &str) -> &'static str {
+pub(crate) fn cause_for_op(op: &str) -> &'static str {
     if is_alloc(op) {
         "allocator_churn"
     } else if is_copy(op) {
@@ -53,7 +53,7 @@ pub fn cause_for_op(op: &str) -> &'static str {
     }
 }
 
-pub fn chains(d: &ReportData, s: &Summary) -> Vec<Chain> {
+pub(crate) fn chains(d: &ReportData, s: &Summary) -> Vec<Chain> {
     let mut out = Vec::new();
     let span_ns = (s.windows as f64 * d.window_secs * 1e9).max(1.0);
     let offcpu = format!("threads off-CPU {:.0}% of their time", s.offcpu_share * 100.0);

@@ -113,7 +113,7 @@ pub struct OpStat {
 
 /// Raw material of a report.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct ReportData {
+pub(crate) struct ReportData {
     pub nodes: Vec<String>,
     pub jobs: Vec<String>,
     pub pids: Vec<u32>,
@@ -133,6 +133,6 @@ pub struct ReportData {
     pub reference: Vec<String>,
 }
 
-pub fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     crate::rank::detector::median(&mut v)
 }

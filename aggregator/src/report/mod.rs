@@ -1,12 +1,12 @@
 //! Per-pod / per-node / per-process stall reports: cause → effect → fix, as
 //! text, JSON and a self-contained HTML page.
 
-pub mod chains;
-pub mod collect;
-pub mod cuda;
-pub mod data;
+pub(crate) mod chains;
+pub(crate) mod collect;
+pub(crate) mod cuda;
+pub(crate) mod data;
 pub mod html;
-pub mod reference;
+pub(crate) mod reference;
 pub mod text;
 
 use serde::Serialize;

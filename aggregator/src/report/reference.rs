@@ -21,7 +21,7 @@ pub struct Verdict {
     pub why: String,
 }
 
-pub fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict> {
+pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict> {
     let mut out: Vec<Verdict> = Vec::new();
     for json in &d.reference {
         let Ok(r) = serde_json::from_str::<RefChain>(json) else { continue };

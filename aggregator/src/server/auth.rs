@@ -79,7 +79,7 @@ fn bearer_ok(expected: &str, got: Option<&[u8]>) -> bool {
 
 /// The gRPC check, run on the request headers before the body is decoded:
 /// an unauthenticated batch costs no decoding and is never stored.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct TokenCheck {
     token: Option<Arc<str>>,
     metrics: Arc<Metrics>,

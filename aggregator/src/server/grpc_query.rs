@@ -12,7 +12,8 @@ use crate::rank::LiveRanker;
 use crate::report::{self, Target};
 use crate::store::Store;
 
-pub struct QueryService {
+#[derive(Debug)]
+pub(crate) struct QueryService {
     pub store: Store,
     pub ranker: LiveRanker,
     pub limits: QueryLimits,
@@ -20,7 +21,7 @@ pub struct QueryService {
 }
 
 /// Start of a range from the request: absolute when given, else `since` ago.
-pub fn range(since_secs: u64, start_us: i64) -> (i64, i64) {
+pub(crate) fn range(since_secs: u64, start_us: i64) -> (i64, i64) {
     let now = chrono::Utc::now().timestamp_micros();
     let start = if start_us != 0 { start_us } else { now - since_secs as i64 * 1_000_000 };
     (start, now + 1)

@@ -14,7 +14,8 @@ use serde::Deserialize;
 use crate::metrics::Metrics;
 use crate::rank::LiveRanker;
 
-pub struct HttpState {
+#[derive(Debug)]
+pub(crate) struct HttpState {
     pub metrics: Arc<Metrics>,
     /// Set once the WAL is replayed and the gRPC listener is up.
     pub ready: AtomicBool,
@@ -27,7 +28,7 @@ struct StragglerQuery {
 }
 
 /// Probes and metrics are open; the data API needs the bearer token when one is set.
-pub fn router(state: Arc<HttpState>, token: Option<Arc<str>>) -> Router {
+pub(crate) fn router(state: Arc<HttpState>, token: Option<Arc<str>>) -> Router {
     let api = Router::new().route("/api/v1/stragglers", get(stragglers)).route_layer(axum::middleware::from_fn(
         move |req, next| crate::server::auth::http_check(token.clone(), req, next),
     ));

@@ -45,6 +45,7 @@ impl Default for Limits {
     }
 }
 
+#[derive(Debug)]
 pub struct IngestService {
     pub committer: Committer,
     pub ranker: Option<crate::rank::LiveRanker>,

@@ -6,10 +6,10 @@
 //! [`http`] (health, metrics, live ranking).
 
 pub mod auth;
-pub mod grpc_query;
-pub mod http;
+pub(crate) mod grpc_query;
+pub(crate) mod http;
 pub mod ingest;
-pub mod ratelimit;
+pub(crate) mod ratelimit;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -51,6 +51,7 @@ pub struct ServeConfig {
 }
 
 /// A running aggregator.
+#[derive(Debug)]
 pub struct Server {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,

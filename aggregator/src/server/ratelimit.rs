@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
+#[derive(Debug)]
 pub struct RateLimiter {
     rows_per_sec: f64,
     burst_rows: f64,

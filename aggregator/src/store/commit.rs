@@ -35,6 +35,7 @@ pub struct CommitConfig {
 }
 
 /// A validated batch ready to be made durable.
+#[derive(Debug)]
 pub struct Accepted {
     pub node: String,
     pub sequence: u64,
@@ -86,7 +87,7 @@ impl Buffer {
 }
 
 /// Handle to the pipeline; cheap to clone.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Committer {
     tx: mpsc::Sender<Cmd>,
 }

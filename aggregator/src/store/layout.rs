@@ -6,7 +6,7 @@ use ingero_proto::Table;
 const HOUR_US: i64 = 3_600_000_000;
 
 /// Hour bucket (hours since the epoch) of a timestamp in µs.
-pub fn hour_of(us: i64) -> i64 {
+pub(crate) fn hour_of(us: i64) -> i64 {
     us.div_euclid(HOUR_US)
 }
 
@@ -33,7 +33,7 @@ impl Partition {
 }
 
 /// Key of the commit state object.
-pub const STATE_KEY: &str = "_ingero/state.json";
+pub(crate) const STATE_KEY: &str = "_ingero/state.json";
 
 #[cfg(test)]
 mod tests {

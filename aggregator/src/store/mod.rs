@@ -2,12 +2,12 @@
 
 pub mod commit;
 pub mod handle;
-pub mod layout;
+pub(crate) mod layout;
 pub mod parquet;
 pub mod read;
-pub mod state;
+pub(crate) mod state;
 pub mod url;
-pub mod wal;
+pub(crate) mod wal;
 
 pub use handle::Store;
 pub use url::{StoreOptions, StoreUrl};

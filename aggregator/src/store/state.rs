@@ -12,7 +12,7 @@ use super::Store;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommitState {
+pub(crate) struct CommitState {
     /// Every WAL segment up to and including this one is in the store.
     pub committed_segment: u64,
     /// Highest batch sequence stored, per node.
@@ -20,7 +20,7 @@ pub struct CommitState {
 }
 
 impl CommitState {
-    pub async fn load(store: &Store) -> Result<CommitState> {
+    pub(crate) async fn load(store: &Store) -> Result<CommitState> {
         match store.object_store.get(&store.key(STATE_KEY)).await {
             Ok(r) => {
                 let bytes = r.bytes().await?;
@@ -32,17 +32,17 @@ impl CommitState {
         }
     }
 
-    pub async fn save(&self, store: &Store) -> Result<()> {
+    pub(crate) async fn save(&self, store: &Store) -> Result<()> {
         let json = serde_json::to_vec_pretty(self).map_err(|e| Error::State(e.to_string()))?;
         store.put_durable(STATE_KEY, json.into()).await
     }
 
     /// True when `(node, seq)` is already stored or earlier than what is.
-    pub fn is_duplicate(&self, node: &str, seq: u64) -> bool {
+    pub(crate) fn is_duplicate(&self, node: &str, seq: u64) -> bool {
         self.high_water.get(node).is_some_and(|&hw| seq <= hw)
     }
 
-    pub fn record(&mut self, node: &str, seq: u64) {
+    pub(crate) fn record(&mut self, node: &str, seq: u64) {
         match self.high_water.get_mut(node) {
             Some(hw) => *hw = (*hw).max(seq),
             None => {

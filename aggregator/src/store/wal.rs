@@ -14,7 +14,8 @@ use crate::error::{Error, IoContext, Result};
 
 const MAX_FRAME: u32 = 1 << 30;
 
-pub struct Wal {
+#[derive(Debug)]
+pub(crate) struct Wal {
     dir: PathBuf,
     segment: u64,
     file: File,
@@ -22,7 +23,8 @@ pub struct Wal {
 }
 
 /// A segment read back at start.
-pub struct Replayed {
+#[derive(Debug)]
+pub(crate) struct Replayed {
     pub segment: u64,
     pub records: Vec<Vec<u8>>,
 }
@@ -30,7 +32,7 @@ pub struct Replayed {
 impl Wal {
     /// Opens the log, returning the segments newer than `committed` to replay.
     /// Segments at or below `committed` are already stored and are removed.
-    pub fn open(dir: &Path, committed: u64) -> Result<(Wal, Vec<Replayed>)> {
+    pub(crate) fn open(dir: &Path, committed: u64) -> Result<(Wal, Vec<Replayed>)> {
         fs::create_dir_all(dir).ctx(|| format!("creating WAL directory {}", dir.display()))?;
         let mut segments = Vec::new();
         for entry in fs::read_dir(dir).ctx(|| format!("reading WAL directory {}", dir.display()))? {
@@ -67,16 +69,13 @@ impl Wal {
         Ok(Wal { dir: dir.to_path_buf(), segment, file, bytes: 0 })
     }
 
-    pub fn segment(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn segment(&self) -> u64 {
         self.segment
     }
 
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
     /// Appends one record (not yet durable: call [`Wal::sync`]).
-    pub fn append(&mut self, payload: &[u8]) -> Result<()> {
+    pub(crate) fn append(&mut self, payload: &[u8]) -> Result<()> {
         let mut frame = Vec::with_capacity(payload.len() + 8);
         frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
@@ -89,7 +88,7 @@ impl Wal {
     /// Appends records and fsyncs them (one group commit). On failure the
     /// segment is cut back to its previous length so a half-written frame
     /// never hides later records from replay.
-    pub fn append_durable<'a>(&mut self, records: impl IntoIterator<Item = &'a [u8]>) -> Result<()> {
+    pub(crate) fn append_durable<'a>(&mut self, records: impl IntoIterator<Item = &'a [u8]>) -> Result<()> {
         let before = self.bytes;
         let res = records.into_iter().try_for_each(|r| self.append(r)).and_then(|_| self.sync());
         if res.is_err() {
@@ -100,12 +99,12 @@ impl Wal {
     }
 
     /// Makes every appended record durable.
-    pub fn sync(&mut self) -> Result<()> {
+    pub(crate) fn sync(&mut self) -> Result<()> {
         self.file.sync_data().ctx(|| self.describe())
     }
 
     /// Seals the current segment and starts the next; returns the sealed id.
-    pub fn seal(&mut self) -> Result<u64> {
+    pub(crate) fn seal(&mut self) -> Result<u64> {
         self.sync()?;
         let sealed = self.segment;
         *self = Wal::create(&self.dir, sealed + 1)?;
@@ -113,7 +112,7 @@ impl Wal {
     }
 
     /// Deletes a segment whose rows are committed to the store.
-    pub fn remove(dir: &Path, segment: u64) -> Result<()> {
+    pub(crate) fn remove(dir: &Path, segment: u64) -> Result<()> {
         let path = segment_path(dir, segment);
         match fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).ctx(|| format!("removing {}", path.display())),
@@ -121,7 +120,7 @@ impl Wal {
         }
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 

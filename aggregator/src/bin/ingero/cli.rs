@@ -15,7 +15,7 @@ use ingero_aggregator::store::url::DEFAULT_STORE;
 use ingero_aggregator::store::{StoreOptions, StoreUrl};
 
 /// Parses sizes such as `64MiB`, `512k`, `1000000`.
-pub fn parse_bytes(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
     ingero_proto::units::parse_bytes(s)
 }
 
@@ -25,7 +25,7 @@ fn parse_store(s: &str) -> Result<StoreUrl, String> {
 
 /// Where data lives: shared by every command that reads or writes the dataset.
 #[derive(Debug, Clone, Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Dataset location: file:///path (or a plain path), s3://bucket/prefix, gs://bucket/prefix, az://container/prefix.
     /// S3 credentials come from the standard AWS_* environment variables.
     #[arg(long, env = "INGERO_STORE", default_value = DEFAULT_STORE, value_parser = parse_store)]
@@ -36,13 +36,13 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    pub fn options(&self) -> StoreOptions {
+    pub(crate) fn options(&self) -> StoreOptions {
         StoreOptions { s3_endpoint: self.s3_endpoint.clone() }
     }
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     /// gRPC address for the ingest and query services.
@@ -100,7 +100,7 @@ pub struct ServeArgs {
 
 /// Limits on every query (SQL, history, reports).
 #[derive(Debug, Clone, Args)]
-pub struct QueryArgs {
+pub(crate) struct QueryArgs {
     /// Abort a query after this long.
     #[arg(long, env = "INGERO_QUERY_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub query_timeout: Duration,
@@ -110,14 +110,14 @@ pub struct QueryArgs {
 }
 
 impl QueryArgs {
-    pub fn limits(&self) -> QueryLimits {
+    pub(crate) fn limits(&self) -> QueryLimits {
         QueryLimits { timeout: self.query_timeout, memory_bytes: self.query_memory }
     }
 }
 
 /// Straggler detector tuning.
 #[derive(Debug, Clone, Args)]
-pub struct RankArgs {
+pub(crate) struct RankArgs {
     /// Robust z-score (MAD units) above which a node's signal deviates from its job.
     #[arg(long, env = "INGERO_Z_THRESHOLD", default_value_t = 4.0)]
     pub z_threshold: f64,
@@ -133,7 +133,7 @@ pub struct RankArgs {
 }
 
 impl RankArgs {
-    pub fn detector(&self) -> DetectorConfig {
+    pub(crate) fn detector(&self) -> DetectorConfig {
         DetectorConfig {
             z_threshold: self.z_threshold,
             flag_after: self.flag_after,
@@ -144,7 +144,7 @@ impl RankArgs {
 }
 
 impl ServeArgs {
-    pub fn config(&self) -> Result<ServeConfig, String> {
+    pub(crate) fn config(&self) -> Result<ServeConfig, String> {
         if self.flush_rows == 0 {
             return Err("--flush-rows must be > 0".into());
         }

@@ -14,7 +14,7 @@ use ingero_sim::faults::Injection;
 use ingero_sim::fleet::{self, SimConfig};
 
 #[derive(Debug, Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Simulated nodes.
     #[arg(long, default_value_t = 16, env = "INGERO_DEMO_NODES")]
     pub nodes: usize,
@@ -32,7 +32,7 @@ pub struct DemoArgs {
     pub keep: Option<PathBuf>,
 }
 
-pub async fn run(a: DemoArgs) -> CmdResult {
+pub(crate) async fn run(a: DemoArgs) -> CmdResult {
     let inj = Injection::parse(&a.inject, a.nodes).map_err(Failure::Usage)?;
     if inj.at >= a.duration {
         return Err(Failure::Usage("the injection must happen before the end of --duration".into()));

@@ -11,7 +11,7 @@ use ingero_aggregator::import;
 use ingero_aggregator::store::Store;
 
 #[derive(Debug, Args)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     /// SQLite trace files recorded by `ingero trace` (Go, schema ≤ 0.8).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
@@ -28,7 +28,7 @@ pub struct ImportArgs {
     pub store: StoreArgs,
 }
 
-pub async fn run(a: ImportArgs) -> CmdResult {
+pub(crate) async fn run(a: ImportArgs) -> CmdResult {
     if a.node.trim().is_empty() {
         return Err(Failure::Usage("--node must not be empty".into()));
     }

@@ -1,12 +1,12 @@
 //! `ingero` subcommands other than `serve`: each reads from a running server
 //! (`--server`) or straight from a store (`--store`).
 
-pub mod demo;
-pub mod import;
-pub mod report;
-pub mod simulate;
-pub mod sql;
-pub mod stragglers;
+pub(crate) mod demo;
+pub(crate) mod import;
+pub(crate) mod report;
+pub(crate) mod simulate;
+pub(crate) mod sql;
+pub(crate) mod stragglers;
 
 use std::time::Duration;
 
@@ -18,14 +18,14 @@ use ingero_aggregator::store::Store;
 
 /// A failure the user caused (exit 2) or one that happened while running (exit 1).
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     Usage(String),
     Run(anyhow::Error),
 }
 
 impl Failure {
     /// The exit code of every `ingero` command, decided here only.
-    pub fn exit_code(&self) -> std::process::ExitCode {
+    pub(crate) fn exit_code(&self) -> std::process::ExitCode {
         match self {
             Failure::Usage(_) => std::process::ExitCode::from(2),
             Failure::Run(_) => std::process::ExitCode::from(1),
@@ -33,7 +33,7 @@ impl Failure {
     }
 
     /// A library error: the caller's input (exit 2) or a failure while running (exit 1).
-    pub fn lib(e: ingero_aggregator::Error) -> Failure {
+    pub(crate) fn lib(e: ingero_aggregator::Error) -> Failure {
         if e.is_input_error() {
             Failure::Usage(e.to_string())
         } else {
@@ -48,17 +48,17 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
     }
 }
 
-pub type CmdResult<T = ()> = Result<T, Failure>;
+pub(crate) type CmdResult<T = ()> = Result<T, Failure>;
 
 /// Start of a time range: a duration ago (`10m`, `1h`) or an RFC 3339 time.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Since {
+pub(crate) enum Since {
     Ago(Duration),
     At(i64),
 }
 
 impl Since {
-    pub fn parse(s: &str) -> Result<Since, String> {
+    pub(crate) fn parse(s: &str) -> Result<Since, String> {
         if let Ok(d) = humantime::parse_duration(s) {
             return Ok(Since::Ago(d));
         }
@@ -67,7 +67,7 @@ impl Since {
             .map_err(|_| format!("`{s}` is neither a duration (10m, 1h) nor an RFC 3339 time (2026-11-21T06:00:00Z)"))
     }
 
-    pub fn start_us(&self) -> i64 {
+    pub(crate) fn start_us(&self) -> i64 {
         match self {
             Since::Ago(d) => chrono::Utc::now().timestamp_micros() - d.as_micros() as i64,
             Since::At(t) => *t,
@@ -75,7 +75,7 @@ impl Since {
     }
 
     /// (since_secs, start_us) as the gRPC requests carry them.
-    pub fn wire(&self) -> (u64, i64) {
+    pub(crate) fn wire(&self) -> (u64, i64) {
         match self {
             Since::Ago(d) => (d.as_secs().max(1), 0),
             Since::At(t) => (0, *t),
@@ -85,7 +85,7 @@ impl Since {
 
 /// `--server` or `--store`: where a read command gets its data.
 #[derive(Debug, Clone, Args)]
-pub struct SourceArgs {
+pub(crate) struct SourceArgs {
     /// A running aggregator's gRPC address (e.g. http://ingero:7070).
     #[arg(long, env = "INGERO_SERVER", conflicts_with = "store")]
     pub server: Option<String>,
@@ -108,12 +108,12 @@ pub struct SourceArgs {
 }
 
 /// A query client that sends the bearer token.
-pub type Client = ingero_proto::pb::query_client::QueryClient<
+pub(crate) type Client = ingero_proto::pb::query_client::QueryClient<
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, ingero_proto::auth::Bearer>,
 >;
 
 impl SourceArgs {
-    pub async fn engine(&self) -> CmdResult<QueryEngine> {
+    pub(crate) async fn engine(&self) -> CmdResult<QueryEngine> {
         let store = Store::open(&self.store.store, &self.store.options()).map_err(|e| Failure::Usage(e.to_string()))?;
         if let Some(dir) = &store.local_dir {
             if !dir.join("_ingero").exists() && std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true) {
@@ -126,7 +126,7 @@ impl SourceArgs {
         Ok(QueryEngine::open(&store, self.query.limits()).await?)
     }
 
-    pub async fn client(&self) -> CmdResult<Option<Client>> {
+    pub(crate) async fn client(&self) -> CmdResult<Option<Client>> {
         let Some(server) = &self.server else { return Ok(None) };
         let auth = ingero_proto::auth::ClientAuth::from_files(
             self.token_file.as_deref(),
@@ -145,7 +145,7 @@ impl SourceArgs {
 }
 
 /// Maps a gRPC status from the server to the right exit code.
-pub fn status_failure(s: tonic::Status) -> Failure {
+pub(crate) fn status_failure(s: tonic::Status) -> Failure {
     match s.code() {
         tonic::Code::InvalidArgument | tonic::Code::NotFound => Failure::Usage(s.message().to_string()),
         tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {

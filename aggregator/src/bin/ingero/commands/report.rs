@@ -8,7 +8,7 @@ use super::{status_failure, CmdResult, Failure, Since, SourceArgs};
 use ingero_aggregator::report::{self, html, text, Report, Target};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Text,
     Json,
     Html,
@@ -16,7 +16,7 @@ pub enum Format {
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pod", "node", "pid"])))]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// The pod, as NAMESPACE/NAME.
     #[arg(long, env = "INGERO_REPORT_POD")]
     pub pod: Option<String>,
@@ -40,7 +40,7 @@ pub struct ReportArgs {
     pub rank: crate::cli::RankArgs,
 }
 
-pub async fn run(a: ReportArgs) -> CmdResult {
+pub(crate) async fn run(a: ReportArgs) -> CmdResult {
     let (kind, t) = match (&a.pod, &a.node, &a.pid) {
         (Some(p), _, _) => ("pod", p.as_str()),
         (_, Some(n), _) => ("node", n.as_str()),
@@ -73,7 +73,7 @@ pub async fn run(a: ReportArgs) -> CmdResult {
     Ok(())
 }
 
-pub fn render(rep: &Report, f: Format) -> CmdResult<String> {
+pub(crate) fn render(rep: &Report, f: Format) -> CmdResult<String> {
     Ok(match f {
         Format::Text => text::render(rep),
         Format::Json => serde_json::to_string_pretty(rep)? + "\n",

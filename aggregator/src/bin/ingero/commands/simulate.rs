@@ -9,7 +9,7 @@ use ingero_sim::faults::Injection;
 use ingero_sim::fleet::{self, SimConfig, SimReport};
 
 #[derive(Debug, Args)]
-pub struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     /// Aggregator gRPC address.
     #[arg(long, env = "INGERO_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
@@ -37,7 +37,7 @@ pub struct SimulateArgs {
 }
 
 impl SimulateArgs {
-    pub fn config(&self) -> CmdResult<SimConfig> {
+    pub(crate) fn config(&self) -> CmdResult<SimConfig> {
         if self.nodes < 2 {
             return Err(Failure::Usage(
                 "--nodes must be at least 2 (a straggler is slow relative to its peers)".into(),
@@ -75,7 +75,7 @@ impl SimulateArgs {
     }
 }
 
-pub fn print_report(r: &SimReport) {
+pub(crate) fn print_report(r: &SimReport) {
     println!("{:<22} {:>6} {:>14}  SIGNALS", "INJECTION", "AT", "FLAGGED AFTER");
     for i in &r.injections {
         let after = i.flagged_after_secs.map_or("NOT FLAGGED".to_string(), |s| format!("{s:.1}s"));
@@ -93,7 +93,7 @@ pub fn print_report(r: &SimReport) {
     }
 }
 
-pub async fn run(a: SimulateArgs) -> CmdResult {
+pub(crate) async fn run(a: SimulateArgs) -> CmdResult {
     let cfg = a.config()?;
     let report = fleet::run(&cfg, |line| eprintln!("{line}")).await.map_err(|e| Failure::Run(e.into()))?;
     if a.json {

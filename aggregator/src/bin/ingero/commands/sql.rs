@@ -5,7 +5,7 @@ use clap::Args;
 use super::{status_failure, CmdResult, Failure, SourceArgs};
 
 #[derive(Debug, Args)]
-pub struct SqlArgs {
+pub(crate) struct SqlArgs {
     /// The query (SELECT/WITH/EXPLAIN/SHOW/DESCRIBE). Tables: call_windows,
     /// sched_windows, cgroup_windows, io_windows, host_events, stall_events,
     /// process_meta, node_windows (columns in proto/README.md).
@@ -17,7 +17,7 @@ pub struct SqlArgs {
     pub format: String,
 }
 
-pub async fn run(a: SqlArgs) -> CmdResult {
+pub(crate) async fn run(a: SqlArgs) -> CmdResult {
     ingero_aggregator::query::check_read_only(&a.query).map_err(|e| Failure::Usage(e.to_string()))?;
     let batches = if let Some(mut c) = a.source.client().await? {
         let resp =

@@ -7,13 +7,13 @@ use ingero_aggregator::rank::history::{self, HistoryRequest};
 use ingero_aggregator::rank::Ranking;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Json,
 }
 
 #[derive(Debug, Args)]
-pub struct StragglersArgs {
+pub(crate) struct StragglersArgs {
     #[command(flatten)]
     pub source: SourceArgs,
     /// Rank over this much history (10m, 1h) or from an RFC 3339 time. With
@@ -29,7 +29,7 @@ pub struct StragglersArgs {
     pub rank: crate::cli::RankArgs,
 }
 
-pub async fn run(a: StragglersArgs) -> CmdResult {
+pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
     let ranking: serde_json::Value = if let Some(mut c) = a.source.client().await? {
         let (since_secs, start_us) = a.since.map_or((0, 0), |s| s.wire());
         let req = ingero_proto::pb::StragglersRequest { job: a.job.clone().unwrap_or_default(), since_secs, start_us };
@@ -55,7 +55,7 @@ pub async fn run(a: StragglersArgs) -> CmdResult {
 }
 
 /// An 80-column table: most deviant first.
-pub fn table(r: &serde_json::Value) -> String {
+pub(crate) fn table(r: &serde_json::Value) -> String {
     let mut o = format!("{:<16} {:<14} {:>6} {:<4} {:<8} {}\n", "NODE", "JOB", "SCORE", "FLAG", "SINCE", "TOP SIGNAL");
     let empty = vec![];
     let list = r["stragglers"].as_array().unwrap_or(&empty);
