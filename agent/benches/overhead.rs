@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeScope};
 use aya::programs::UProbe;
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeScope};
 use ingero_agent::probes::libs::Found;
 use ingero_agent::probes::load::Probes;
 use ingero_agent::probes::ops::Lib;
@@ -93,7 +93,10 @@ fn main() {
     let ingero_launch = per_call("cudaLaunchKernel");
     let ingero_sync = per_call("cudaStreamSynchronize");
     println!("per call (median of 5 x {n} calls, same run):");
-    println!("  cudaLaunchKernel      no probe {none_launch:>7.1} ns | bare uprobe {bare_launch:>7.1} ns | ingero {ingero_launch:>7.1} ns | ingero/bare = {:.3}x", ingero_launch / bare_launch);
+    println!(
+        "  cudaLaunchKernel      no probe {none_launch:>7.1} ns | bare uprobe {bare_launch:>7.1} ns | ingero {ingero_launch:>7.1} ns | ingero/bare = {:.3}x",
+        ingero_launch / bare_launch
+    );
     println!("  cudaStreamSynchronize no probe {none_sync:>7.1} ns | ingero entry+return {ingero_sync:>7.1} ns");
 
     // Paced workloads: each launch follows `work` µs of host work.

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::attribution::cgroup;
-use crate::probes::load::{own_pid_namespace, Probes};
+use crate::probes::load::{Probes, own_pid_namespace};
 use crate::probes::memory::MapMemory;
 
 /// How much a finding matters.

@@ -168,11 +168,7 @@ fn main() -> ExitCode {
             for (lib, pids) in libs {
                 println!("ok   library          {lib} in {} process(es): {:?}", pids.len(), &pids[..pids.len().min(8)]);
             }
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
+            if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
         }
         Command::Run(a) => match run(*a) {
             Ok(()) => ExitCode::SUCCESS,
@@ -198,10 +194,10 @@ fn validate(a: &RunArgs) -> Result<(), error::Error> {
     if a.window < Duration::from_millis(100) {
         return Err(error::Error::Config("--window must be at least 100ms".into()));
     }
-    if let Some(root) = &a.cgroup_root {
-        if !root.join("cgroup.procs").exists() {
-            return Err(error::Error::Config(format!("--cgroup-root {} is not a cgroup v2 directory", root.display())));
-        }
+    if let Some(root) = &a.cgroup_root
+        && !root.join("cgroup.procs").exists()
+    {
+        return Err(error::Error::Config(format!("--cgroup-root {} is not a cgroup v2 directory", root.display())));
     }
     let failed: Vec<_> = check::run_checks().into_iter().filter(|c| !c.ok()).collect();
     if !failed.is_empty() {

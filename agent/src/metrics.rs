@@ -1,7 +1,7 @@
 //! Agent metrics on `--metrics-addr` (Prometheus text).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::probe_loop::LoopStats;
 use crate::ship::ShipStats;

@@ -4,20 +4,20 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, MapData};
-use ingero_proto::hist::Histogram;
 use ingero_proto::Tables;
+use ingero_proto::hist::Histogram;
 use tokio::sync::mpsc;
 
 use crate::attribution::Attributor;
 use crate::error::Result;
-use crate::probes::abi::{Counters, ProcEvent, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK};
+use crate::probes::abi::{Counters, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK, ProcEvent};
 use crate::probes::drain::{self, Rings};
-use crate::probes::load::{map, Attached, Probes};
+use crate::probes::load::{Attached, Probes, map};
 use crate::probes::ops::Lib;
 use crate::probes::statics::StaticRuntimes;
 use crate::probes::{libs, ops};

@@ -10,7 +10,7 @@ use ingero_proto::tables::{
 use ingero_proto::{Table, Tables};
 
 use crate::attribution::{Attributor, ProcInfo};
-use crate::probes::abi::{Counters, ProcEvent, StallEvent, HIST_BUCKETS, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM};
+use crate::probes::abi::{Counters, HIST_BUCKETS, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent, StallEvent};
 use crate::probes::drain::Drained;
 use crate::probes::ops;
 

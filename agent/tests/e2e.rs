@@ -24,13 +24,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use fixtures::fake_kube::{pod, FakeKube};
+use fixtures::fake_kube::{FakeKube, pod};
 use fixtures::*;
 use ingero_aggregator::store::read::read_table;
 use ingero_aggregator::store::{Store, StoreUrl};
 use ingero_proto::Table;
 use ingero_sim::seaweed::Seaweed;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// Fault → flag, p90 (BRIEF: ≤ 5 s; the reference product needs 26 s).
@@ -239,9 +239,13 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
     eprintln!("job ran {:.1} s\n{}", started.elapsed().as_secs_f64(), per_node_cpu(&store, &s3));
 
     // Parquet on S3, every row attributed to its pod and job.
-    std::env::set_var("AWS_ACCESS_KEY_ID", "ingero");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "ingero-secret");
-    std::env::set_var("AWS_REGION", "us-east-1");
+    // SAFETY: nextest runs each test in its own process, and no other thread
+    // of this test reads the environment while these are set.
+    unsafe {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "ingero");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "ingero-secret");
+        std::env::set_var("AWS_REGION", "us-east-1");
+    }
     let url = StoreUrl::parse(&store).unwrap();
     let st = Store::open(&url, &ingero_aggregator::store::StoreOptions { s3_endpoint: Some(s3.endpoint.clone()) });
     let calls = read_table(&st.unwrap(), Table::CallWindows).await.unwrap();

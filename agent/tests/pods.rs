@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int64Type, UInt32Type, UInt64Type};
-use fixtures::fake_kube::{pod, FakeKube};
+use fixtures::fake_kube::{FakeKube, pod};
 use fixtures::*;
 use ingero_proto::Table;
 use serde_json::json;

@@ -14,11 +14,11 @@ use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::rank::history::{self, HistoryRequest};
 use ingero_aggregator::store::parquet;
 use ingero_aggregator::store::{Store, StoreUrl};
+use ingero_proto::Table;
 use ingero_proto::rows::{BatchBuilder, TimestampUs};
 use ingero_proto::tables::{CallRow, Common, SchedRow};
-use ingero_proto::Table;
 use ingero_sim::faults::Injection;
-use ingero_sim::model::{step_job, Rng};
+use ingero_sim::model::{Rng, step_job};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -42,7 +42,7 @@ fn main() {
         let ranks: Vec<usize> = (0..nodes).collect();
         let names: Vec<String> = (0..nodes).map(|i| format!("node-{i}")).collect();
         let mut rng = Rng::new(3);
-        let gen = Instant::now();
+        let generating = Instant::now();
         let mut buffered: BTreeMap<Table, Vec<RecordBatch>> = BTreeMap::new();
         let mut rows_total = 0usize;
         let mut segment = 1u64;
@@ -123,7 +123,11 @@ fn main() {
                     }
                 }
                 segment += 1;
-                eprintln!("generated {}/{secs} s of {nodes} nodes ({rows_total} rows, {:.0?})", w + 1, gen.elapsed());
+                eprintln!(
+                    "generated {}/{secs} s of {nodes} nodes ({rows_total} rows, {:.0?})",
+                    w + 1,
+                    generating.elapsed()
+                );
             }
         }
         let files = ingero_aggregator::store::read::list_files(&store, Table::CallWindows).await.unwrap();

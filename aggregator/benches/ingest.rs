@@ -12,10 +12,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use ingero_aggregator::server::{ServeConfig, Server};
-use ingero_aggregator::store::commit::CommitConfig;
 use ingero_aggregator::store::StoreUrl;
-use ingero_proto::{ipc, Table};
-use ingero_sim::loadgen::{self, json_bytes, synth_tables, LoadConfig};
+use ingero_aggregator::store::commit::CommitConfig;
+use ingero_proto::{Table, ipc};
+use ingero_sim::loadgen::{self, LoadConfig, json_bytes, synth_tables};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

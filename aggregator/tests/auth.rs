@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fixtures::*;
-use ingero_aggregator::server::auth::{ServerAuth, ServerTls};
 use ingero_aggregator::server::Server;
-use ingero_aggregator::store::read::read_table;
+use ingero_aggregator::server::auth::{ServerAuth, ServerTls};
 use ingero_aggregator::store::StoreOptions;
+use ingero_aggregator::store::read::read_table;
+use ingero_proto::Table;
 use ingero_proto::auth::ClientAuth;
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
-use ingero_proto::Table;
 use ingero_sim::loadgen::synth_tables;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tonic::Code;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use fixtures::*;
 use ingero_aggregator::store::read::read_table;
 use ingero_aggregator::store::{Store, StoreUrl};
-use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_proto::Table;
+use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_sim::loadgen::synth_tables;
 
 fn free_port() -> u16 {

@@ -7,7 +7,7 @@ use ingero_aggregator::store::read::{list_files, read_table};
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
 use ingero_proto::pb::ingest_client::IngestClient as RawClient;
 use ingero_proto::pb::{PushRequest, TableBatch};
-use ingero_proto::{ipc, Table};
+use ingero_proto::{Table, ipc};
 use ingero_sim::loadgen::synth_tables;
 use tonic::Code;
 

@@ -4,10 +4,10 @@ mod fixtures;
 
 use fixtures::*;
 use ingero_aggregator::server::Server;
-use ingero_aggregator::store::read::{list_files, read_table};
 use ingero_aggregator::store::StoreOptions;
-use ingero_proto::client::{IngestClient, RetryPolicy};
+use ingero_aggregator::store::read::{list_files, read_table};
 use ingero_proto::Table;
+use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_sim::loadgen::synth_tables;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

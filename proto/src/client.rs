@@ -12,7 +12,7 @@ use tonic::{Code, Status};
 use crate::auth::ClientAuth;
 use crate::pb::ingest_client::IngestClient as Raw;
 use crate::pb::{PushRequest, PushResponse, TableBatch};
-use crate::{ipc, Error, Table};
+use crate::{Error, Table, ipc};
 
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {

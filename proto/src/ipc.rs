@@ -5,9 +5,9 @@ use std::io::Cursor;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
+use arrow::ipc::CompressionType;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
-use arrow::ipc::CompressionType;
 
 use crate::schema::Table;
 use crate::{Error, Result};
@@ -90,7 +90,7 @@ fn precheck(table: Table, bytes: &[u8], max_rows: usize) -> Result<()> {
                 match claimed {
                     None => return bad("IPC buffer outside its message body".into()),
                     Some(c) if c > MAX_BUFFER_BYTES => {
-                        return bad(format!("a compressed buffer claims {c} bytes (limit {MAX_BUFFER_BYTES})"))
+                        return bad(format!("a compressed buffer claims {c} bytes (limit {MAX_BUFFER_BYTES})"));
                     }
                     Some(_) => {}
                 }

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, RecordBatch, StringBuilder,
-    TimestampMicrosecondBuilder, UInt32Builder, UInt64Builder, UInt8Builder,
+    TimestampMicrosecondBuilder, UInt8Builder, UInt32Builder, UInt64Builder,
 };
 use arrow::datatypes::{DataType, Field};
 
-use crate::schema::{ColType, Column, Table, COMMON};
+use crate::schema::{COMMON, ColType, Column, Table};
 pub use crate::tables::*;
 use crate::{Error, Result};
 
@@ -49,7 +49,7 @@ pub trait Cell {
 }
 
 macro_rules! cell {
-    ($ty:ty, $col:ident, |$v:ident| $e:expr) => {
+    ($ty:ty, $col:ident, |$v:ident| $e:expr_2021) => {
         impl Cell for $ty {
             const TYPE: ColType = ColType::$col;
             fn val(&self) -> Val<'_> {

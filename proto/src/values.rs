@@ -48,10 +48,10 @@ pub fn check(table: Table, b: &RecordBatch) -> Result<(), String> {
             return bad(i, format!("{} = {} is not a plausible value (limit {limit})", f.name(), a.value(i)));
         }
     }
-    if let (Some(total), Some(max)) = (u64s(b, "total_ns"), u64s(b, "max_ns")) {
-        if let Some(i) = (0..b.num_rows()).find(|&i| total.value(i) > 0 && max.value(i) > total.value(i)) {
-            return bad(i, format!("max_ns {} > total_ns {}", max.value(i), total.value(i)));
-        }
+    if let (Some(total), Some(max)) = (u64s(b, "total_ns"), u64s(b, "max_ns"))
+        && let Some(i) = (0..b.num_rows()).find(|&i| total.value(i) > 0 && max.value(i) > total.value(i))
+    {
+        return bad(i, format!("max_ns {} > total_ns {}", max.value(i), total.value(i)));
     }
     Ok(())
 }

@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ingero_proto::client::{channel, IngestClient, RetryPolicy, SendError};
-use ingero_proto::pb::query_client::QueryClient;
+use ingero_proto::client::{IngestClient, RetryPolicy, SendError, channel};
 use ingero_proto::pb::StragglersRequest;
+use ingero_proto::pb::query_client::QueryClient;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::faults::{Injection, Target};
-use crate::model::{rows, step_job, RankId, Rng};
+use crate::model::{RankId, Rng, rows, step_job};
 
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -151,20 +151,20 @@ fn poll_flags(mut q: QueryClient<tonic::transport::Channel>) -> (Flags, tokio::t
     let seen = flags.clone();
     let poller = tokio::spawn(async move {
         loop {
-            if let Ok(r) = q.stragglers(StragglersRequest::default()).await {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&r.into_inner().json) {
-                    let now = Instant::now();
-                    let mut f = seen.lock().unwrap_or_else(|p| p.into_inner());
-                    for s in v["stragglers"].as_array().into_iter().flatten().filter(|s| s["flagged"] == true) {
-                        let node = s["node"].as_str().unwrap_or_default().to_string();
-                        let sig = s["signals"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|x| x["text"].as_str().map(String::from))
-                            .collect();
-                        f.entry(node).or_insert((now, sig));
-                    }
+            if let Ok(r) = q.stragglers(StragglersRequest::default()).await
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&r.into_inner().json)
+            {
+                let now = Instant::now();
+                let mut f = seen.lock().unwrap_or_else(|p| p.into_inner());
+                for s in v["stragglers"].as_array().into_iter().flatten().filter(|s| s["flagged"] == true) {
+                    let node = s["node"].as_str().unwrap_or_default().to_string();
+                    let sig = s["signals"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|x| x["text"].as_str().map(String::from))
+                        .collect();
+                    f.entry(node).or_insert((now, sig));
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -197,9 +197,5 @@ fn score(cfg: &SimConfig, flags: &HashMap<String, (Instant, Vec<String>)>, start
 fn summarize(nodes: &[String]) -> String {
     let mut v = nodes.to_vec();
     v.sort();
-    if v.len() <= 4 {
-        v.join(", ")
-    } else {
-        format!("{} and {} more", v[..4].join(", "), v.len() - 4)
-    }
+    if v.len() <= 4 { v.join(", ") } else { format!("{} and {} more", v[..4].join(", "), v.len() - 4) }
 }

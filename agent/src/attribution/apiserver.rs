@@ -4,13 +4,13 @@
 //! the last known pods while the API server is away, so windows keep flowing.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 /// What the agent needs to know about one pod.
@@ -94,10 +94,10 @@ pub(crate) fn job_of(pod: &Pod) -> Option<String> {
         return Some(format!("vcjob:{ns}/{n}"));
     }
     let o = controller?;
-    if o.kind == "ReplicaSet" {
-        if let Some(dep) = labels.get("pod-template-hash").and_then(|h| o.name.strip_suffix(&format!("-{h}"))) {
-            return Some(format!("deployment:{ns}/{dep}"));
-        }
+    if o.kind == "ReplicaSet"
+        && let Some(dep) = labels.get("pod-template-hash").and_then(|h| o.name.strip_suffix(&format!("-{h}")))
+    {
+        return Some(format!("deployment:{ns}/{dep}"));
     }
     Some(format!("{}:{ns}/{}", o.kind.to_ascii_lowercase(), o.name))
 }

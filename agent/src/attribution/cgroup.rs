@@ -141,7 +141,9 @@ mod tests {
 
     #[test]
     fn both_drivers_all_runtimes_and_qos() {
-        let sd = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1d2c3b4a_1111_2222_3333_444455556666.slice/cri-containerd-{C}.scope");
+        let sd = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1d2c3b4a_1111_2222_3333_444455556666.slice/cri-containerd-{C}.scope"
+        );
         let o = parse(&sd);
         assert_eq!(o.pod_uid.as_deref(), Some("1d2c3b4a-1111-2222-3333-444455556666"));
         assert_eq!(o.container_id.as_deref(), Some(C));
@@ -154,7 +156,9 @@ mod tests {
         assert_eq!(parse(&format!("/system.slice/docker-{C}.scope")).container_id.as_deref(), Some(C));
         assert_eq!(parse("/user.slice/user-0.slice/session-1.scope"), CgroupOwner::default());
         // Seen from a private cgroup namespace: the owner is still read.
-        let o = parse(&format!("/../../kubepods-besteffort.slice/kubepods-besteffort-pod1d2c3b4a_1111_2222_3333_444455556666.slice/cri-containerd-{C}.scope"));
+        let o = parse(&format!(
+            "/../../kubepods-besteffort.slice/kubepods-besteffort-pod1d2c3b4a_1111_2222_3333_444455556666.slice/cri-containerd-{C}.scope"
+        ));
         assert_eq!((o.pod_uid.is_some(), o.container_id.as_deref()), (true, Some(C)));
     }
 

@@ -8,8 +8,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use ingero_proto::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use ingero_proto::podresources::ListPodResourcesRequest;
+use ingero_proto::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 /// (namespace, pod, container) → device ids of extended GPU resources.

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::Pod;
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 
-use super::abi::{read_event, CallKey, CallVal, CgroupVal, Counters, IoKey, IoVal, ProcEvent, SchedVal, StallEvent};
-use super::load::{map, Probes};
+use super::abi::{CallKey, CallVal, CgroupVal, Counters, IoKey, IoVal, ProcEvent, SchedVal, StallEvent, read_event};
+use super::load::{Probes, map};
 use crate::error::{Error, Result};
 
 /// One window's worth of kernel aggregates.

@@ -56,14 +56,14 @@ impl OpenLib {
 /// The identity of an open file.
 pub(crate) fn identify(file: &File) -> std::io::Result<FileId> {
     let md = file.metadata()?;
-    if is_overlay(file) {
-        if let Some((ty, bytes)) = handle_fid(file) {
-            return Ok(FileId::Overlay(ty, bytes));
-        }
-        // Kernels before 6.6 cannot encode the handle; those before 6.8
-        // also show the real inode in /proc/PID/maps, and stat on an
-        // overlay file reports the real inode number: fall through.
+    if is_overlay(file)
+        && let Some((ty, bytes)) = handle_fid(file)
+    {
+        return Ok(FileId::Overlay(ty, bytes));
     }
+    // Kernels before 6.6 cannot encode the handle; those before 6.8
+    // also show the real inode in /proc/PID/maps, and stat on an
+    // overlay file reports the real inode number: fall through.
     Ok(FileId::Inode(md.dev(), md.ino()))
 }
 

@@ -2,13 +2,13 @@
 
 pub(crate) mod spool;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ingero_proto::Tables;
 use ingero_proto::client::{IngestClient, SendError};
 use ingero_proto::pb::PushRequest;
-use ingero_proto::Tables;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Code;

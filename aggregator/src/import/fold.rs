@@ -10,12 +10,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arrow::array::RecordBatch;
-use ingero_proto::hist::{bucket, Histogram};
+use ingero_proto::hist::{Histogram, bucket};
 use ingero_proto::rows::{BatchBuilder, TimestampUs};
 use ingero_proto::tables::{CallRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow};
 use ingero_proto::{Table, Tables};
 
-use super::source::{Event, Trace, CUDA, DRIVER, HOST, IO};
+use super::source::{CUDA, DRIVER, Event, HOST, IO, Trace};
 use crate::error::Result;
 
 const MINUTE_NS: i64 = 60_000_000_000;

@@ -16,7 +16,7 @@ use ingero_proto::Tables;
 
 use crate::error::Result;
 use crate::store::layout::Partition;
-use crate::store::{parquet, Store};
+use crate::store::{Store, parquet};
 
 pub use fold::FoldStats;
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::signals::{fmt_value, NodeWindowKey, Signal, SignalSpec, Signals, NCCL_HIGH, SPECS};
+use super::signals::{NCCL_HIGH, NodeWindowKey, SPECS, Signal, SignalSpec, Signals, fmt_value};
 
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {
@@ -160,11 +160,7 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
 /// Median and scaled MAD of a set of values.

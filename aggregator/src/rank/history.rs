@@ -6,11 +6,11 @@ use std::time::Duration;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type};
 
-use super::detector::{Detector, DetectorConfig};
-use super::signals::{NodeWindowKey, Signals, DEFAULT_JOB};
 use super::Ranking;
+use super::detector::{Detector, DetectorConfig};
+use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use crate::error::{Error, Result};
-use crate::query::{time_predicate, QueryEngine};
+use crate::query::{QueryEngine, time_predicate};
 
 #[derive(Debug, Clone)]
 pub struct HistoryRequest {
@@ -51,8 +51,12 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
             format!(
                 "{head}, {} AS sync_ns, {} AS nccl_ns, {} AS launches FROM call_windows {tail}",
                 d("CASE WHEN op LIKE '%Synchronize%' THEN total_ns ELSE 0 END"),
-                d("CASE WHEN library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd', 'ncclCommInitRank') THEN total_ns ELSE 0 END"),
-                d("CASE WHEN op LIKE 'cudaLaunchKernel%' OR op LIKE 'cuLaunchKernel%' OR op = 'cudaGraphLaunch' THEN count ELSE 0 END"),
+                d(
+                    "CASE WHEN library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd', 'ncclCommInitRank') THEN total_ns ELSE 0 END"
+                ),
+                d(
+                    "CASE WHEN op LIKE 'cudaLaunchKernel%' OR op LIKE 'cuLaunchKernel%' OR op = 'cudaGraphLaunch' THEN count ELSE 0 END"
+                ),
             ),
         ),
         (

@@ -257,9 +257,5 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
 
 /// Formats a signal value for explanations ("41%", "3 events").
 pub(crate) fn fmt_value(spec: &SignalSpec, v: f64) -> String {
-    if spec.percent {
-        format!("{:.0}%", v * 100.0)
-    } else {
-        format!("{v:.0}")
-    }
+    if spec.percent { format!("{:.0}%", v * 100.0) } else { format!("{v:.0}") }
 }

@@ -3,7 +3,7 @@
 use ingero_proto::hist::Histogram;
 use serde::Serialize;
 
-use super::data::{median, ReportData};
+use super::data::{ReportData, median};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -67,11 +67,7 @@ pub(crate) fn fmt_ns(ns: u64) -> String {
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-    if n == 0 {
-        0.0
-    } else {
-        s / n as f64
-    }
+    if n == 0 { 0.0 } else { s / n as f64 }
 }
 
 pub(crate) fn summarize(d: &ReportData) -> Summary {
@@ -126,15 +122,15 @@ pub(crate) fn summarize(d: &ReportData) -> Summary {
 /// Effects on the GPU side, shared by the host-side chains.
 fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
     let mut out = Vec::new();
-    if let (Some(b), Some(w)) = (s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {
-        if w as f64 > b as f64 * 1.2 {
-            out.push(format!(
-                "cudaStreamSynchronize p99 {} → {} ({:.1}x the pod's own baseline)",
-                fmt_ns(b),
-                fmt_ns(w),
-                w as f64 / b.max(1) as f64
-            ));
-        }
+    if let (Some(b), Some(w)) = (s.sync_p99_baseline_ns, s.sync_p99_worst_ns)
+        && w as f64 > b as f64 * 1.2
+    {
+        out.push(format!(
+            "cudaStreamSynchronize p99 {} → {} ({:.1}x the pod's own baseline)",
+            fmt_ns(b),
+            fmt_ns(w),
+            w as f64 / b.max(1) as f64
+        ));
     }
     if s.launch_rate_baseline > 0.0 && s.launch_rate_worst < s.launch_rate_baseline * 0.9 {
         out.push(format!(
@@ -144,15 +140,15 @@ fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
             s.launch_rate_worst
         ));
     }
-    if let Some(peer) = s.peer_nccl_share {
-        if s.nccl_share < peer * 0.7 {
-            out.push(format!(
+    if let Some(peer) = s.peer_nccl_share
+        && s.nccl_share < peer * 0.7
+    {
+        out.push(format!(
                 "NCCL collectives: this rank waits {} of the time vs {} on the job's other {} nodes — they are waiting for it (straggler)",
                 pct(s.nccl_share),
                 pct(peer),
                 d.peers
             ));
-        }
     }
     out
 }
@@ -224,7 +220,7 @@ fn oom(d: &ReportData, s: &Summary) -> Option<Chain> {
         title: "OOM kill → lost work and restarts".into(),
         root_cause: vec![format!("{} OOM kill(s): {}", s.oom_kills, victims.join("; "))],
         effect: vec![
-            "the killed process's in-flight steps are lost; the job restarts or hangs at the next collective".into()
+            "the killed process's in-flight steps are lost; the job restarts or hangs at the next collective".into(),
         ],
         contributing: vec![],
         fixes: vec![

@@ -5,12 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{Float64Type, Int64Type, UInt32Type, UInt64Type, UInt8Type};
+use arrow::datatypes::{Float64Type, Int64Type, UInt8Type, UInt32Type, UInt64Type};
 use ingero_proto::hist::Histogram;
 
-use super::data::{median, Event, Neighbour, OpStat, Point, ReportData, Target};
+use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
 use crate::error::{Error, Result};
-use crate::query::{time_predicate, QueryEngine};
+use crate::query::{QueryEngine, time_predicate};
 use crate::rank::detector::rfc3339;
 use crate::rank::signals::{is_launch, is_nccl_collective, is_sync_op};
 

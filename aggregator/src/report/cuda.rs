@@ -3,7 +3,7 @@
 //! chain: a healthy GPU-bound job spends most of its time there.) They name the op, its
 //! latency and what in PyTorch usually causes it.
 
-use super::chains::{fmt_ns, Chain, Severity, Summary};
+use super::chains::{Chain, Severity, Summary, fmt_ns};
 use super::data::{OpStat, ReportData};
 use crate::rank::signals::is_launch;
 

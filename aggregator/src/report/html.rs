@@ -2,8 +2,8 @@
 
 use std::fmt::Write;
 
-use super::chains::{fmt_ns, Severity};
 use super::Report;
+use super::chains::{Severity, fmt_ns};
 
 pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")

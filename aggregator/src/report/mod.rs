@@ -15,7 +15,7 @@ pub use data::Target;
 
 use crate::error::Result;
 use crate::query::QueryEngine;
-use crate::rank::detector::{rfc3339, DetectorConfig, Standing};
+use crate::rank::detector::{DetectorConfig, Standing, rfc3339};
 use crate::rank::history::{self, HistoryRequest};
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]

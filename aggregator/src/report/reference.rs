@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::chains::{fmt_ns, Chain, Summary};
+use super::chains::{Chain, Summary, fmt_ns};
 use super::cuda::cause_for_op;
 use super::data::ReportData;
 use crate::import::source::RefChain;
@@ -70,7 +70,11 @@ pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict>
                         "{ours_txt}. The tail is real, but the op itself explains it: {}. {}",
                         c.title,
                         if host_cause {
-                            format!("The {} they blame are the thread sleeping inside the call while the GPU drains (off-CPU {:.0}% of thread time); the trace has no run-queue wait, so CPU contention is not shown", r.root_cause, s.offcpu_share * 100.0)
+                            format!(
+                                "The {} they blame are the thread sleeping inside the call while the GPU drains (off-CPU {:.0}% of thread time); the trace has no run-queue wait, so CPU contention is not shown",
+                                r.root_cause,
+                                s.offcpu_share * 100.0
+                            )
                         } else {
                             String::new()
                         }

@@ -2,8 +2,8 @@
 
 use std::fmt::Write;
 
-use super::chains::{fmt_ns, Severity};
 use super::Report;
+use super::chains::{Severity, fmt_ns};
 
 const WIDTH: usize = 80;
 

@@ -5,11 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::Request;
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::Status;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;

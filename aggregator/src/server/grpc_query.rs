@@ -6,9 +6,9 @@ use ingero_proto::pb::{JsonResponse, ReportRequest, SqlRequest, SqlResponse, Str
 use tonic::{Request, Response, Status};
 
 use crate::query::{QueryEngine, QueryLimits};
+use crate::rank::LiveRanker;
 use crate::rank::detector::DetectorConfig;
 use crate::rank::history::{self, HistoryRequest};
-use crate::rank::LiveRanker;
 use crate::report::{self, Target};
 use crate::store::Store;
 

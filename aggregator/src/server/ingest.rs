@@ -7,7 +7,7 @@ use std::time::Duration;
 use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use ingero_proto::pb::ingest_server::Ingest;
 use ingero_proto::pb::{PushRequest, PushResponse};
-use ingero_proto::{ipc, Table};
+use ingero_proto::{Table, ipc};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
@@ -143,26 +143,26 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
 /// Value checks: rows belong to the sending node and windows are in a sane time range.
 fn check_rows(table: Table, b: &RecordBatch, node: &str, lo: i64, hi: i64) -> Result<(), Status> {
     let nodes = b.column(0).as_any().downcast_ref::<StringArray>();
-    if let Some(nodes) = nodes {
-        if let Some(i) = (0..nodes.len()).find(|&i| nodes.value(i) != node) {
-            return Err(Status::invalid_argument(format!(
-                "{table}: row {i} has node `{}` but the batch is from `{node}`",
-                nodes.value(i)
-            )));
-        }
+    if let Some(nodes) = nodes
+        && let Some(i) = (0..nodes.len()).find(|&i| nodes.value(i) != node)
+    {
+        return Err(Status::invalid_argument(format!(
+            "{table}: row {i} has node `{}` but the batch is from `{node}`",
+            nodes.value(i)
+        )));
     }
     if let Some(ts) = b.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>() {
         let (min, max) = (arrow::compute::min(ts), arrow::compute::max(ts));
-        if let (Some(min), Some(max)) = (min, max) {
-            if min < lo || max > hi {
-                let bad = if min < lo { min } else { max };
-                return Err(Status::invalid_argument(format!(
-                    "{table}: window_start {} is outside the accepted range [{}, {}] (--max-age / --max-future)",
-                    fmt_us(bad),
-                    fmt_us(lo),
-                    fmt_us(hi)
-                )));
-            }
+        if let (Some(min), Some(max)) = (min, max)
+            && (min < lo || max > hi)
+        {
+            let bad = if min < lo { min } else { max };
+            return Err(Status::invalid_argument(format!(
+                "{table}: window_start {} is outside the accepted range [{}, {}] (--max-age / --max-future)",
+                fmt_us(bad),
+                fmt_us(lo),
+                fmt_us(hi)
+            )));
         }
     }
     Ok(())

@@ -12,8 +12,8 @@ pub mod ingest;
 pub(crate) mod ratelimit;
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use ::http::HeaderValue;
 use ingero_proto::pb::ingest_server::IngestServer;
@@ -25,10 +25,10 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::Metrics;
 use crate::query::QueryLimits;
-use crate::rank::detector::DetectorConfig;
 use crate::rank::LiveRanker;
+use crate::rank::detector::DetectorConfig;
 use crate::server::grpc_query::QueryService;
-use crate::server::http::{router, HttpState};
+use crate::server::http::{HttpState, router};
 use crate::server::ingest::{IngestService, Limits};
 use crate::store::commit::{CommitConfig, Committer};
 use crate::store::{Store, StoreOptions, StoreUrl};

@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use ingero_proto::pb::PushRequest;
-use ingero_proto::{ipc, Table};
+use ingero_proto::{Table, ipc};
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use super::Store;
 use super::parquet;
 use super::state::CommitState;
 use super::wal::Wal;
-use super::Store;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Outcome, OutcomeLabel, TableLabel};
 

@@ -71,11 +71,7 @@ impl Store {
 
     /// Key under the store prefix.
     pub fn key(&self, rel: &str) -> Path {
-        if self.prefix.as_ref().is_empty() {
-            Path::from(rel)
-        } else {
-            Path::from(format!("{}/{rel}", self.prefix))
-        }
+        if self.prefix.as_ref().is_empty() { Path::from(rel) } else { Path::from(format!("{}/{rel}", self.prefix)) }
     }
 
     /// Writes an object; for local stores also fsyncs the file and its directory

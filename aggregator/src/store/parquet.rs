@@ -3,14 +3,14 @@
 use std::collections::BTreeMap;
 
 use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array};
-use arrow::compute::{concat_batches, lexsort_to_indices, take_record_batch, SortColumn};
+use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
 use ingero_proto::Table;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
-use super::layout::{hour_of, Partition};
+use super::layout::{Partition, hour_of};
 use crate::error::{Error, Result};
 
 /// Column order rows are sorted by (node, window_start, pid): one node's rows

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
 
-use super::layout::STATE_KEY;
 use super::Store;
+use super::layout::STATE_KEY;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -72,11 +72,7 @@ impl std::fmt::Display for StoreUrl {
 }
 
 fn absolute(p: &FsPath) -> std::io::Result<PathBuf> {
-    if p.is_absolute() {
-        Ok(p.to_path_buf())
-    } else {
-        Ok(std::env::current_dir()?.join(p))
-    }
+    if p.is_absolute() { Ok(p.to_path_buf()) } else { Ok(std::env::current_dir()?.join(p)) }
 }
 
 #[cfg(test)]

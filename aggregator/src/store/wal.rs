@@ -38,10 +38,10 @@ impl Wal {
         for entry in fs::read_dir(dir).ctx(|| format!("reading WAL directory {}", dir.display()))? {
             let entry = entry.ctx(|| format!("reading WAL directory {}", dir.display()))?;
             let name = entry.file_name().to_string_lossy().to_string();
-            if let Some(n) = name.strip_prefix("seg-").and_then(|s| s.strip_suffix(".wal")) {
-                if let Ok(n) = n.parse::<u64>() {
-                    segments.push(n);
-                }
+            if let Some(n) = name.strip_prefix("seg-").and_then(|s| s.strip_suffix(".wal"))
+                && let Ok(n) = n.parse::<u64>()
+            {
+                segments.push(n);
             }
         }
         segments.sort_unstable();

@@ -8,8 +8,8 @@ use clap::Args;
 
 use ingero_aggregator::query::QueryLimits;
 use ingero_aggregator::rank::detector::DetectorConfig;
-use ingero_aggregator::server::ingest::Limits;
 use ingero_aggregator::server::ServeConfig;
+use ingero_aggregator::server::ingest::Limits;
 use ingero_aggregator::store::commit::CommitConfig;
 use ingero_aggregator::store::url::DEFAULT_STORE;
 use ingero_aggregator::store::{StoreOptions, StoreUrl};

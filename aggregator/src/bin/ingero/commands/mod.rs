@@ -34,11 +34,7 @@ impl Failure {
 
     /// A library error: the caller's input (exit 2) or a failure while running (exit 1).
     pub(crate) fn lib(e: ingero_aggregator::Error) -> Failure {
-        if e.is_input_error() {
-            Failure::Usage(e.to_string())
-        } else {
-            Failure::Run(e.into())
-        }
+        if e.is_input_error() { Failure::Usage(e.to_string()) } else { Failure::Run(e.into()) }
     }
 }
 
@@ -115,13 +111,14 @@ pub(crate) type Client = ingero_proto::pb::query_client::QueryClient<
 impl SourceArgs {
     pub(crate) async fn engine(&self) -> CmdResult<QueryEngine> {
         let store = Store::open(&self.store.store, &self.store.options()).map_err(|e| Failure::Usage(e.to_string()))?;
-        if let Some(dir) = &store.local_dir {
-            if !dir.join("_ingero").exists() && std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true) {
-                return Err(Failure::Usage(format!(
-                    "{} holds no Ingero data (pass --store URL of a dataset, or --server URL of a running aggregator)",
-                    store.url
-                )));
-            }
+        if let Some(dir) = &store.local_dir
+            && !dir.join("_ingero").exists()
+            && std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true)
+        {
+            return Err(Failure::Usage(format!(
+                "{} holds no Ingero data (pass --store URL of a dataset, or --server URL of a running aggregator)",
+                store.url
+            )));
         }
         Ok(QueryEngine::open(&store, self.query.limits()).await?)
     }

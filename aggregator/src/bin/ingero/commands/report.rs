@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::{status_failure, CmdResult, Failure, Since, SourceArgs};
-use ingero_aggregator::report::{self, html, text, Report, Target};
+use super::{CmdResult, Failure, Since, SourceArgs, status_failure};
+use ingero_aggregator::report::{self, Report, Target, html, text};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum Format {
@@ -48,10 +48,10 @@ pub(crate) async fn run(a: ReportArgs) -> CmdResult {
         _ => return Err(Failure::Usage("one of --pod, --node or --pid is required".into())),
     };
     let target = Target::parse(kind, t).map_err(Failure::Usage)?;
-    if let Some(out) = &a.out {
-        if out.is_dir() {
-            return Err(Failure::Usage(format!("--out {} is a directory; give a file name", out.display())));
-        }
+    if let Some(out) = &a.out
+        && out.is_dir()
+    {
+        return Err(Failure::Usage(format!("--out {} is a directory; give a file name", out.display())));
     }
     let rep: Report = if let Some(mut c) = a.source.client().await? {
         let (since_secs, start_us) = a.since.wire();

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::{status_failure, CmdResult, Failure, SourceArgs};
+use super::{CmdResult, Failure, SourceArgs, status_failure};
 
 #[derive(Debug, Args)]
 pub(crate) struct SqlArgs {

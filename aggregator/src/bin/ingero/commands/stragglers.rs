@@ -2,9 +2,9 @@
 
 use clap::{Args, ValueEnum};
 
-use super::{status_failure, CmdResult, Failure, Since, SourceArgs};
-use ingero_aggregator::rank::history::{self, HistoryRequest};
+use super::{CmdResult, Failure, Since, SourceArgs, status_failure};
 use ingero_aggregator::rank::Ranking;
+use ingero_aggregator::rank::history::{self, HistoryRequest};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum Format {
@@ -63,11 +63,7 @@ pub(crate) fn table(r: &serde_json::Value) -> String {
         o.push_str("no node deviates from its job\n");
     }
     let cut = |s: &str, n: usize| {
-        if s.chars().count() > n {
-            format!("{}…", s.chars().take(n - 1).collect::<String>())
-        } else {
-            s.to_string()
-        }
+        if s.chars().count() > n { format!("{}…", s.chars().take(n - 1).collect::<String>()) } else { s.to_string() }
     };
     for s in list {
         let since = s["since"].as_str().map(|t| t.get(11..19).unwrap_or(t).to_string()).unwrap_or_else(|| "-".into());
