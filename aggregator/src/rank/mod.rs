@@ -2,6 +2,7 @@
 //! detector; the current standings are served over gRPC, HTTP and metrics.
 
 pub mod detector;
+#[cfg(feature = "query")]
 pub mod history;
 pub(crate) mod signals;
 

@@ -6,6 +6,7 @@
 //! [`http`] (health, metrics, live ranking).
 
 pub mod auth;
+#[cfg(feature = "query")]
 pub(crate) mod grpc_query;
 pub(crate) mod http;
 pub mod ingest;
@@ -24,14 +25,15 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::Metrics;
+#[cfg(feature = "query")]
 use crate::query::QueryLimits;
 use crate::rank::LiveRanker;
 use crate::rank::detector::DetectorConfig;
-use crate::server::grpc_query::QueryService;
 use crate::server::http::{HttpState, router};
 use crate::server::ingest::{IngestService, Limits};
 use crate::store::commit::{CommitConfig, Committer};
 use crate::store::{Store, StoreOptions, StoreUrl};
+#[cfg(feature = "query")]
 use ingero_proto::pb::query_server::QueryServer;
 use tonic::service::interceptor::InterceptedService;
 
@@ -43,6 +45,7 @@ pub struct ServeConfig {
     pub http_listen: SocketAddr,
     pub commit: CommitConfig,
     pub limits: Limits,
+    #[cfg(feature = "query")]
     pub query: QueryLimits,
     pub detector: DetectorConfig,
     /// How long a window waits for late nodes before it is judged anyway.
@@ -101,16 +104,18 @@ impl Server {
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let check = crate::server::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
-        let ingest = InterceptedService::new(ingest, check.clone());
-        let query = InterceptedService::new(
-            QueryServer::new(QueryService {
+        #[allow(unused_mut)] // without the `query` feature only ingest is served
+        let mut routes = tonic::service::Routes::new(InterceptedService::new(ingest, check.clone()));
+        #[cfg(feature = "query")]
+        {
+            let query = crate::server::grpc_query::QueryService {
                 store: store.clone(),
                 ranker: ranker.clone(),
                 limits: cfg.query.clone(),
                 detector: cfg.detector.clone(),
-            }),
-            check,
-        );
+            };
+            routes = routes.add_service(InterceptedService::new(QueryServer::new(query), check));
+        }
         let mut builder = tonic::transport::Server::builder();
         if let Some(tls) = cfg.auth.tls_config() {
             builder = builder.tls_config(tls).map_err(|e| Error::Config(format!("TLS: {e}")))?;
@@ -121,8 +126,7 @@ impl Server {
             .initial_stream_window_size(Some(4 << 20))
             .initial_connection_window_size(Some(16 << 20))
             .layer(tower::util::MapResponseLayer::new(remap_too_large))
-            .add_service(ingest)
-            .add_service(query)
+            .add_routes(routes)
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async {
                 let _ = stop_rx.await;
             });
@@ -192,6 +196,7 @@ impl ServeConfig {
             http_listen: "127.0.0.1:0".parse().expect("static address"),
             commit: CommitConfig { wal_dir, flush_rows: 500_000, flush_age: std::time::Duration::from_secs(30) },
             limits: Limits::default(),
+            #[cfg(feature = "query")]
             query: QueryLimits::default(),
             detector: DetectorConfig::default(),
             grace: std::time::Duration::from_millis(1500),
