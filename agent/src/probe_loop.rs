@@ -183,16 +183,19 @@ impl ProbeLoop {
         let mut window_start = now_us - now_us % window_us;
         // Tests and scripts start workloads on this line: every library is probed.
         tracing::info!(window = ?self.cfg.window, libraries = self.stats.libraries.load(Ordering::Relaxed), "probe loop ready");
-        while !stop.load(Ordering::Relaxed) {
+        loop {
             let window_end = window_start + window_us;
             self.poll_until(window_end, stop);
+            // Read before the drain: a stop that arrives while a window is
+            // being built or sent gets one more drain, so the calls made
+            // after this one (a workload that ends just before SIGTERM) ship.
+            let last = stop.load(Ordering::Relaxed);
             let tables = self.close_window(window_start, window_us)?;
-            if tx.blocking_send(tables).is_err() {
-                break;
+            if tx.blocking_send(tables).is_err() || last {
+                return Ok(());
             }
             window_start = window_end;
         }
-        Ok(())
     }
 
     /// Libraries named on the command line or in the usual places are probed
