@@ -109,6 +109,24 @@ static __always_inline void comm_init(struct pt_regs *ctx, __u32 tgid, struct co
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* Enters a call on this thread; returns 1 when the thread was already inside
+ * a traced call (this one is made by that one: not counted again). Only
+ * calls whose return is probed deepen the state, so it always unwinds. */
+static __always_inline int enter(__u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now)
+{
+	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
+	int nested = tc && tc->depth > 0;
+	if (!(cookie & (COOKIE_TIMED | COOKIE_BRACKET)))
+		return nested;
+	if (nested) {
+		ADD(tc->depth, 1);
+		return 1;
+	}
+	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .depth = 1 };
+	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
+	return 0;
+}
+
 SEC("uprobe")
 int call_entry(struct pt_regs *ctx)
 {
@@ -123,6 +141,9 @@ int call_entry(struct pt_regs *ctx)
 		return 0;
 	if (c->pid_filter && !bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (enter((__u32)pid_tgid, tgid, op, cookie, now))
+		return 0;
 	track(tgid);
 	struct counters *cn = ctrs();
 	if (cn)
@@ -131,7 +152,6 @@ int call_entry(struct pt_regs *ctx)
 		comm_init(ctx, tgid, cn);
 	if (cookie & COOKIE_TIMED) {
 		struct inflight_key k = { .pid_tgid = pid_tgid, .op = op };
-		__u64 now = bpf_ktime_get_ns();
 		if (bpf_map_update_elem(&inflight, &k, &now, BPF_ANY) && cn)
 			cn->inflight_full++;
 		return 0;
@@ -142,6 +162,18 @@ int call_entry(struct pt_regs *ctx)
 	if (v)
 		ADD(v->count, 1);
 	return 0;
+}
+
+/* Leaves a call on this thread (the outermost one clears the state). */
+static __always_inline void leave(__u32 tid)
+{
+	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
+	if (!tc)
+		return;
+	if (tc->depth > 1)
+		ADD(tc->depth, -1);
+	else
+		bpf_map_delete_elem(&thread_calls, &tid);
 }
 
 SEC("uretprobe")
@@ -155,6 +187,9 @@ int call_return(struct pt_regs *ctx)
 	__u32 op = cookie & COOKIE_OP_MASK;
 	if (!pid_tgid)
 		return 0;
+	leave((__u32)pid_tgid);
+	if (!(cookie & COOKIE_TIMED))
+		return 0; /* bracket only */
 	struct inflight_key k = { .pid_tgid = pid_tgid, .op = op };
 	__u64 *start = bpf_map_lookup_elem(&inflight, &k);
 	if (!start)

@@ -49,6 +49,16 @@ struct {
 	__type(value, __u8);
 } targets SEC(".maps");
 
+/* Per thread: the traced call it is inside (calls.bpf.c writes, sched.bpf.c
+ * reads to split off-CPU time in and out of calls). LRU: a thread that dies
+ * mid-call does not leak its entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct thread_call);
+} thread_calls SEC(".maps");
+
 static __always_inline struct config *cfg(void)
 {
 	__u32 zero = 0;

@@ -10,13 +10,32 @@
 #define HOLD_MAX_NS (250ull * 1000 * 1000)
 #define NAME_MAX_SCAN 160
 
-/* Threads inside a dlopen of a traced library: pid_tgid → 1. */
+/* A dlopen of a traced library in progress: one per call frame, so a
+ * library whose constructor dlopens another (a runtime loading the driver)
+ * holds the thread at both returns. */
+struct dlopen_frame {
+	__u64 ids;
+	__u64 sp; /* stack pointer at entry */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1024);
-	__type(key, __u64);
+	__type(key, struct dlopen_frame);
 	__type(value, __u8);
 } dlopen_pending SEC(".maps");
+
+/* The stack pointer the call had at entry, seen from its return probe:
+ * x86-64's `ret` pops the return address; arm64 returns through the link
+ * register and leaves SP as it was. */
+static __always_inline __u64 entry_sp(struct pt_regs *ctx)
+{
+#if defined(__TARGET_ARCH_arm64)
+	return PT_REGS_SP(ctx);
+#else
+	return PT_REGS_SP(ctx) - 8;
+#endif
+}
 
 /* Processes held until the agent releases them: tgid → deadline (ns). */
 struct {
@@ -65,10 +84,10 @@ int dlopen_entry(struct pt_regs *ctx)
 	__builtin_memset(buf, 0, NAME_MAX_SCAN + 16);
 	if (bpf_probe_read_user_str(buf, NAME_MAX_SCAN, path) <= 0 || !traced_name(buf))
 		return 0;
-	__u64 ids = current_ids(c);
+	struct dlopen_frame f = { .ids = current_ids(c), .sp = PT_REGS_SP(ctx) };
 	__u8 one = 1;
-	if (ids)
-		bpf_map_update_elem(&dlopen_pending, &ids, &one, BPF_ANY);
+	if (f.ids)
+		bpf_map_update_elem(&dlopen_pending, &f, &one, BPF_ANY);
 	return 0;
 }
 
@@ -88,9 +107,10 @@ int dlopen_return(struct pt_regs *ctx)
 	if (!c)
 		return 0;
 	__u64 ids = current_ids(c);
-	if (!ids || !bpf_map_lookup_elem(&dlopen_pending, &ids))
+	struct dlopen_frame f = { .ids = ids, .sp = entry_sp(ctx) };
+	if (!ids || !bpf_map_lookup_elem(&dlopen_pending, &f))
 		return 0;
-	bpf_map_delete_elem(&dlopen_pending, &ids);
+	bpf_map_delete_elem(&dlopen_pending, &f);
 	if (!PT_REGS_RC(ctx))
 		return 0; /* dlopen failed: nothing was loaded */
 	__u32 tgid = ids >> 32;

@@ -14,6 +14,8 @@
 #define COOKIE_OP_MASK 0xffffu
 #define COOKIE_TIMED (1u << 16)      /* entry stores a start time for the return probe */
 #define COOKIE_COMM_INIT (1u << 17)  /* ncclCommInitRank: report rank and nranks */
+#define COOKIE_BRACKET (1u << 18)    /* return probed only to mark the thread as inside
+                                      * the call (a runtime launch that may call the driver) */
 
 #define MAX_OPS 256
 
@@ -38,6 +40,19 @@ struct sched_val {
 	__u64 voluntary;
 	__u64 involuntary;
 	__u64 wakeups;
+	__u64 off_call_ns;  /* part of off_ns spent inside a traced CUDA/NCCL call */
+	__u64 runq_call_ns; /* part of runq_ns likewise */
+};
+
+/* The outermost traced call a thread is inside (key: tid). Calls made from
+ * inside it (the driver under the runtime, NCCL's launches) only deepen it:
+ * they are not counted again. Userspace reads it to report calls in flight. */
+struct thread_call {
+	__u64 since_ns;
+	__u32 tgid;
+	__u32 op;
+	__u32 depth;
+	__u32 pad;
 };
 
 struct cgroup_val {

@@ -1,5 +1,7 @@
 /* Scheduler: per-thread off-CPU and run-queue time of tracked processes,
- * summed per process (tgid), plus on-CPU time of every cgroup so a report
+ * summed per process (tgid), split by whether the thread was inside a
+ * traced CUDA/NCCL call (waiting for the device or its peers) or not (a
+ * host stall), plus on-CPU time of every cgroup so a report
  * can name the noisy neighbour. Keys are always tgid for processes and tid
  * for threads: a thread id is never taken for a process id. */
 #include "common.bpf.h"
@@ -29,7 +31,7 @@ struct cgroup_map cgcpu_b SEC(".maps");
 struct thread_state {
 	__u64 since_ns;
 	__u32 state;
-	__u32 pad;
+	__u32 in_call; /* switched out inside a traced call: waiting for the device or peers */
 };
 
 /* Per tracked thread (tid): what it is waiting for and since when. */
@@ -95,6 +97,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			ADD(v->on_ns, now - ts->since_ns);
 		int runnable = preempt || BPF_CORE_READ(prev, __state) == TASK_RUNNING;
 		struct thread_state st = { .since_ns = now, .state = runnable ? ST_RUNQ : ST_OFF };
+		struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &ptid);
+		st.in_call = tc && tc->depth > 0;
 		bpf_map_update_elem(&threads, &ptid, &st, BPF_ANY);
 		if (v) {
 			if (runnable)
@@ -113,8 +117,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			if (ts->state == ST_RUNQ) {
 				ADD(v->runq_ns, d);
 				atomic_max(&v->runq_max_ns, d);
+				if (ts->in_call)
+					ADD(v->runq_call_ns, d);
 			} else if (ts->state == ST_OFF) {
 				ADD(v->off_ns, d);
+				if (ts->in_call)
+					ADD(v->off_call_ns, d);
 			}
 		}
 		struct thread_state st = { .since_ns = now, .state = 0 };
@@ -138,8 +146,11 @@ static __always_inline void woken(struct task_struct *p, int fresh)
 	if (v)
 		ADD(v->wakeups, 1);
 	if (ts && ts->state == ST_OFF) {
-		if (v && now > ts->since_ns)
+		if (v && now > ts->since_ns) {
 			ADD(v->off_ns, now - ts->since_ns);
+			if (ts->in_call)
+				ADD(v->off_call_ns, now - ts->since_ns);
+		}
 		ts->since_ns = now;
 		ts->state = ST_RUNQ;
 	} else if (!ts) {

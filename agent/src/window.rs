@@ -180,6 +180,8 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
                 voluntary_switches: v.voluntary,
                 involuntary_switches: v.involuntary,
                 wakeups: v.wakeups,
+                off_cpu_in_call_ns: Some(v.off_call_ns),
+                runq_wait_in_call_ns: Some(v.runq_call_ns),
             };
             let c = self.common(*tgid);
             self.add(&mut b, &c, &row);

@@ -1,8 +1,11 @@
 //! The hermetic end-to-end test: the whole product on one machine, no Docker,
 //! no cluster. Three "nodes", each a real `ingero-agent` scoped with
 //! --cgroup-root to its own kubelet-shaped cgroup subtree; one data-parallel
-//! job with a rank per node whose collectives really wait for each other
-//! (ncclAllReduce in the test library is a cross-process barrier); an
+//! job with a rank per node coupled as real NCCL couples them: collectives
+//! enqueue and return at once, and each rank's next device sync waits until
+//! every rank has enqueued the same collective (a cross-process barrier in
+//! the stand-in driver), so healthy ranks wait for a straggler inside their
+//! sync, never in host code; an
 //! in-process fake Kubernetes API server serving the pods; a real
 //! `ingero serve` writing Parquet to a real S3 server (SeaweedFS). Real CPU
 //! contention (a CFS bandwidth quota on one rank's pod) is injected into one
@@ -168,8 +171,9 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
         a.wait_log("watching pods of this node on the Kubernetes API", Duration::from_secs(20));
     }
 
-    // The job: each step is CPU work (input pipeline), kernel launches, a GPU
-    // wait, then an all-reduce that blocks until every rank has arrived.
+    // The job: each step is CPU work (input pipeline), kernel launches, an
+    // all-reduce that enqueues and returns, then the end-of-step sync that
+    // waits for the device work and for every rank's all-reduce.
     let barrier = dir.path().join("barrier");
     let mut ranks = Vec::new();
     for cg in &cgroups {
@@ -182,8 +186,8 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
             "repeat:100000",
             "work:1",
             "call:cudaLaunchKernel:20:0",
-            "call:cudaStreamSynchronize:1:20000",
             "call:ncclAllReduce:1:1000",
+            "call:cudaStreamSynchronize:1:20000",
         ];
         let mut child =
             cmd.arg(&lib).arg("wait").args(steps).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
@@ -201,7 +205,7 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
 
     // The fault: the contended pod gets 5% of a CPU (a CPU limit set too
     // low, or neighbours that own the cores): its CPU work takes many times as
-    // long, in real scheduler time, and every other rank waits at the barrier.
+    // long, in real scheduler time, and every other rank waits in its sync.
     let fault = Instant::now();
     let _quota = CpuQuota::apply(&cgroups[rank_of_contended], ranks[rank_of_contended].0.id(), 1_000, 20_000);
     let (mut flag_after, mut last) = (None, Value::Null);
@@ -291,6 +295,9 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
         !other["chains"].to_string().contains("cpu_contention"),
         "healthy {healthy} blamed for contention: {other:#}"
     );
+    // Its ranks slept most of the fault in their syncs, waiting for the
+    // contended rank: waiting, not a host stall.
+    assert!(!other["chains"].to_string().contains("host_blocked"), "waiting in a sync called a host stall: {other:#}");
 }
 
 /// A CFS bandwidth limit on one process: `cpu.max` where the cpu controller

@@ -70,8 +70,9 @@ fn main() {
                 for (lib, op, count, ms) in [
                     ("cudart", "cudaLaunchKernel", s * 150.0, 0.0),
                     ("cudart", "cudaMemcpyAsync", s * 4.0, 0.2),
-                    ("cudart", "cudaStreamSynchronize", s, r.compute_ms * 0.85),
-                    ("nccl", "ncclAllReduce", s, r.nccl_ms.max(0.01)),
+                    ("cudart", "cudaMemcpy", s, r.copy_ms),
+                    ("cudart", "cudaStreamSynchronize", s, r.sync_ms.max(0.01)),
+                    ("nccl", "ncclAllReduce", s, 0.02),
                 ] {
                     let n = count.round() as u64;
                     let per = (ms * 1e6) as u64;
@@ -102,6 +103,8 @@ fn main() {
                     voluntary_switches: 0,
                     involuntary_switches: 0,
                     wakeups: 0,
+                    off_cpu_in_call_ns: None,
+                    runq_wait_in_call_ns: None,
                 };
                 sched.append(&c, &row).unwrap();
             }

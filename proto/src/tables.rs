@@ -107,6 +107,8 @@ columns! {
         voluntary_switches: u64, "switches", "Context switches where the thread blocked";
         involuntary_switches: u64, "switches", "Context switches where the thread was preempted while runnable";
         wakeups: u64, "wakeups", "sched_wakeup / sched_wakeup_new events for its threads";
+        off_cpu_in_call_ns: Option<u64>, "ns", "Part of off_cpu_ns spent inside a traced CUDA/NCCL call: waiting for the device or for peers, not a host stall (the rest is host-blocked). Null where not measured (imported traces)";
+        runq_wait_in_call_ns: Option<u64>, "ns", "Part of runq_wait_ns spent inside a traced CUDA/NCCL call. Null where not measured";
     }
 }
 

@@ -8,7 +8,10 @@ pub enum FaultKind {
     Cpu,
     /// A slow GPU (thermal throttling, bad HBM): compute per step is longer.
     Gpu,
-    /// A slow NIC/link: this node's collectives take longer.
+    /// A slow NIC/link. Real collectives run as a ring or tree paced by its
+    /// slowest link: every rank's syncs wait longer alike, so host-side
+    /// signals see a job-wide slowdown, not a straggler (naming the link
+    /// needs NCCL's own view: NCCL_DEBUG, its profiler plugin).
     Net,
     /// Input pipeline stalled on block IO.
     Io,
@@ -46,9 +49,9 @@ impl FaultKind {
         }
     }
 
-    /// Faults that make a straggler (the others are noise).
+    /// Faults that make a straggler (the others are noise, for the hosts).
     pub fn is_straggler(self) -> bool {
-        !matches!(self, FaultKind::JobSlow | FaultKind::Blip)
+        !matches!(self, FaultKind::JobSlow | FaultKind::Blip | FaultKind::Net)
     }
 }
 

@@ -91,6 +91,8 @@ pub fn synth_tables(node: &str, window_start_us: i64, rows: usize, seed: u64) ->
             voluntary_switches: rnd() % 2000,
             involuntary_switches: rnd() % 200,
             wakeups: rnd() % 2000,
+            off_cpu_in_call_ns: Some((1_000_000_000 - on) / 2),
+            runq_wait_in_call_ns: Some(0),
         };
         sched.append(&common, &row).expect("synthetic row fits the schema");
     }

@@ -1,5 +1,8 @@
-//! The data-parallel job model: each rank's step time, the collective that
-//! waits for the slowest rank, and the rows an agent would ship for it.
+//! The data-parallel job model: each rank's step time and the rows an agent
+//! would ship for it, on real CUDA/NCCL semantics: launches and collectives
+//! enqueue and return at once; a rank waits for its own GPU in a blocking
+//! device-to-host copy (`loss.item()` after the forward pass) and for the
+//! slowest rank's collective in its end-of-step stream sync.
 
 use arrow::array::RecordBatch;
 use ingero_proto::hist::Histogram;
@@ -14,6 +17,8 @@ const HOST_MS: f64 = 20.0;
 const COMPUTE_MS: f64 = 60.0;
 const ALLREDUCE_MS: f64 = 15.0;
 const KERNELS_PER_STEP: f64 = 150.0;
+/// Part of the device time that is the forward pass (waited for by `loss.item()`).
+const FORWARD_SHARE: f64 = 0.4;
 
 /// Deterministic per-run noise.
 #[derive(Debug)]
@@ -43,7 +48,10 @@ pub struct RankWindow {
     pub compute_ms: f64,
     pub runq_ms: f64,
     pub blocked_ms: f64,
-    pub nccl_ms: f64,
+    /// Waiting for its own forward pass in a blocking copy.
+    pub copy_ms: f64,
+    /// Waiting in the end-of-step sync (backward, collectives, peers).
+    pub sync_ms: f64,
     pub io_ms: f64,
     pub io_count: f64,
     pub mem_events: u32,
@@ -95,15 +103,17 @@ pub fn step_job(
         net_extra.push(own_net);
         out.push(r);
     }
-    let ready = |r: &RankWindow| r.host_ms + r.runq_ms + r.blocked_ms + r.compute_ms;
-    let slowest = out.iter().map(ready).fold(0.0, f64::max);
+    let host = |r: &RankWindow| r.host_ms + r.runq_ms + r.blocked_ms;
+    let slowest = out.iter().map(|r| host(r) + r.compute_ms).fold(0.0, f64::max);
     let slow_net = net_extra.iter().copied().fold(0.0, f64::max);
-    // Everyone waits for the slowest rank, then for the collective; a slow link
-    // delays everyone's collective, its own most.
+    // Every rank's collectives complete when the slowest rank has enqueued
+    // them. A slow link paces the whole ring: every rank's collectives take
+    // longer alike, so from the hosts it looks like a job-wide slowdown.
     let step = slowest + ALLREDUCE_MS + 0.6 * slow_net;
-    for (r, own) in out.iter_mut().zip(&net_extra) {
+    for r in out.iter_mut() {
         r.steps = (1000.0 / step).max(0.5);
-        r.nccl_ms = step - ready(r) + own;
+        r.copy_ms = FORWARD_SHARE * r.compute_ms;
+        r.sync_ms = (step - host(r) - r.copy_ms).max(0.0);
     }
     out
 }
@@ -173,8 +183,9 @@ pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Tabl
     let s = r.steps;
     call_row(&mut calls, &common, "cudart", "cudaLaunchKernel", s * KERNELS_PER_STEP, 0.0, rng);
     call_row(&mut calls, &common, "cudart", "cudaMemcpyAsync", s * 4.0, 0.2, rng);
-    call_row(&mut calls, &common, "cudart", "cudaStreamSynchronize", s, r.compute_ms * 0.85, rng);
-    call_row(&mut calls, &common, "nccl", "ncclAllReduce", s, r.nccl_ms.max(0.01), rng);
+    call_row(&mut calls, &common, "cudart", "cudaMemcpy", s, r.copy_ms, rng);
+    call_row(&mut calls, &common, "cudart", "cudaStreamSynchronize", s, r.sync_ms.max(0.01), rng);
+    call_row(&mut calls, &common, "nccl", "ncclAllReduce", s, 0.02, rng);
     let sched = sched_row(r);
     let mut out = vec![
         (Table::CallWindows, calls.finish().expect("valid")),
@@ -198,21 +209,25 @@ fn one<R: Row>(common: &Common, row: &R) -> RecordBatch {
     b.finish().expect("valid")
 }
 
-/// Run-queue and blocked time per step become the window's scheduler time.
+/// Run-queue, host-blocked and in-call waiting time per step become the
+/// window's scheduler time (one thread: the rest of the second on CPU).
 fn sched_row(r: &RankWindow) -> SchedRow {
     let s = r.steps;
     let runq = (s * r.runq_ms * 1e6).min(0.9e9);
-    let off = (40e6 + s * r.blocked_ms * 1e6).min(1e9 - runq);
-    let on = 1e9 - runq - off;
+    let in_call = (s * (r.copy_ms + r.sync_ms) * 1e6).min(1e9 - runq);
+    let host = (40e6 + s * r.blocked_ms * 1e6).min(1e9 - runq - in_call);
+    let on = 1e9 - runq - in_call - host;
     SchedRow {
         threads: 1,
         on_cpu_ns: on as u64,
-        off_cpu_ns: off as u64,
+        off_cpu_ns: (host + in_call) as u64,
         runq_wait_ns: runq as u64,
         runq_max_ns: (r.runq_ms * 1e6) as u64,
         voluntary_switches: (s * 3.0) as u64,
         involuntary_switches: (s * (1.0 + r.runq_ms / 10.0)) as u64,
         wakeups: (s * 3.0) as u64,
+        off_cpu_in_call_ns: Some(in_call as u64),
+        runq_wait_in_call_ns: Some(0),
     }
 }
 
@@ -305,11 +320,11 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn the_straggler_waits_least_at_the_collective() {
+    fn the_straggler_waits_least_in_its_sync() {
         let faults = vec![Injection::parse("cpu@1:0s", 4).unwrap()];
         let mut rng = Rng::new(1);
         let w = step_job(&[0, 1, 2, 3], Duration::from_secs(1), &faults, 0.03, &mut rng);
-        assert!(w[1].nccl_ms < w[0].nccl_ms / 2.0, "{w:?}");
+        assert!(w[1].sync_ms < w[0].sync_ms * 0.6, "{w:?}");
         assert!(w.iter().all(|r| (r.steps - w[0].steps).abs() < 1e-9), "ranks step in lockstep");
         let tables =
             rows(&RankId { node: "node-1", job: "j", rank: 1, world: 4, window_start_us: 0 }, &w[1], true, &mut rng);

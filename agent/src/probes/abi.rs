@@ -6,6 +6,7 @@ use std::mem::{offset_of, size_of};
 pub(crate) const HIST_BUCKETS: usize = 252;
 pub(crate) const COOKIE_TIMED: u64 = 1 << 16;
 pub(crate) const COOKIE_COMM_INIT: u64 = 1 << 17;
+pub(crate) const COOKIE_BRACKET: u64 = 1 << 18;
 
 pub(crate) const PROC_EXEC: u32 = 1;
 pub(crate) const PROC_EXIT: u32 = 2;
@@ -41,6 +42,21 @@ pub(crate) struct SchedVal {
     pub voluntary: u64,
     pub involuntary: u64,
     pub wakeups: u64,
+    /// Part of `off_ns` spent inside a traced call.
+    pub off_call_ns: u64,
+    /// Part of `runq_ns` spent inside a traced call.
+    pub runq_call_ns: u64,
+}
+
+/// The outermost traced call a thread is inside (`thread_calls`, key: tid).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ThreadCall {
+    pub since_ns: u64,
+    pub tgid: u32,
+    pub op: u32,
+    pub depth: u32,
+    pub pad: u32,
 }
 
 #[repr(C)]
@@ -141,13 +157,16 @@ macro_rules! pod {
         )*
     };
 }
-pod!(CallKey, CallVal, SchedVal, CgroupVal, IoKey, IoVal, Counters, Config);
+pod!(CallKey, CallVal, SchedVal, ThreadCall, CgroupVal, IoKey, IoVal, Counters, Config);
 
 const _: () = {
     assert!(size_of::<CallKey>() == 8);
     assert!(size_of::<CallVal>() == 32 + 4 * HIST_BUCKETS);
     assert!(offset_of!(CallVal, hist) == 32);
-    assert!(size_of::<SchedVal>() == 56);
+    assert!(size_of::<SchedVal>() == 72);
+    assert!(offset_of!(SchedVal, off_call_ns) == 56);
+    assert!(size_of::<ThreadCall>() == 24);
+    assert!(offset_of!(ThreadCall, depth) == 16);
     assert!(size_of::<CgroupVal>() == 16);
     assert!(size_of::<IoKey>() == 16);
     assert!(size_of::<IoVal>() == 32 + 4 * HIST_BUCKETS);

@@ -236,7 +236,7 @@ impl Probes {
                     continue;
                 }
             }
-            if op.timed {
+            if op.return_probed() {
                 let ret = prog(&mut self.ebpf, "call_return").and_then(as_uprobe)?;
                 let id = ret.attach(point(), path, UProbeScope::AllProcesses).map_err(Error::program(format!(
                     "uretprobe {} in {}",

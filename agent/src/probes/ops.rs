@@ -1,7 +1,7 @@
 //! The traced functions: which library, which symbol, whether the return is
 //! probed (only where a duration is needed).
 
-use super::abi::{COOKIE_COMM_INIT, COOKIE_TIMED};
+use super::abi::{COOKIE_BRACKET, COOKIE_COMM_INIT, COOKIE_TIMED};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lib {
@@ -66,7 +66,23 @@ pub struct Op {
 
 impl Op {
     pub fn cookie(&self) -> u64 {
-        self.id as u64 | if self.timed { COOKIE_TIMED } else { 0 } | if self.comm_init { COOKIE_COMM_INIT } else { 0 }
+        self.id as u64
+            | if self.timed { COOKIE_TIMED } else { 0 }
+            | if self.bracketed() { COOKIE_BRACKET } else { 0 }
+            | if self.comm_init { COOKIE_COMM_INIT } else { 0 }
+    }
+
+    /// An untimed runtime call whose return is still probed, only to mark
+    /// the thread as inside it: the driver calls it makes (a launch under
+    /// `cudaLaunchKernel`) are then not counted a second time. NCCL's and
+    /// the driver's untimed ops make no traced calls of their own.
+    pub fn bracketed(&self) -> bool {
+        !self.timed && self.lib == Lib::Cudart
+    }
+
+    /// Whether a return probe is attached.
+    pub fn return_probed(&self) -> bool {
+        self.timed || self.bracketed()
     }
 }
 

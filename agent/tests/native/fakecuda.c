@@ -1,14 +1,22 @@
-/* A stand-in for libcudart/libcuda/libnccl with the real symbol names and
- * controllable durations: the agent probes it exactly as it would the real
- * libraries. Built as libcudart.so.12 / libnccl.so.2 by the tests.
+/* A stand-in for libcudart/libnccl with the real symbol names: the agent
+ * probes it exactly as it would the real libraries. Built as
+ * libcudart.so.12 and libnccl.so.2 by the tests, next to the stand-in
+ * driver (fakecuda_driver.c, libcuda.so.1) that it calls the way the real
+ * runtime does: loaded with dlopen, its entry points looked up by name, so
+ * a runtime call reaches the driver's exported (probed) functions. Where no
+ * driver can be loaded (a copy of this library alone in another
+ * directory), a call does the driver's part itself.
+ *
+ * NCCL's collectives enqueue a kernel on the device and return at once;
+ * ranks wait for each other in their next device sync (see the driver).
  * Durations: the last argument that is a duration is in microseconds. */
-#include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
 #include <stddef.h>
-#include <stdlib.h>
-#include <sys/mman.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,104 +28,115 @@ static void spin_us(long us)
 	nanosleep(&ts, NULL);
 }
 
+static void *drv;
+
+/* The driver is loaded with the library, as the real runtime and NCCL load
+ * it at initialisation (so no timed call pays for the dlopen): the
+ * libcuda.so.1 next to this file, found from our own path (a constructor's
+ * dlopen does not search the library's run path). */
+__attribute__((constructor)) static void load_driver(void)
+{
+	Dl_info self;
+	char path[4096];
+	if (!dladdr((void *)load_driver, &self) || !self.dli_fname)
+		return;
+	const char *slash = strrchr(self.dli_fname, '/');
+	int dir = slash ? (int)(slash - self.dli_fname) : 1;
+	snprintf(path, sizeof(path), "%.*s/libcuda.so.1", dir, slash ? self.dli_fname : ".");
+	if (access(path, R_OK) == 0)
+		drv = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+}
+
+/* The driver's function `sym`, or NULL. A runtime linked into an
+ * executable finds the driver once the program has loaded it. */
+static void *driver_fn(const char *sym)
+{
+	if (!drv)
+		drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+	return drv ? dlsym(drv, sym) : NULL;
+}
+
+typedef int (*long_fn)(long);
+typedef int (*ptr_fn)(const void *);
+
+/* Runtime call made of one driver call, as in libcudart. */
+#define ENQUEUE(name, drv)                                         \
+	int name(const void *f)                                    \
+	{                                                          \
+		static ptr_fn d;                                   \
+		if (!d)                                            \
+			d = (ptr_fn)driver_fn(drv);                \
+		return d ? d(f) : 0;                               \
+	}
+#define CALLS(name, drv)                                           \
+	int name(long us)                                          \
+	{                                                          \
+		static long_fn d;                                  \
+		if (!d)                                            \
+			d = (long_fn)driver_fn(drv);               \
+		if (!d) {                                          \
+			spin_us(us);                               \
+			return 0;                                  \
+		}                                                  \
+		return d(us);                                      \
+	}
 #define ENTRY_ONLY(name) int name(const void *f) { (void)f; return 0; }
 #define TIMED(name) int name(long us) { spin_us(us); return 0; }
 
-ENTRY_ONLY(cudaLaunchKernel)
-ENTRY_ONLY(cudaLaunchKernel_ptsz)
-ENTRY_ONLY(cudaLaunchKernelExC)
-ENTRY_ONLY(cudaGraphLaunch)
-ENTRY_ONLY(cudaFree)
-TIMED(cudaMemcpy)
-TIMED(cudaMemcpyAsync)
-TIMED(cudaStreamSynchronize)
-TIMED(cudaDeviceSynchronize)
-TIMED(cudaEventSynchronize)
-TIMED(cudaMalloc)
-ENTRY_ONLY(cuLaunchKernel)
-TIMED(cuCtxSynchronize)
-TIMED(cuStreamSynchronize)
-/* Data-parallel mode: with FAKE_NCCL_BARRIER=FILE and FAKE_NCCL_WORLD=N set,
- * ncclAllReduce also waits until all N ranks (processes sharing FILE) have
- * arrived, as real collectives do, so the healthy ranks wait for a straggler
- * inside the traced call. A sense-reversing barrier in a shared mapping;
- * waiters sleep on a (process-shared) futex, so waiting costs no CPU. */
-struct barrier { int count; int sense; };
+ENQUEUE(cudaLaunchKernel, "cuLaunchKernel")
+ENQUEUE(cudaLaunchKernel_ptsz, "cuLaunchKernel_ptsz")
+ENQUEUE(cudaLaunchKernelExC, "cuLaunchKernelEx")
+ENQUEUE(cudaGraphLaunch, "cuGraphLaunch")
+ENQUEUE(cudaFree, "cuMemFree_v2")
+CALLS(cudaMemcpy, "cuMemcpy")
+CALLS(cudaMemcpyAsync, "cuMemcpyAsync")
+CALLS(cudaStreamSynchronize, "cuStreamSynchronize")
+CALLS(cudaDeviceSynchronize, "cuCtxSynchronize")
+CALLS(cudaEventSynchronize, "cuEventSynchronize")
+CALLS(cudaMalloc, "cuMemAlloc_v2")
 
-static struct barrier *shared_barrier(int *world)
+/* NCCL: a collective launches its kernel through the driver and enqueues
+ * itself (the driver's barrier); the call returns at once. */
+static void collective(long us)
 {
-	static struct barrier *b;
-	static int n = -1;
-	if (n < 0) {
-		const char *path = getenv("FAKE_NCCL_BARRIER"), *w = getenv("FAKE_NCCL_WORLD");
-		n = 0;
-		if (path && w && atoi(w) > 1) {
-			int fd = open(path, O_RDWR | O_CREAT, 0600);
-			if (fd >= 0 && ftruncate(fd, sizeof(*b)) == 0) {
-				void *m = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-				if (m != MAP_FAILED) {
-					b = m;
-					n = atoi(w);
-				}
-			}
-			if (fd >= 0)
-				close(fd);
-		}
+	static ptr_fn launch;
+	static long_fn enqueue;
+	if (!launch) {
+		launch = (ptr_fn)driver_fn("cuLaunchKernel");
+		enqueue = (long_fn)driver_fn("fakecuda_enqueue_collective");
 	}
-	*world = n;
-	return b;
+	if (launch)
+		launch(NULL);
+	if (enqueue)
+		enqueue(us);
+	else
+		spin_us(us);
 }
+#define COLLECTIVE(name) int name(long us) { collective(us); return 0; }
 
-int ncclAllReduce(long us)
-{
-	int world;
-	struct barrier *b = shared_barrier(&world);
-	if (b) {
-		int sense = __atomic_load_n(&b->sense, __ATOMIC_ACQUIRE);
-		if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == world) {
-			__atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
-			__atomic_store_n(&b->sense, !sense, __ATOMIC_RELEASE);
-			syscall(SYS_futex, &b->sense, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-		} else {
-			while (__atomic_load_n(&b->sense, __ATOMIC_ACQUIRE) == sense)
-				syscall(SYS_futex, &b->sense, FUTEX_WAIT, sense, NULL, NULL, 0);
-		}
-	}
-	spin_us(us);
-	return 0;
-}
-TIMED(ncclAllGather)
-TIMED(ncclReduceScatter)
-TIMED(ncclBroadcast)
-TIMED(ncclSend)
-TIMED(ncclRecv)
+COLLECTIVE(ncclAllReduce)
+COLLECTIVE(ncclAllGather)
+COLLECTIVE(ncclReduceScatter)
+COLLECTIVE(ncclBroadcast)
+COLLECTIVE(ncclSend)
+COLLECTIVE(ncclRecv)
+COLLECTIVE(ncclReduce)
+COLLECTIVE(ncclAlltoAll)
 ENTRY_ONLY(ncclGroupStart)
 TIMED(ncclGroupEnd)
+TIMED(ncclCommSplit)
+TIMED(ncclCommAbort)
+TIMED(ncclCommDestroy)
 /* A failing call: counted as an error by the return probe. */
 int cudaGetLastErrorFail(long us) { spin_us(us); return 35; }
 
 /* The rest of what current PyTorch / vLLM / JAX stacks call. */
-ENTRY_ONLY(cudaMallocAsync)
+ENQUEUE(cudaMallocAsync, "cuMemAllocAsync")
 ENTRY_ONLY(cudaFreeAsync)
 ENTRY_ONLY(cudaEventRecord)
 ENTRY_ONLY(cudaEventQuery)
-ENTRY_ONLY(cudaStreamWaitEvent)
+ENQUEUE(cudaStreamWaitEvent, "cuStreamWaitEvent")
 ENTRY_ONLY(cudaMemsetAsync)
-ENTRY_ONLY(cudaLaunchCooperativeKernel)
-TIMED(cudaMemcpyPeer)
+ENQUEUE(cudaLaunchCooperativeKernel, "cuLaunchCooperativeKernel")
+CALLS(cudaMemcpyPeer, "cuMemcpy")
 TIMED(cudaMemcpyPeerAsync)
-TIMED(cuStreamSynchronize_ptsz)
-TIMED(cuMemcpy_ptds)
-TIMED(cuMemcpyHtoD_v2_ptds)
-TIMED(cuMemcpyDtoH_v2_ptds)
-TIMED(cuEventSynchronize)
-ENTRY_ONLY(cuStreamWaitEvent)
-TIMED(cuMemFree_v2)
-ENTRY_ONLY(cuMemAllocAsync)
-ENTRY_ONLY(cuGraphLaunch)
-ENTRY_ONLY(cuLaunchCooperativeKernel)
-TIMED(ncclCommSplit)
-TIMED(ncclReduce)
-TIMED(ncclAlltoAll)
-TIMED(ncclCommAbort)
-TIMED(ncclCommDestroy)

@@ -3,6 +3,7 @@
  * is loaded dynamically.
  *   static_cuda DRIVER_LIB wait DELAY_MS N
  * (waits for a byte on stdin, then N launches + N/10 syncs after DELAY_MS) */
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -327,6 +327,9 @@ impl<'a> Folder<'a> {
                 voluntary_switches: s.switches,
                 involuntary_switches: 0,
                 wakeups: s.wakeups,
+                // The source does not say which off-CPU time was inside a call.
+                off_cpu_in_call_ns: None,
+                runq_wait_in_call_ns: None,
             };
             t.append(&self.common(pid, w), &row)?;
         }

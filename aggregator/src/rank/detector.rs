@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::signals::{NCCL_HIGH, NodeWindowKey, SPECS, Signal, SignalSpec, Signals, fmt_value};
+use super::signals::{DEVICE_WAIT_HIGH, NodeWindowKey, SPECS, Signal, SignalSpec, Signals, fmt_value};
 
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {
@@ -223,27 +223,28 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     // devs[node] = (score, deviations, has_cause)
     let mut devs: Vec<(f64, Vec<Deviation>, bool)> = vec![(0.0, Vec::new(), false); n];
     let all: Vec<usize> = (0..n).collect();
-    let mut nccl_low = vec![false; n];
+    let mut waits_less = vec![false; n];
     for spec in SPECS.iter() {
         let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(spec.signal)).collect();
         for i in 0..n {
             if let Some(d) = deviation(cfg, spec, &values, i, &all) {
-                nccl_low[i] |= spec.signal == Signal::NcclShare;
+                waits_less[i] |= spec.signal == Signal::DeviceWaitShare;
                 add(&mut devs[i], d, spec.cause);
             }
         }
     }
-    // A slow link shows as *more* time in collectives than the peers. The
-    // peers of a straggler wait more too, so compare only against nodes that
-    // are not themselves waiting less (stragglers leave the reference).
-    let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(Signal::NcclShare)).collect();
-    let reference: Vec<usize> = (0..n).filter(|&i| !nccl_low[i]).collect();
+    // A slow link shows as *more* waiting on the device and peers than the
+    // peers. The peers of a straggler wait more too, so compare only against
+    // nodes that neither wait less nor have a cause of their own (stragglers
+    // leave the reference).
+    let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(Signal::DeviceWaitShare)).collect();
+    let reference: Vec<usize> = (0..n).filter(|&i| !waits_less[i] && !devs[i].2).collect();
     for &i in &reference {
-        if let Some(d) = deviation(cfg, &NCCL_HIGH, &values, i, &reference) {
+        if let Some(d) = deviation(cfg, &DEVICE_WAIT_HIGH, &values, i, &reference) {
             add(&mut devs[i], d, true);
         }
     }
-    // Waiting less at collectives than the peers is the straggler's signature;
+    // Waiting less in its syncs than the peers is the straggler's signature;
     // but when a node has a cause of its own, only it is the straggler.
     let any_cause = devs.iter().any(|d| d.2);
     for (i, name) in names.iter().enumerate() {
@@ -280,11 +281,11 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
 mod tests {
     use super::*;
 
-    fn sig(runq: f64, nccl: f64) -> Signals {
+    fn sig(runq: f64, wait: f64) -> Signals {
         Signals {
             runq_ns: runq * 1e9,
             oncpu_ns: (1.0 - runq) * 1e9,
-            nccl_ns: nccl * 1e9,
+            wait_ns: wait * 1e9,
             window_ns: 1e9,
             threads: 1.0,
             ..Default::default()

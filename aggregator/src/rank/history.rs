@@ -8,7 +8,7 @@ use arrow::datatypes::{Float64Type, Int64Type};
 
 use super::Ranking;
 use super::detector::{Detector, DetectorConfig};
-use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
+use super::signals::{BLOCKING_COPIES, DEFAULT_JOB, NodeWindowKey, Signals};
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, time_predicate};
 
@@ -45,15 +45,18 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
     let head = format!("SELECT {job_expr} AS job, node, (CAST(window_start AS BIGINT) / {bin}) * {bin} AS bin");
     let tail = format!("WHERE {filter} GROUP BY 1, 2, 3");
     let d = |e: &str| format!("SUM(CAST({e} AS DOUBLE))");
+    // The same classes as `signals::is_blocking_copy` / `is_device_wait`.
+    let copies: Vec<String> = BLOCKING_COPIES.iter().map(|o| quote(o)).collect();
+    let copy = format!("op IN ({})", copies.join(", "));
     vec![
         (
             "calls",
             format!(
-                "{head}, {} AS sync_ns, {} AS nccl_ns, {} AS launches FROM call_windows {tail}",
-                d("CASE WHEN op LIKE '%Synchronize%' THEN total_ns ELSE 0 END"),
-                d(
-                    "CASE WHEN library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd', 'ncclCommInitRank') THEN total_ns ELSE 0 END"
-                ),
+                "{head}, {} AS copy_ns, {} AS wait_ns, {} AS launches FROM call_windows {tail}",
+                d(&format!("CASE WHEN {copy} THEN total_ns ELSE 0 END")),
+                d(&format!(
+                    "CASE WHEN op LIKE '%Synchronize%' OR {copy} OR (library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd') AND op NOT LIKE 'ncclComm%') THEN total_ns ELSE 0 END"
+                )),
                 d(
                     "CASE WHEN op LIKE 'cudaLaunchKernel%' OR op LIKE 'cuLaunchKernel%' OR op = 'cudaGraphLaunch' THEN count ELSE 0 END"
                 ),
@@ -62,11 +65,12 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
         (
             "sched",
             format!(
-                "{head}, {} AS runq_ns, {} AS off_ns, {} AS on_ns, {} AS threads FROM sched_windows {tail}",
+                "{head}, {} AS runq_ns, {} AS off_ns, {} AS on_ns, {} AS threads, {} AS off_call_ns FROM sched_windows {tail}",
                 d("runq_wait_ns"),
                 d("off_cpu_ns"),
                 d("on_cpu_ns"),
-                d("threads")
+                d("threads"),
+                d("COALESCE(off_cpu_in_call_ns, 0)")
             ),
         ),
         ("io", format!("{head}, {} AS io_ns FROM io_windows {tail}", d("total_ns"))),
@@ -126,8 +130,8 @@ fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) {
         let mut s = Signals { window_ns: bin_ns, ..Default::default() };
         match kind {
             "calls" => {
-                s.sync_ns = v(0, i);
-                s.nccl_ns = v(1, i);
+                s.copy_ns = v(0, i);
+                s.wait_ns = v(1, i);
                 s.launches = v(2, i);
             }
             "sched" => {
@@ -135,6 +139,7 @@ fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) {
                 s.offcpu_ns = v(1, i);
                 s.oncpu_ns = v(2, i);
                 s.threads = v(3, i);
+                s.offcpu_call_ns = v(4, i);
             }
             "io" => s.io_ns = v(0, i),
             _ => s.mem_events = v(0, i),

@@ -11,16 +11,27 @@ use ingero_proto::Table;
 pub(crate) const DEFAULT_JOB: &str = "(unlabelled)";
 
 /// The signals, in the order they are reported.
+///
+/// They follow what a real data-parallel job does on its GPU node: NCCL
+/// collectives and launches only enqueue work and return at once; a rank
+/// waits for its GPU and for its peers inside a device sync or a blocking
+/// copy. So a straggler is the rank that waits *least* there (its peers
+/// wait for it), and its cause is what else it spent the step on: the
+/// run queue, host-side blocking (off-CPU outside any CUDA/NCCL call), IO,
+/// memory. Waiting inside a sync is never a host stall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Signal {
-    /// Run-queue wait of the job's processes / wall time (CPU contention).
+    /// Run-queue wait of the job's processes / scheduler time (CPU contention).
     RunqShare,
-    /// Off-CPU (blocked) time / wall time (IO, locks, page faults, input pipeline).
+    /// Off-CPU time *outside* CUDA/NCCL calls / scheduler time: threads
+    /// blocked in host code (IO, locks, page faults, input pipeline).
     OffCpuShare,
-    /// Time in cuda*Synchronize / wall time (waiting for its own GPU).
-    SyncShare,
-    /// Time in NCCL collectives / wall time (waiting for the other ranks).
-    NcclShare,
+    /// Time in blocking device-to-host copies (`loss.item()`) / wall time:
+    /// waiting for its own GPU's work before any collective is due.
+    CopyWaitShare,
+    /// Time in device syncs, blocking copies and collectives / wall time:
+    /// waiting for the GPU or for the other ranks.
+    DeviceWaitShare,
     /// Block IO latency summed / wall time.
     IoShare,
     /// OOM kills, memory-pressure and swap events.
@@ -37,7 +48,7 @@ pub(crate) struct SignalSpec {
     pub signal: Signal,
     pub name: &'static str,
     pub label: &'static str,
-    /// +1: high is bad; -1: low is bad (a straggler waits least at collectives).
+    /// +1: high is bad; -1: low is bad (a straggler waits least in its syncs).
     pub direction: f64,
     pub min_effect: f64,
     pub percent: bool,
@@ -57,18 +68,18 @@ pub(crate) const SPECS: [SignalSpec; 6] = [
     SignalSpec {
         signal: Signal::OffCpuShare,
         name: "offcpu_share",
-        label: "off-CPU",
+        label: "host-blocked (off-CPU outside CUDA/NCCL calls)",
         direction: 1.0,
         min_effect: 0.08,
         percent: true,
         cause: true,
     },
     SignalSpec {
-        signal: Signal::SyncShare,
-        name: "sync_share",
-        label: "GPU synchronize wait",
+        signal: Signal::CopyWaitShare,
+        name: "copy_wait_share",
+        label: "waiting for its own GPU in blocking copies",
         direction: 1.0,
-        min_effect: 0.08,
+        min_effect: 0.05,
         percent: true,
         cause: true,
     },
@@ -91,9 +102,9 @@ pub(crate) const SPECS: [SignalSpec; 6] = [
         cause: true,
     },
     SignalSpec {
-        signal: Signal::NcclShare,
-        name: "nccl_share",
-        label: "NCCL collective wait",
+        signal: Signal::DeviceWaitShare,
+        name: "device_wait_share",
+        label: "waiting on the device and peers (syncs, copies, collectives)",
         direction: -1.0,
         min_effect: 0.08,
         percent: true,
@@ -101,11 +112,12 @@ pub(crate) const SPECS: [SignalSpec; 6] = [
     },
 ];
 
-/// More time in collectives than the (non-straggler) peers: a slow link.
-pub(crate) const NCCL_HIGH: SignalSpec = SignalSpec {
-    signal: Signal::NcclShare,
-    name: "nccl_share_high",
-    label: "NCCL collective time",
+/// Waiting longer on the device and peers than the peers that are not
+/// themselves waiting less: its own collectives finish last (a slow link).
+pub(crate) const DEVICE_WAIT_HIGH: SignalSpec = SignalSpec {
+    signal: Signal::DeviceWaitShare,
+    name: "device_wait_share_high",
+    label: "waiting on the device and peers",
     direction: 1.0,
     min_effect: 0.08,
     percent: true,
@@ -118,8 +130,12 @@ pub struct Signals {
     pub runq_ns: f64,
     pub offcpu_ns: f64,
     pub oncpu_ns: f64,
-    pub sync_ns: f64,
-    pub nccl_ns: f64,
+    /// Part of `offcpu_ns` inside a CUDA/NCCL call (not a host stall).
+    pub offcpu_call_ns: f64,
+    /// Blocking device-to-host copies.
+    pub copy_ns: f64,
+    /// Syncs, blocking copies and collectives.
+    pub wait_ns: f64,
     pub io_ns: f64,
     pub mem_events: f64,
     pub launches: f64,
@@ -134,9 +150,9 @@ impl Signals {
         let sched = (self.runq_ns + self.offcpu_ns + self.oncpu_ns).max(1.0);
         match s {
             Signal::RunqShare => self.runq_ns / sched,
-            Signal::OffCpuShare => self.offcpu_ns / sched,
-            Signal::SyncShare => self.sync_ns / w,
-            Signal::NcclShare => self.nccl_ns / w,
+            Signal::OffCpuShare => (self.offcpu_ns - self.offcpu_call_ns).max(0.0) / sched,
+            Signal::CopyWaitShare => self.copy_ns / w,
+            Signal::DeviceWaitShare => self.wait_ns / w,
             Signal::IoShare => self.io_ns / w,
             Signal::MemEvents => self.mem_events,
             Signal::LaunchRate => self.launches / (w / 1e9),
@@ -147,8 +163,9 @@ impl Signals {
         self.runq_ns += o.runq_ns;
         self.offcpu_ns += o.offcpu_ns;
         self.oncpu_ns += o.oncpu_ns;
-        self.sync_ns += o.sync_ns;
-        self.nccl_ns += o.nccl_ns;
+        self.offcpu_call_ns += o.offcpu_call_ns;
+        self.copy_ns += o.copy_ns;
+        self.wait_ns += o.wait_ns;
         self.io_ns += o.io_ns;
         self.mem_events += o.mem_events;
         self.launches += o.launches;
@@ -169,8 +186,31 @@ pub(crate) fn is_sync_op(op: &str) -> bool {
     op.contains("Synchronize")
 }
 
+/// Copies that block the host until the device has done the work queued
+/// before them (device-to-host, `loss.item()`); the `Async` ones enqueue.
+pub(crate) const BLOCKING_COPIES: [&str; 9] = [
+    "cudaMemcpy",
+    "cudaMemcpy_ptds",
+    "cudaMemcpyPeer",
+    "cuMemcpy",
+    "cuMemcpy_ptds",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyDtoH_v2_ptds",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyHtoD_v2_ptds",
+];
+
+pub(crate) fn is_blocking_copy(op: &str) -> bool {
+    BLOCKING_COPIES.contains(&op)
+}
+
 pub(crate) fn is_nccl_collective(library: &str, op: &str) -> bool {
     library == "nccl" && !matches!(op, "ncclGroupStart" | "ncclGroupEnd") && !op.starts_with("ncclComm")
+}
+
+/// Where a host thread waits for its GPU or its peers.
+pub(crate) fn is_device_wait(library: &str, op: &str) -> bool {
+    is_sync_op(op) || is_blocking_copy(op) || is_nccl_collective(library, op)
 }
 
 /// Work submitted to the GPU: kernels, cooperative kernels, graphs (runtime,
@@ -211,6 +251,7 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
     let (lib, op) = (strcol("library"), strcol("op"));
     let (count, total) = (u64col("count"), u64col("total_ns"));
     let (runq, off, on) = (u64col("runq_wait_ns"), u64col("off_cpu_ns"), u64col("on_cpu_ns"));
+    let off_call = u64col("off_cpu_in_call_ns");
     let threads = b.column_by_name("threads").map(|c| c.as_primitive::<UInt32Type>().clone());
     let kind = strcol("kind");
     for i in 0..b.num_rows() {
@@ -224,10 +265,11 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
             Table::CallWindows => {
                 let (Some(lib), Some(op), Some(count), Some(total)) = (&lib, &op, &count, &total) else { continue };
                 let (l, o) = (lib.value(i), op.value(i));
-                if is_sync_op(o) {
-                    s.sync_ns = total.value(i) as f64;
-                } else if is_nccl_collective(l, o) {
-                    s.nccl_ns = total.value(i) as f64;
+                if is_device_wait(l, o) {
+                    s.wait_ns = total.value(i) as f64;
+                    if is_blocking_copy(o) {
+                        s.copy_ns = total.value(i) as f64;
+                    }
                 } else if is_launch(o) {
                     s.launches = count.value(i) as f64;
                 }
@@ -237,6 +279,7 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
                 s.runq_ns = runq.value(i) as f64;
                 s.offcpu_ns = off.value(i) as f64;
                 s.oncpu_ns = on.value(i) as f64;
+                s.offcpu_call_ns = off_call.as_ref().filter(|c| c.is_valid(i)).map_or(0.0, |c| c.value(i) as f64);
                 s.threads = threads.as_ref().map_or(1.0, |t| t.value(i) as f64);
             }
             Table::IoWindows => {

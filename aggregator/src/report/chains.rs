@@ -43,8 +43,14 @@ pub struct Summary {
     pub io_share: f64,
     pub sync_p99_baseline_ns: Option<u64>,
     pub sync_p99_worst_ns: Option<u64>,
-    pub nccl_share: f64,
-    pub peer_nccl_share: Option<f64>,
+    /// Waiting on the GPU and peers (syncs, blocking copies, collectives).
+    pub wait_share: f64,
+    pub peer_wait_share: Option<f64>,
+    /// Waiting for its own GPU in blocking copies.
+    #[serde(default)]
+    pub copy_share: f64,
+    #[serde(default)]
+    pub peer_copy_share: Option<f64>,
     pub peer_stall_share: Option<f64>,
     pub launch_rate_baseline: f64,
     pub launch_rate_worst: f64,
@@ -88,7 +94,8 @@ pub(crate) fn summarize(d: &ReportData) -> Summary {
         }
         h.quantile(0.99)
     };
-    let peers_n: Vec<f64> = s.iter().filter_map(|p| p.peer_nccl_share).collect();
+    let peers_n: Vec<f64> = s.iter().filter_map(|p| p.peer_wait_share).collect();
+    let peers_c: Vec<f64> = s.iter().filter_map(|p| p.peer_copy_share).collect();
     let peers_s: Vec<f64> = s.iter().filter_map(|p| p.peer_stall_share).collect();
     Summary {
         windows: n,
@@ -105,8 +112,10 @@ pub(crate) fn summarize(d: &ReportData) -> Summary {
         io_share: mean(s.iter().map(|p| p.io_share)),
         sync_p99_baseline_ns: hist_of(&calm),
         sync_p99_worst_ns: hist_of(&worst),
-        nccl_share: mean(s.iter().map(|p| p.nccl_share)),
-        peer_nccl_share: (!peers_n.is_empty()).then(|| median(peers_n)),
+        wait_share: mean(s.iter().map(|p| p.wait_share)),
+        peer_wait_share: (!peers_n.is_empty()).then(|| median(peers_n)),
+        copy_share: mean(s.iter().map(|p| p.copy_share)),
+        peer_copy_share: (!peers_c.is_empty()).then(|| median(peers_c)),
         peer_stall_share: (!peers_s.is_empty()).then(|| median(peers_s)),
         launch_rate_baseline: mean(calm.iter().map(|&i| s[i].launches_per_s)),
         launch_rate_worst: mean(worst.iter().map(|&i| s[i].launches_per_s)),
@@ -140,12 +149,12 @@ fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
             s.launch_rate_worst
         ));
     }
-    if let Some(peer) = s.peer_nccl_share
-        && s.nccl_share < peer * 0.7
+    if let Some(peer) = s.peer_wait_share
+        && s.wait_share < peer * 0.7
     {
         out.push(format!(
-                "NCCL collectives: this rank waits {} of the time vs {} on the job's other {} nodes — they are waiting for it (straggler)",
-                pct(s.nccl_share),
+                "this rank waits on the GPU and peers (syncs, copies, collectives) {} of the time vs {} on the job's other {} nodes — they are waiting for it (straggler)",
+                pct(s.wait_share),
                 pct(peer),
                 d.peers
             ));
@@ -330,16 +339,23 @@ fn host_blocked(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
 }
 
 fn gpu_or_link(d: &ReportData, s: &Summary) -> Vec<Chain> {
-    let Some(peer) = s.peer_nccl_share else { return vec![] };
+    let Some(peer) = s.peer_wait_share else { return vec![] };
     let mut out = Vec::new();
-    if s.nccl_share < peer * 0.7 && s.stall_share < 0.1 {
+    let peer_copy = s.peer_copy_share.unwrap_or(0.0);
+    // Its own GPU is slow: it waits longer than its peers in the blocking
+    // copies that need only its own work (`loss.item()` before the
+    // collectives are due), or it waits least overall with a healthy host.
+    let own_gpu = s.copy_share > peer_copy * 1.3 && s.copy_share - peer_copy > 0.03;
+    if (own_gpu || s.wait_share < peer * 0.7) && s.stall_share < 0.1 {
         out.push(Chain {
             severity: Severity::High,
             cause: "slow_gpu".into(),
-            title: "Slow GPU → every other rank waits at the collective".into(),
+            title: "Slow GPU → every other rank waits in its syncs".into(),
             root_cause: vec![format!(
-                "host is healthy (stall {}) but this rank reaches the collective last",
-                pct(s.stall_share)
+                "host is healthy (stall {}) but this rank waits for its own GPU {} of the time in blocking copies vs {} on peers",
+                pct(s.stall_share),
+                pct(s.copy_share),
+                pct(peer_copy)
             )],
             effect: gpu_effects(d, s),
             contributing: vec![],
@@ -349,14 +365,14 @@ fn gpu_or_link(d: &ReportData, s: &Summary) -> Vec<Chain> {
             ],
         });
     }
-    if s.nccl_share > peer * 1.3 && s.nccl_share - peer > 0.05 && s.stall_share < 0.1 {
+    if !own_gpu && s.wait_share > peer * 1.3 && s.wait_share - peer > 0.05 && s.stall_share < 0.1 {
         out.push(Chain {
             severity: Severity::Medium,
             cause: "slow_network".into(),
             title: "Slow interconnect → longer collectives".into(),
             root_cause: vec![format!(
-                "NCCL collectives take {} of the time vs {} on peers",
-                pct(s.nccl_share),
+                "waits on the GPU and peers {} of the time vs {} on peers, with a healthy host and GPU",
+                pct(s.wait_share),
                 pct(peer)
             )],
             effect: vec!["every step of the job waits for this node's transfers".into()],

@@ -12,7 +12,7 @@ use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, time_predicate};
 use crate::rank::detector::rfc3339;
-use crate::rank::signals::{is_launch, is_nccl_collective, is_sync_op};
+use crate::rank::signals::{BLOCKING_COPIES, is_blocking_copy, is_device_wait, is_launch, is_sync_op};
 
 /// Window start as µs, for grouping.
 const W: &str = "CAST(window_start AS BIGINT)";
@@ -108,30 +108,41 @@ impl Collector<'_> {
         Ok(())
     }
 
-    /// Run-queue and off-CPU shares; returns per window (off-CPU ns, all
-    /// thread time ns) for the host-stall share.
+    /// Run-queue and off-CPU shares. Agents measure, in the kernel, which
+    /// off-CPU time was spent inside a CUDA/NCCL call (waiting for the
+    /// device or peers): only the rest is the host blocking. Rows without
+    /// that split (imported traces) are returned per window as (off-CPU ns,
+    /// all thread time ns) for [`Self::host_share`] to estimate.
     async fn sched(&mut self) -> Result<BTreeMap<i64, (f64, f64)>> {
         let sched = self
             .sql(&format!(
-                "SELECT {W} AS t, SUM(CAST(runq_wait_ns AS DOUBLE)), SUM(CAST(off_cpu_ns AS DOUBLE)), SUM(CAST(on_cpu_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)) FROM sched_windows WHERE {} GROUP BY 1",
+                "SELECT {W} AS t, SUM(CAST(runq_wait_ns AS DOUBLE)), SUM(CAST(off_cpu_ns AS DOUBLE)), SUM(CAST(on_cpu_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)), \
+                 SUM(CAST(off_cpu_in_call_ns AS DOUBLE)), CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) FROM sched_windows WHERE {} GROUP BY 1",
                 self.filter
             ))
             .await?;
-        let mut off_cpu = BTreeMap::new();
+        let mut unsplit = BTreeMap::new();
         for b in &sched {
             let t = b.column(0).as_primitive::<Int64Type>();
             let (runq, off, on, wu) = (f64s(b, 1), f64s(b, 2), f64s(b, 3), f64s(b, 4));
+            let (in_call, split) = (f64s(b, 5), f64s(b, 6));
             for i in 0..b.num_rows() {
                 let total = (runq[i] + off[i] + on[i]).max(1.0);
                 let p = self.points.entry(t.value(i)).or_default();
                 p.runq_share = runq[i] / total;
-                p.offcpu_share = off[i] / total;
-                off_cpu.insert(t.value(i), (off[i], total));
+                if split[i] > 0.0 {
+                    let host = (off[i] - in_call[i]).max(0.0) / total;
+                    p.offcpu_share = host;
+                    p.host_offcpu_share = host;
+                } else {
+                    p.offcpu_share = off[i] / total;
+                    unsplit.insert(t.value(i), (off[i], total));
+                }
                 self.window_us = wu[i].max(1.0);
             }
         }
         self.d.window_secs = self.window_us / 1e6;
-        Ok(off_cpu)
+        Ok(unsplit)
     }
 
     /// Per-op latency, sync p99, collective share and launch rate; returns
@@ -172,16 +183,20 @@ impl Collector<'_> {
                 st.max_ns = st.max_ns.max(mx.value(i));
                 st.sampled |= sampled.value(i);
                 st.hist.merge(&hist);
-                if is_sync_op(o) || is_nccl_collective(l, o) || o.contains("Memcpy") {
+                if is_device_wait(l, o) || o.contains("Memcpy") {
                     *waiting.entry(t).or_default() += total.value(i) as f64;
                 }
                 let secs = (wu.value(i) as f64 / 1e6).max(1e-6);
                 let p = self.points.entry(t).or_default();
+                if is_device_wait(l, o) {
+                    p.wait_share += total.value(i) as f64 / (secs * 1e9);
+                }
+                if is_blocking_copy(o) {
+                    p.copy_share += total.value(i) as f64 / (secs * 1e9);
+                }
                 if is_sync_op(o) {
                     self.d.sync_calls += count.value(i);
                     hists.entry(t).or_default().merge(&hist);
-                } else if is_nccl_collective(l, o) {
-                    p.nccl_share += total.value(i) as f64 / (secs * 1e9);
                 } else if is_launch(o) {
                     self.d.launches += count.value(i);
                     p.launches_per_s += count.value(i) as f64 / secs;
@@ -196,9 +211,10 @@ impl Collector<'_> {
         Ok(waiting)
     }
 
-    /// A thread asleep inside cudaStreamSynchronize, a device-to-host copy
-    /// or a collective waits for the GPU or for its peers: that is not the
-    /// host stalling. Only off-CPU time outside such calls counts.
+    /// For rows without the kernel's split: a thread asleep inside
+    /// cudaStreamSynchronize, a device-to-host copy or a collective waits for
+    /// the GPU or for its peers, not the host stalling, so the time spent in
+    /// such calls is taken off the off-CPU time (an estimate).
     fn host_share(&mut self, off_cpu: BTreeMap<i64, (f64, f64)>, waiting: BTreeMap<i64, f64>) {
         for (t, (off, total)) in off_cpu {
             let inside = waiting.get(&t).copied().unwrap_or(0.0);
@@ -302,26 +318,37 @@ impl Collector<'_> {
         Ok(())
     }
 
-    /// The job's other nodes, window by window: their median collective and stall shares.
+    /// The job's other nodes, window by window: their median device-wait,
+    /// blocking-copy and host-stall shares.
     async fn peers(&mut self) -> Result<()> {
         let Some(job) = self.d.jobs.first() else { return Ok(()) };
         let jf = format!("job = {} AND {} AND node NOT IN ({})", quote(job), self.time, self.node_list());
-        let pn = self
-            .sql(&format!(
-                "SELECT node, {W} AS t, SUM(CASE WHEN library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd', 'ncclCommInitRank') THEN CAST(total_ns AS DOUBLE) ELSE 0 END) / MAX(CAST(window_us AS DOUBLE) * 1000) FROM call_windows WHERE {jf} GROUP BY 1, 2"
-            ))
-            .await?;
+        let copies: Vec<String> = BLOCKING_COPIES.iter().map(|o| quote(o)).collect();
+        let copy = format!("op IN ({})", copies.join(", "));
+        // The same classes as `signals::is_device_wait`.
+        let wait = format!(
+            "op LIKE '%Synchronize%' OR {copy} OR (library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd') AND op NOT LIKE 'ncclComm%')"
+        );
+        let share = |cond: &str| {
+            format!(
+                "SELECT node, {W} AS t, SUM(CASE WHEN {cond} THEN CAST(total_ns AS DOUBLE) ELSE 0 END) / MAX(CAST(window_us AS DOUBLE) * 1000) FROM call_windows WHERE {jf} GROUP BY 1, 2"
+            )
+        };
+        let pw = self.sql(&share(&wait)).await?;
+        let pc = self.sql(&share(&copy)).await?;
         let ps = self
             .sql(&format!(
-                "SELECT node, {W} AS t, SUM(CAST(runq_wait_ns + off_cpu_ns AS DOUBLE)) / SUM(CAST(runq_wait_ns + off_cpu_ns + on_cpu_ns AS DOUBLE)) FROM sched_windows WHERE {jf} GROUP BY 1, 2"
+                "SELECT node, {W} AS t, SUM(CAST(runq_wait_ns + off_cpu_ns - COALESCE(off_cpu_in_call_ns, 0) AS DOUBLE)) / SUM(CAST(runq_wait_ns + off_cpu_ns + on_cpu_ns AS DOUBLE)) FROM sched_windows WHERE {jf} GROUP BY 1, 2"
             ))
             .await?;
         let mut peers = BTreeSet::new();
-        let nccl = by_window(&pn, &mut peers);
+        let wait = by_window(&pw, &mut peers);
+        let copy = by_window(&pc, &mut peers);
         let stall = by_window(&ps, &mut peers);
         self.d.peers = peers.len();
         for (t, p) in self.points.iter_mut() {
-            p.peer_nccl_share = nccl.get(t).map(|v| median(v.clone()));
+            p.peer_wait_share = wait.get(t).map(|v| median(v.clone()));
+            p.peer_copy_share = copy.get(t).map(|v| median(v.clone()));
             p.peer_stall_share = stall.get(t).map(|v| median(v.clone()));
         }
         Ok(())

@@ -69,11 +69,18 @@ pub struct Point {
     #[serde(default)]
     pub host_offcpu_share: f64,
     pub sync_p99_ns: Option<u64>,
-    pub nccl_share: f64,
+    /// Time in device syncs, blocking copies and collectives / wall time:
+    /// waiting for the GPU or the other ranks.
+    pub wait_share: f64,
+    /// Time in blocking copies / wall time: waiting for its own GPU.
+    #[serde(default)]
+    pub copy_share: f64,
     pub launches_per_s: f64,
     pub io_share: f64,
     /// Median of the job's other nodes in the same window.
-    pub peer_nccl_share: Option<f64>,
+    pub peer_wait_share: Option<f64>,
+    #[serde(default)]
+    pub peer_copy_share: Option<f64>,
     pub peer_stall_share: Option<f64>,
 }
 

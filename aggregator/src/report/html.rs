@@ -166,18 +166,18 @@ fn charts(r: &Report) -> String {
         }],
     );
     let nccl = chart(
-        "Time waiting in NCCL collectives",
+        "Time waiting on the GPU and peers (syncs, blocking copies, collectives)",
         "%",
         &[
             Line {
                 label: "this node",
                 color: "#d62728",
-                points: r.series.iter().map(|p| (x(p.t_us), Some(p.nccl_share))).collect(),
+                points: r.series.iter().map(|p| (x(p.t_us), Some(p.wait_share))).collect(),
             },
             Line {
                 label: "job's other nodes (median)",
                 color: "#1f77b4",
-                points: r.series.iter().map(|p| (x(p.t_us), p.peer_nccl_share)).collect(),
+                points: r.series.iter().map(|p| (x(p.t_us), p.peer_wait_share)).collect(),
             },
         ],
     );
