@@ -125,6 +125,7 @@ async fn off_cpu_time_of_a_sleeping_process_and_a_late_dlopen() {
             "sleep:800",
             "sleep:1200",
             "call:cudaLaunchKernel:10:0",
+            "call:cudaStreamSynchronize:1:700000",
         ],
         &cg,
     );
@@ -135,8 +136,12 @@ async fn off_cpu_time_of_a_sleeping_process_and_a_late_dlopen() {
     assert_eq!(calls["cudaLaunchKernel"].0, 10, "late-dlopen library traced: {calls:?}");
     let sched = rows(dir.path(), Table::SchedWindows).await;
     let off_ms = sum_for(&sched, pid, "off_cpu_ns") as f64 / 1e6;
-    // Tracked from its first CUDA call: the 800 + 1200 ms of sleep follow it.
-    assert!((1900.0..2600.0).contains(&off_ms), "off-CPU {off_ms} ms, expected ~2000 (+ sleep overshoot)");
+    let in_call_ms = sum_for(&sched, pid, "off_cpu_in_call_ns") as f64 / 1e6;
+    // Tracked from its first CUDA call: the 800 + 1200 ms of sleep follow it
+    // (the host's own), then 700 ms asleep inside a device sync (waiting).
+    assert!((650.0..900.0).contains(&in_call_ms), "off-CPU inside calls {in_call_ms} ms, expected ~700");
+    let host_ms = off_ms - in_call_ms;
+    assert!((1900.0..2600.0).contains(&host_ms), "off-CPU outside calls {host_ms} ms, expected ~2000 (+ overshoot)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
