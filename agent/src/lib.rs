@@ -9,5 +9,6 @@ pub mod error;
 pub(crate) mod metrics;
 pub mod probe_loop;
 pub mod probes;
+pub(crate) mod progress;
 pub(crate) mod ship;
 pub(crate) mod window;

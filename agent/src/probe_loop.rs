@@ -111,6 +111,8 @@ pub struct ProbeLoop {
     medians: HashMap<u32, f64>,
     /// pid → what its last process_meta row said (ProcInfo::meta_key).
     described: HashMap<u32, u64>,
+    /// pid → end of the last window in which it made a traced call (µs).
+    last_call_us: HashMap<u32, i64>,
     /// Process events of the current window (exec, exit, fork, OOM).
     events: Vec<ProcEvent>,
     /// Processes to scan again shortly after an exec or fork.
@@ -158,6 +160,7 @@ impl ProbeLoop {
             cg_paths: cgroup_paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref()),
             medians: HashMap::new(),
             described: HashMap::new(),
+            last_call_us: HashMap::new(),
             events: Vec::new(),
             follow_ups: Vec::new(),
             next_scan: Instant::now() + cfg.rescan,
@@ -326,6 +329,7 @@ impl ProbeLoop {
         if d.cgroups.iter().any(|(id, _)| !self.cg_paths.contains_key(id)) {
             self.cg_paths = cgroup_paths(&self.cfg.cgroup_mount, self.cfg.cgroup_root.as_deref());
         }
+        let progress = self.progress(&d, window_start + window_us);
         let ctx = WindowCtx {
             node: &self.cfg.node,
             window_start_us: window_start,
@@ -349,11 +353,32 @@ impl ProbeLoop {
         }
         let meta = WindowBuilder::new(&ctx, &mut self.attr).process_meta(&changed);
         built.tables.extend(meta.tables);
-        self.stats.rows_invalid.fetch_add(built.invalid_rows + meta.invalid_rows, Ordering::Relaxed);
+        let progress = WindowBuilder::new(&ctx, &mut self.attr).progress(&progress);
+        built.tables.extend(progress.tables);
+        let invalid = built.invalid_rows + meta.invalid_rows + progress.invalid_rows;
+        self.stats.rows_invalid.fetch_add(invalid, Ordering::Relaxed);
         self.forget_exited();
         update_thresholds(&mut self.probes, &d, &mut self.medians, &self.cfg);
         self.count_window(&delta, probe_run_ns);
         Ok(built.tables)
+    }
+
+    /// Calls in flight per process at the window's end, and how long ago
+    /// each known CUDA process last made a call. A read error loses this
+    /// table for one window, never the window.
+    fn progress(&mut self, d: &drain::Drained, window_end: i64) -> Vec<crate::progress::Progress> {
+        for (k, _) in &d.calls {
+            self.last_call_us.insert(k.tgid, window_end);
+        }
+        let in_flight = drain::calls_in_flight(&mut self.probes).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "reading the calls in flight");
+            Vec::new()
+        });
+        let keep = &self.pid_filter;
+        let in_flight: Vec<_> =
+            in_flight.into_iter().filter(|(_, c)| keep.is_empty() || keep.contains(&c.tgid)).collect();
+        let now = crate::progress::mono_now_ns();
+        crate::progress::collect(&in_flight, &self.last_call_us, now, window_end, crate::progress::proc_state)
     }
 
     /// Drops what is cached about processes that exited.
@@ -363,6 +388,7 @@ impl ProbeLoop {
                 self.attr.forget(e.tgid);
                 self.probes.forget(e.tgid);
                 self.described.remove(&e.tgid);
+                self.last_call_us.remove(&e.tgid);
             }
         }
         // Exits lost to a full ring buffer, and reused pids, are caught here:
@@ -370,6 +396,7 @@ impl ProbeLoop {
         for pid in self.attr.prune() {
             self.probes.forget(pid);
             self.described.remove(&pid);
+            self.last_call_us.remove(&pid);
         }
         self.stats.cached_processes.store(self.attr.len() as u64, Ordering::Relaxed);
     }

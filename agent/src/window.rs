@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use ingero_proto::hist::Histogram;
 use ingero_proto::rows::{BatchBuilder, Row, TimestampUs};
 use ingero_proto::tables::{
-    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow,
+    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StallRow,
 };
 use ingero_proto::{Table, Tables};
 
@@ -13,6 +13,7 @@ use crate::attribution::{Attributor, ProcInfo};
 use crate::probes::abi::{Counters, HIST_BUCKETS, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent, StallEvent};
 use crate::probes::drain::Drained;
 use crate::probes::ops;
+use crate::progress::Progress;
 
 /// Identity of this node and the window being built.
 pub(crate) struct WindowCtx<'a> {
@@ -346,6 +347,27 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
                 gpus: p.gpus.as_deref(),
                 libraries: &libraries,
                 labels: p.pod.as_ref().map(|m| m.labels_json.as_str()),
+            };
+            self.add(&mut b, &c, &row);
+        }
+        self.finish(b);
+        self.out
+    }
+
+    /// `progress_windows`: what each CUDA process is inside at the end of the window.
+    pub(crate) fn progress(mut self, rows: &[Progress]) -> Built {
+        let mut b = BatchBuilder::new(Table::ProgressWindows);
+        for p in rows {
+            let c = self.common(p.pid);
+            let state = p.state.map(String::from);
+            let row = ProgressRow {
+                threads_in_call: p.threads_in_call,
+                oldest_library: p.oldest.map(|(op, _, _)| op.lib.name()),
+                oldest_op: p.oldest.map(|(op, _, _)| op.symbol),
+                oldest_tid: p.oldest.map(|(_, tid, _)| tid),
+                oldest_age_ns: p.oldest.map(|(_, _, age)| age),
+                last_call_age_ns: p.last_call_age_ns,
+                proc_state: state.as_deref(),
             };
             self.add(&mut b, &c, &row);
         }

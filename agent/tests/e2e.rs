@@ -109,93 +109,13 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
         std::env::var("INGERO_E2E_CONTENTION_AT")
             .map_or(8.0, |s| s.parse().expect("INGERO_E2E_CONTENTION_AT: seconds")),
     );
-    let Some(s3) = Seaweed::start() else { return };
-    let mut dir = tempfile::tempdir().unwrap();
-    // Logs (serve.log, node-*.log) are kept for a look after a failure.
-    dir.disable_cleanup(std::env::var_os("INGERO_E2E_KEEP").is_some());
-    let (lib, wl) = build(&dir.path().join("bin"));
-    let store = format!("s3://ingero/e2e-{}", std::process::id());
-
-    // The aggregator, as deployed: its own process, S3 store, WAL on disk.
-    let (grpc, http) = (free_port(), free_port());
-    let server = format!("http://127.0.0.1:{grpc}");
-    let serve_log = dir.path().join("serve.log");
-    let mut cmd = Command::new(ingero_bin());
-    cmd.args(["serve", "--store", &store, "--flush-age", "2s"])
-        .arg(format!("--listen=127.0.0.1:{grpc}"))
-        .arg(format!("--http-listen=127.0.0.1:{http}"))
-        .arg(format!("--wal-dir={}", dir.path().join("wal").display()))
-        .stderr(std::fs::File::create(&serve_log).unwrap())
-        .stdout(Stdio::null());
-    s3_env(&mut cmd, &s3);
-    let mut serve = Proc(cmd.spawn().unwrap());
-    wait_log(&serve_log, "ingero serve ready", Duration::from_secs(30));
-
-    // The cluster: one fake API server, a pod per node in kubelet-shaped cgroups.
-    let kube = FakeKube::start();
-    let kubeconfig = kube.kubeconfig(dir.path());
-    let root_rel = format!("ingero-e2e-{}", std::process::id());
-    let _root = Cgroup::new(&root_rel);
-    let mut cgroups = Vec::new();
-    let mut agents = Vec::new();
-    for (rank, node) in NODES.iter().enumerate() {
-        let uid = format!("{rank:08x}-e2e0-4000-8000-{:012x}", std::process::id());
-        let cid = format!("{:064x}", 0xe2e0 + rank);
-        let cg = Cgroup::new(&format!(
-            "{root_rel}/{node}/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{cid}.scope",
-            uid.replace('-', "_")
-        ));
-        kube.apply(pod(
-            "ml",
-            &format!("llama-worker-{rank}"),
-            &uid,
-            node,
-            ("pytorch", &format!("containerd://{cid}")),
-            json!({"training.kubeflow.org/job-name": "llama", "training.kubeflow.org/replica-index": rank.to_string()}),
-            Some(("PyTorchJob", "llama")),
-        ));
-        let args = vec![
-            format!("--aggregator={server}"),
-            format!("--node={node}"),
-            format!("--spool-dir={}", dir.path().join(node).join("spool").display()),
-            format!("--cgroup-root={}", cgroup_mount().join(&root_rel).join(node).display()),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--pod-resources-socket={}", dir.path().join("none.sock").display()),
-            "--rescan=100ms".into(),
-            "--window=1s".into(),
-        ];
-        agents.push(Agent::start(&args, &dir.path().join(format!("{node}.log"))));
-        cgroups.push(cg);
-    }
-    for a in &agents {
-        a.wait_log("watching pods of this node on the Kubernetes API", Duration::from_secs(20));
-    }
-
+    let Some(cluster) = Cluster::start(&NODES, &[]) else { return };
     // The job: each step is CPU work (input pipeline), kernel launches, an
     // all-reduce that enqueues and returns, then the end-of-step sync that
     // waits for the device work and for every rank's all-reduce.
-    let barrier = dir.path().join("barrier");
-    let mut ranks = Vec::new();
-    for cg in &cgroups {
-        let mut cmd = Command::new(&wl);
-        cmd.env("FAKE_NCCL_BARRIER", &barrier).env("FAKE_NCCL_WORLD", NODES.len().to_string());
-        let nccl = format!("nccl:{}", lib.with_file_name("libnccl.so.2").display());
-        let steps = [
-            "open",
-            &nccl,
-            "repeat:100000",
-            "work:1",
-            "call:cudaLaunchKernel:20:0",
-            "call:ncclAllReduce:1:1000",
-            "call:cudaStreamSynchronize:1:20000",
-        ];
-        let mut child =
-            cmd.arg(&lib).arg("wait").args(steps).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
-        cg.add(child.id());
-        use std::io::Write;
-        child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
-        ranks.push(Proc(child));
-    }
+    let ranks = cluster.job(&STEP);
+    let Cluster { s3, dir: _dir, store, mut serve, serve_log, http, agents, cgroups, kube: _kube, root: _root } =
+        cluster;
     let started = Instant::now();
 
     // Healthy fleet: nobody is flagged.
@@ -300,6 +220,58 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
     assert!(!other["chains"].to_string().contains("host_blocked"), "waiting in a sync called a host stall: {other:#}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_rank_flags_its_node_stuck_and_says_what_it_does() {
+    if !can_trace() {
+        return;
+    }
+    const STUCK_AFTER: Duration = Duration::from_secs(4);
+    let nodes = ["node-a", "node-b"];
+    let Some(cluster) = Cluster::start(&nodes, &["--stuck-after", "4s"]) else { return };
+    let mut step = STEP.to_vec();
+    step.push("gate");
+    let ranks = cluster.job(&step);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (before, r) = flagged(cluster.http);
+    assert!(before.is_empty(), "flagged while the job progressed: {r:#}");
+
+    // Rank 1 stops for good in host code; rank 0 then waits in its sync.
+    std::fs::write(cluster.dir.path().join(ranks[1].0.id().to_string()), b"").unwrap();
+    let hung = Instant::now();
+    let (mut after, mut last) = (None, Value::Null);
+    while hung.elapsed() < Duration::from_secs(40) {
+        let (f, r) = flagged(cluster.http);
+        if !f.is_empty() {
+            assert_eq!(f, vec!["node-b".to_string()], "only the hung rank's node: {r:#}");
+            after = Some(hung.elapsed());
+            last = r;
+            break;
+        }
+        last = r;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = after.unwrap_or_else(|| panic!("node-b not flagged within 40 s of the hang: {last:#}"));
+    eprintln!("hang → stuck flag: {:.2} s (threshold {STUCK_AFTER:?})", after.as_secs_f64());
+    // The threshold, plus the window in which it is crossed, plus shipping
+    // and judging on a loaded 2-core machine.
+    assert!(after <= STUCK_AFTER + Duration::from_secs(4), "flagged {after:?} after the hang");
+    let top = &last["stragglers"][0];
+    assert_eq!((top["node"].as_str(), top["stuck"].as_bool()), (Some("node-b"), Some(true)), "{last:#}");
+    let text = top["signals"][0]["text"].as_str().unwrap_or_default();
+    for want in [
+        "in host code, no CUDA/NCCL call in flight",
+        "(sleeping)",
+        "in cudaStreamSynchronize",
+        "1 rank(s) on 1 other node(s)",
+    ] {
+        assert!(text.contains(want), "`{want}` missing from: {text}");
+    }
+    drop(ranks);
+    for a in cluster.agents {
+        a.stop();
+    }
+}
+
 /// A CFS bandwidth limit on one process: `cpu.max` where the cpu controller
 /// is on the unified hierarchy, else a cgroup v1 `cpu` group (hybrid hosts).
 struct CpuQuota(Option<PathBuf>);
@@ -346,6 +318,123 @@ impl Drop for CpuQuota {
 }
 
 /// What the scheduler saw, per node and second (for the log, and failures).
+/// One training step of the job's ranks.
+const STEP: [&str; 4] =
+    ["work:1", "call:cudaLaunchKernel:20:0", "call:ncclAllReduce:1:1000", "call:cudaStreamSynchronize:1:20000"];
+
+/// The whole product on this machine: a real S3 server, `ingero serve`, a
+/// fake API server, and one scoped agent per "node" in kubelet-shaped
+/// cgroups with a pod of the job `llama` each.
+struct Cluster {
+    s3: Seaweed,
+    dir: tempfile::TempDir,
+    store: String,
+    serve: Proc,
+    serve_log: PathBuf,
+    http: u16,
+    agents: Vec<Agent>,
+    cgroups: Vec<Cgroup>,
+    kube: FakeKube,
+    root: Cgroup,
+}
+
+impl Cluster {
+    /// None where the S3 server cannot run here (never under CI=true).
+    fn start(nodes: &[&str], serve_args: &[&str]) -> Option<Cluster> {
+        let s3 = Seaweed::start()?;
+        let mut dir = tempfile::tempdir().unwrap();
+        // Logs (serve.log, node-*.log) are kept for a look after a failure.
+        dir.disable_cleanup(std::env::var_os("INGERO_E2E_KEEP").is_some());
+        build(&dir.path().join("bin"));
+        let store = format!("s3://ingero/e2e-{}-{}", std::process::id(), nodes.len());
+
+        // The aggregator, as deployed: its own process, S3 store, WAL on disk.
+        let (grpc, http) = (free_port(), free_port());
+        let serve_log = dir.path().join("serve.log");
+        let mut cmd = Command::new(ingero_bin());
+        cmd.args(["serve", "--store", &store, "--flush-age", "2s"])
+            .args(serve_args)
+            .arg(format!("--listen=127.0.0.1:{grpc}"))
+            .arg(format!("--http-listen=127.0.0.1:{http}"))
+            .arg(format!("--wal-dir={}", dir.path().join("wal").display()))
+            .stderr(std::fs::File::create(&serve_log).unwrap())
+            .stdout(Stdio::null());
+        s3_env(&mut cmd, &s3);
+        let serve = Proc(cmd.spawn().unwrap());
+        wait_log(&serve_log, "ingero serve ready", Duration::from_secs(30));
+
+        let kube = FakeKube::start();
+        let kubeconfig = kube.kubeconfig(dir.path());
+        let root_rel = format!("ingero-e2e-{}-{}", std::process::id(), nodes.len());
+        let root = Cgroup::new(&root_rel);
+        let mut cgroups = Vec::new();
+        let mut agents = Vec::new();
+        for (rank, node) in nodes.iter().enumerate() {
+            let uid = format!("{rank:08x}-e2e0-4000-8000-{:012x}", std::process::id());
+            let cid = format!("{:064x}", 0xe2e0 + rank);
+            let cg = Cgroup::new(&format!(
+                "{root_rel}/{node}/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{cid}.scope",
+                uid.replace('-', "_")
+            ));
+            kube.apply(pod(
+                "ml",
+                &format!("llama-worker-{rank}"),
+                &uid,
+                node,
+                ("pytorch", &format!("containerd://{cid}")),
+                json!({"training.kubeflow.org/job-name": "llama", "training.kubeflow.org/replica-index": rank.to_string()}),
+                Some(("PyTorchJob", "llama")),
+            ));
+            let args = vec![
+                format!("--aggregator=http://127.0.0.1:{grpc}"),
+                format!("--node={node}"),
+                format!("--spool-dir={}", dir.path().join(node).join("spool").display()),
+                format!("--cgroup-root={}", cgroup_mount().join(&root_rel).join(node).display()),
+                format!("--kubeconfig={}", kubeconfig.display()),
+                format!("--pod-resources-socket={}", dir.path().join("none.sock").display()),
+                "--rescan=100ms".into(),
+                "--window=1s".into(),
+            ];
+            agents.push(Agent::start(&args, &dir.path().join(format!("{node}.log"))));
+            cgroups.push(cg);
+        }
+        for a in &agents {
+            a.wait_log("watching pods of this node on the Kubernetes API", Duration::from_secs(20));
+        }
+        Some(Cluster { s3, dir, store, serve, serve_log, http, agents, cgroups, kube, root })
+    }
+
+    /// One rank per node, coupled through the stand-in driver's barrier,
+    /// each running `step` over and over.
+    fn job(&self, step: &[&str]) -> Vec<Proc> {
+        let bin = self.dir.path().join("bin");
+        let (lib, wl) = (bin.join("libcudart.so.12"), bin.join("workload"));
+        let barrier = self.dir.path().join("barrier");
+        let nccl = format!("nccl:{}", bin.join("libnccl.so.2").display());
+        let mut ranks = Vec::new();
+        for cg in &self.cgroups {
+            let mut cmd = Command::new(&wl);
+            cmd.env("FAKE_NCCL_BARRIER", &barrier)
+                .env("FAKE_NCCL_WORLD", self.cgroups.len().to_string())
+                .env("FAKE_HANG_DIR", self.dir.path());
+            let mut child = cmd
+                .arg(&lib)
+                .arg("wait")
+                .args(["open", &nccl, "repeat:100000"])
+                .args(step)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            cg.add(child.id());
+            use std::io::Write;
+            child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
+            ranks.push(Proc(child));
+        }
+        ranks
+    }
+}
+
 fn per_node_cpu(store: &str, s3: &Seaweed) -> String {
     let q = "SELECT date_trunc('second', window_start) AS w, node, round(sum(runq_wait_ns)/1e6) AS runq_ms, \
              round(sum(on_cpu_ns)/1e6) AS on_ms, round(sum(off_cpu_ns)/1e6) AS off_ms \

@@ -10,7 +10,9 @@ use std::sync::{Arc, OnceLock};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::rows::Columns;
-use crate::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow};
+use crate::tables::{
+    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StallRow,
+};
 
 /// One column: name, Arrow type, nullability, unit and meaning.
 #[derive(Debug, Clone, Copy)]
@@ -71,10 +73,11 @@ pub enum Table {
     StallEvents,
     ProcessMeta,
     NodeWindows,
+    ProgressWindows,
 }
 
 impl Table {
-    pub const ALL: [Table; 8] = [
+    pub const ALL: [Table; 9] = [
         Table::CallWindows,
         Table::SchedWindows,
         Table::CgroupWindows,
@@ -83,6 +86,7 @@ impl Table {
         Table::StallEvents,
         Table::ProcessMeta,
         Table::NodeWindows,
+        Table::ProgressWindows,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +99,7 @@ impl Table {
             Table::StallEvents => "stall_events",
             Table::ProcessMeta => "process_meta",
             Table::NodeWindows => "node_windows",
+            Table::ProgressWindows => "progress_windows",
         }
     }
 
@@ -114,6 +119,9 @@ impl Table {
                 "Process and pod metadata, one row per process per window it changed or was first seen"
             }
             Table::NodeWindows => "Agent health and host facts per node and window (drops are never silent)",
+            Table::ProgressWindows => {
+                "What each CUDA-using process is inside at the end of each window: the calls in flight and their age (hung ranks)"
+            }
         }
     }
 
@@ -128,6 +136,7 @@ impl Table {
             Table::StallEvents => StallRow::COLUMNS,
             Table::ProcessMeta => ProcessMetaRow::COLUMNS,
             Table::NodeWindows => NodeRow::COLUMNS,
+            Table::ProgressWindows => ProgressRow::COLUMNS,
         }
     }
 

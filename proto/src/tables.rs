@@ -197,3 +197,17 @@ columns! {
         cuda_version: Option<&'a str>, "", "CUDA version";
     }
 }
+
+columns! {
+    /// `progress_windows`: one row per traced CUDA/NCCL process and window.
+    #[derive(Debug, Clone, PartialEq)]
+    ProgressRow<'a> for ProgressWindows {
+        threads_in_call: u32, "threads", "Threads inside a traced CUDA/NCCL call at the end of the window";
+        oldest_library: Option<&'a str>, "", "Library of the call in flight longest; null when none is";
+        oldest_op: Option<&'a str>, "", "The call in flight longest (e.g. cudaStreamSynchronize: waiting for the GPU or peers); null when none is";
+        oldest_tid: Option<u32>, "", "Thread making that call";
+        oldest_age_ns: Option<u64>, "ns", "How long that call has been in flight at the end of the window";
+        last_call_age_ns: Option<u64>, "ns", "Time from the end of the last window in which the process made a traced call to the end of this one (0: it made one in this window); null when never seen";
+        proc_state: Option<&'a str>, "", "State of its main thread from /proc: R running, S sleeping, D uninterruptible (IO), T stopped, Z zombie";
+    }
+}

@@ -6,7 +6,9 @@ use std::time::Duration;
 use aya::Pod;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 
-use super::abi::{CallKey, CallVal, CgroupVal, Counters, IoKey, IoVal, ProcEvent, SchedVal, StallEvent, read_event};
+use super::abi::{
+    CallKey, CallVal, CgroupVal, Counters, IoKey, IoVal, ProcEvent, SchedVal, StallEvent, ThreadCall, read_event,
+};
 use super::load::{Probes, map};
 use crate::error::{Error, Result};
 
@@ -49,6 +51,13 @@ pub(crate) fn drain(probes: &mut Probes) -> Result<Drained> {
     let cgroups = drain_map::<u64, CgroupVal>(probes, &format!("cgcpu_{s}"))?;
     let io = drain_map::<IoKey, IoVal>(probes, &format!("io_{s}"))?;
     Ok(Drained { calls, sched, cgroups, io, counters: counters(probes)? })
+}
+
+/// The traced call each thread is inside now (tid → call), read without
+/// changing the map: the programs own it.
+pub(crate) fn calls_in_flight(probes: &mut Probes) -> Result<Vec<(u32, ThreadCall)>> {
+    let m: BpfHashMap<&mut MapData, u32, ThreadCall> = map(&mut probes.ebpf, "thread_calls")?;
+    Ok(m.iter().filter_map(|kv| kv.ok()).collect())
 }
 
 pub(crate) fn counters(probes: &mut Probes) -> Result<Counters> {

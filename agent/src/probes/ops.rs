@@ -54,7 +54,7 @@ impl Lib {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Op {
     pub id: u16,
     pub lib: Lib,

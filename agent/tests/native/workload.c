@@ -6,6 +6,9 @@
  *                [threads:N:SYMBOL] (N threads, one after another, each calls
  *                             SYMBOL once and exits: tids come and go)
  *                [kill:SIG]   (the process kills itself with signal SIG)
+ *                [gate]       (hangs for good, asleep in host code, once the
+ *                             file $FAKE_HANG_DIR/<pid> exists: a rank that
+ *                             stops making progress)
  * `wait` blocks until a byte arrives on stdin (the test moves us into a
  * cgroup first). The library is dlopen'd when the first call needs it. */
 #define _GNU_SOURCE
@@ -82,6 +85,12 @@ int main(int argc, char **argv)
 			volatile unsigned long x = 0;
 			while (clock_ms(CLOCK_THREAD_CPUTIME_ID) < end)
 				x++;
+		} else if (!strcmp(a, "gate")) {
+			const char *dir = getenv("FAKE_HANG_DIR");
+			char path[4096];
+			if (dir && snprintf(path, sizeof(path), "%s/%d", dir, (int)getpid()) > 0 && access(path, F_OK) == 0)
+				for (;;)
+					pause();
 		} else if (!strncmp(a, "kill:", 5)) {
 			fflush(stdout);
 			kill(getpid(), atoi(a + 5));

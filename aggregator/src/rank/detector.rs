@@ -2,10 +2,12 @@
 //! window by window, with K-consecutive flagging and hysteresis.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::signals::{DEVICE_WAIT_HIGH, NodeWindowKey, SPECS, Signal, SignalSpec, Signals, fmt_value};
+use super::stuck::culprits;
 
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {
@@ -18,11 +20,21 @@ pub struct DetectorConfig {
     /// Jobs smaller than this compare each node with the *other* nodes
     /// (leave-one-out), so two nodes are enough.
     pub loo_below: usize,
+    /// A job whose ranks have waited this long in one call has stopped
+    /// progressing: the node holding the rank they wait for is flagged
+    /// `stuck` at once.
+    pub stuck_after: Duration,
 }
 
 impl Default for DetectorConfig {
     fn default() -> Self {
-        DetectorConfig { z_threshold: 4.0, flag_after: 3, clear_after: 5, loo_below: 8 }
+        DetectorConfig {
+            z_threshold: 4.0,
+            flag_after: 3,
+            clear_after: 5,
+            loo_below: 8,
+            stuck_after: Duration::from_secs(30),
+        }
     }
 }
 
@@ -48,6 +60,9 @@ pub struct Standing {
     pub since_us: Option<i64>,
     pub signals: Vec<Deviation>,
     pub windows: u64,
+    /// Holds the rank a stuck job waits for (see `signals` for what it does).
+    #[serde(default)]
+    pub stuck: bool,
 }
 
 #[derive(Debug, Default)]
@@ -61,6 +76,7 @@ struct NodeState {
     devs: Vec<Deviation>,
     windows: u64,
     last_window: i64,
+    stuck: bool,
 }
 
 #[derive(Debug, Default)]
@@ -136,6 +152,7 @@ impl Detector {
                     since_us: n.since.or(n.streak_start),
                     signals: n.devs.clone(),
                     windows: n.windows,
+                    stuck: n.stuck,
                 })
             })
             .collect();
@@ -203,6 +220,10 @@ fn deviation(
     })
 }
 
+/// Standing score of a node holding a stuck job's rank: above any z-score
+/// the signals reach, so it ranks first.
+const STUCK_SCORE: f64 = 1000.0;
+
 fn add(d: &mut (f64, Vec<Deviation>, bool), dev: Deviation, cause: bool) {
     d.0 = d.0.max(dev.z);
     d.2 |= cause;
@@ -244,6 +265,8 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
             add(&mut devs[i], d, true);
         }
     }
+    let pairs: Vec<(&String, &Signals)> = names.iter().map(|k| (*k, &nodes[*k])).collect();
+    let stuck: HashMap<usize, Deviation> = culprits(cfg.stuck_after.as_nanos() as f64, &pairs).into_iter().collect();
     // Waiting less in its syncs than the peers is the straggler's signature;
     // but when a node has a cause of its own, only it is the straggler.
     let any_cause = devs.iter().any(|d| d.2);
@@ -251,28 +274,56 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
         let (score, list, cause) = &devs[i];
         let deviant = *score > 0.0 && (*cause || !any_cause);
         let st = job.nodes.get_mut(*name).expect("inserted above");
-        if deviant {
-            st.calm = 0;
-            st.streak += 1;
-            st.streak_start.get_or_insert(w);
-            st.score = *score;
-            st.devs = list.clone();
-            if !st.flagged && st.streak >= cfg.flag_after {
-                st.flagged = true;
-                st.since = st.streak_start;
-            }
-        } else {
-            st.streak = 0;
-            st.streak_start = None;
-            st.calm += 1;
-            if st.flagged && st.calm >= cfg.clear_after {
-                st.flagged = false;
-                st.since = None;
-            }
-            if !st.flagged {
-                st.score = 0.0;
-                st.devs.clear();
-            }
+        update(cfg, st, w, stuck.get(&i), deviant.then_some((*score, list)));
+    }
+}
+
+/// One node's standing after a judged window: stuck (flagged at once),
+/// deviant (flagged after K windows) or calm (cleared after `clear_after`).
+fn update(
+    cfg: &DetectorConfig,
+    st: &mut NodeState,
+    w: i64,
+    stuck: Option<&Deviation>,
+    deviant: Option<(f64, &Vec<Deviation>)>,
+) {
+    if let Some(dev) = stuck {
+        // No K-window streak: the job has already waited `stuck_after`.
+        st.stuck = true;
+        st.flagged = true;
+        st.since.get_or_insert(w);
+        st.streak_start.get_or_insert(w);
+        st.calm = 0;
+        st.score = STUCK_SCORE;
+        st.devs = vec![dev.clone()];
+        return;
+    }
+    if std::mem::take(&mut st.stuck) {
+        // Progress resumed: the hang is over, whatever else follows.
+        st.flagged = false;
+        st.since = None;
+    }
+    if let Some((score, list)) = deviant {
+        st.calm = 0;
+        st.streak += 1;
+        st.streak_start.get_or_insert(w);
+        st.score = score;
+        st.devs = list.clone();
+        if !st.flagged && st.streak >= cfg.flag_after {
+            st.flagged = true;
+            st.since = st.streak_start;
+        }
+    } else {
+        st.streak = 0;
+        st.streak_start = None;
+        st.calm += 1;
+        if st.flagged && st.calm >= cfg.clear_after {
+            st.flagged = false;
+            st.since = None;
+        }
+        if !st.flagged {
+            st.score = 0.0;
+            st.devs.clear();
         }
     }
 }

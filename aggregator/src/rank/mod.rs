@@ -5,6 +5,7 @@ pub mod detector;
 #[cfg(feature = "query")]
 pub mod history;
 pub(crate) mod signals;
+pub mod stuck;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{TimestampMicrosecondType, UInt32Type, UInt64Type};
+use arrow::datatypes::{Int32Type, TimestampMicrosecondType, UInt32Type, UInt64Type};
 use ingero_proto::Table;
+
+use super::stuck::ProcProgress;
 
 /// Rows without a job identity are grouped under this name.
 pub(crate) const DEFAULT_JOB: &str = "(unlabelled)";
@@ -142,6 +144,8 @@ pub struct Signals {
     pub window_ns: f64,
     /// Threads covered by the scheduler rows (shares are per thread).
     pub threads: f64,
+    /// What each process is inside at the window's end (hung ranks).
+    pub procs: Vec<ProcProgress>,
 }
 
 impl Signals {
@@ -171,6 +175,7 @@ impl Signals {
         self.launches += o.launches;
         self.window_ns = self.window_ns.max(o.window_ns);
         self.threads += o.threads;
+        self.procs.extend(o.procs.iter().cloned());
     }
 }
 
@@ -286,6 +291,7 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
                 let Some(total) = &total else { continue };
                 s.io_ns = total.value(i) as f64;
             }
+            Table::ProgressWindows => s.procs.push(progress(b, i)),
             Table::HostEvents => {
                 let Some(kind) = &kind else { continue };
                 if matches!(kind.value(i), "oom_kill" | "mem_pressure" | "swap") {
@@ -295,6 +301,34 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
             _ => continue,
         }
         out.entry(key).or_default().merge(&s);
+    }
+}
+
+/// One row of `progress_windows`.
+fn progress(b: &RecordBatch, i: usize) -> ProcProgress {
+    let u32s = |name: &str| b.column_by_name(name).map(|c| c.as_primitive::<UInt32Type>().clone());
+    let u64_at = |name: &str| {
+        b.column_by_name(name)
+            .map(|c| c.as_primitive::<UInt64Type>().clone())
+            .filter(|c| c.is_valid(i))
+            .map(|c| c.value(i))
+    };
+    let str_at = |name: &str| {
+        b.column_by_name(name)
+            .map(|c| c.as_string::<i32>().clone())
+            .filter(|c| c.is_valid(i))
+            .map(|c| c.value(i).to_string())
+    };
+    let rank = b.column_by_name("rank").map(|c| c.as_primitive::<Int32Type>().clone());
+    ProcProgress {
+        pid: u32s("pid").map_or(0, |c| c.value(i)),
+        rank: rank.filter(|c| c.is_valid(i)).map(|c| c.value(i)),
+        comm: str_at("comm").unwrap_or_default(),
+        threads_in_call: u32s("threads_in_call").map_or(0, |c| c.value(i)),
+        op: str_at("oldest_op"),
+        age_ns: u64_at("oldest_age_ns"),
+        last_call_age_ns: u64_at("last_call_age_ns"),
+        state: str_at("proc_state"),
     }
 }
 

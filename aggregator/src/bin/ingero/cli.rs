@@ -127,6 +127,11 @@ pub(crate) struct RankArgs {
     /// Consecutive normal windows before a flag clears (hysteresis).
     #[arg(long, env = "INGERO_CLEAR_AFTER", default_value_t = 5)]
     pub clear_after: u32,
+    /// A job whose ranks have waited this long inside one CUDA/NCCL call has
+    /// stopped progressing: the node holding the rank they wait for is
+    /// flagged `stuck` within a window (30s is shorter than any NCCL watchdog).
+    #[arg(long, env = "INGERO_STUCK_AFTER", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub stuck_after: Duration,
     /// How long a window waits for late nodes before it is judged without them.
     #[arg(long, env = "INGERO_RANK_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
     pub grace: Duration,
@@ -138,6 +143,7 @@ impl RankArgs {
             z_threshold: self.z_threshold,
             flag_after: self.flag_after,
             clear_after: self.clear_after,
+            stuck_after: self.stuck_after,
             ..Default::default()
         }
     }
@@ -173,12 +179,7 @@ impl ServeArgs {
                 node_burst_secs: self.node_burst_secs,
             },
             query: QueryLimits { timeout: self.query.query_timeout, memory_bytes: self.query.query_memory },
-            detector: DetectorConfig {
-                z_threshold: self.rank.z_threshold,
-                flag_after: self.rank.flag_after,
-                clear_after: self.rank.clear_after,
-                ..DetectorConfig::default()
-            },
+            detector: self.rank.detector(),
             grace: self.rank.grace,
             auth: ingero_aggregator::server::auth::ServerAuth::from_files(
                 self.token_file.as_deref(),

@@ -1,0 +1,168 @@
+//! Hung ranks. When a job stops progressing, every rank but one waits in a
+//! device sync or a collective for its peers, while the one they wait for
+//! is elsewhere: blocked in host code with no call in flight, inside a
+//! different call, or gone. The agents ship, per process and window, the
+//! call in flight longest and its age (`progress_windows`); once the
+//! waiters' calls are older than the threshold, the node holding the rank
+//! that is *not* waiting where they wait is named, with what it is doing.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::detector::Deviation;
+use super::signals::Signals;
+
+/// One process's progress in one window (a row of `progress_windows`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcProgress {
+    pub pid: u32,
+    pub rank: Option<i32>,
+    pub comm: String,
+    pub threads_in_call: u32,
+    /// The call in flight longest and its age.
+    pub op: Option<String>,
+    pub age_ns: Option<u64>,
+    pub last_call_age_ns: Option<u64>,
+    pub state: Option<String>,
+}
+
+impl ProcProgress {
+    fn waits_in(&self, op: &str, after_ns: f64) -> bool {
+        self.op.as_deref() == Some(op) && self.age_ns.is_some_and(|a| a as f64 >= after_ns)
+    }
+
+    fn who(&self) -> String {
+        match self.rank {
+            Some(r) => format!("rank {r} (pid {}, {})", self.pid, self.comm),
+            None => format!("pid {} ({})", self.pid, self.comm),
+        }
+    }
+
+    /// What the rank the others wait for is doing.
+    fn doing(&self) -> String {
+        let state = match self.state.as_deref() {
+            Some("S") => " (sleeping)",
+            Some("D") => " (in uninterruptible IO)",
+            Some("R") => " (running on a CPU)",
+            Some("T" | "t") => " (stopped)",
+            Some("Z") => " (exited, not reaped)",
+            _ => "",
+        };
+        match (&self.op, self.age_ns) {
+            (Some(op), Some(age)) => format!("inside {op} for {}{state}", secs(age as f64)),
+            _ => {
+                let last = self
+                    .last_call_age_ns
+                    .map_or("no CUDA/NCCL call seen".to_string(), |a| format!("last call {} ago", secs(a as f64)));
+                format!("in host code, no CUDA/NCCL call in flight, {last}{state}")
+            }
+        }
+    }
+}
+
+fn secs(ns: f64) -> String {
+    format!("{:.0}s", ns / 1e9)
+}
+
+/// The nodes of one job-window holding the ranks the others wait for, with
+/// the explanation. Empty while nobody has waited `after_ns`, or when every
+/// rank waits alike (nothing to name from the hosts).
+pub(crate) fn culprits(after_ns: f64, nodes: &[(&String, &Signals)]) -> Vec<(usize, Deviation)> {
+    let mut ops: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
+    for (_, s) in nodes {
+        for p in &s.procs {
+            if let (Some(op), Some(age)) = (p.op.as_deref(), p.age_ns)
+                && age as f64 >= after_ns
+            {
+                let e = ops.entry(op).or_default();
+                e.0 += 1;
+                e.1 = e.1.max(age as f64);
+            }
+        }
+    }
+    // Where most of the ranks wait.
+    let Some((op, (waiters, longest))) = ops.into_iter().max_by_key(|(_, (n, _))| *n) else { return vec![] };
+    let waiting = |s: &Signals| !s.procs.is_empty() && s.procs.iter().all(|p| p.waits_in(op, after_ns));
+    let waiting_nodes = nodes.iter().filter(|(_, s)| waiting(s)).count();
+    let mut out = Vec::new();
+    for (i, (_, s)) in nodes.iter().enumerate() {
+        if s.procs.is_empty() || waiting(s) {
+            continue;
+        }
+        let Some(p) = s.procs.iter().find(|p| !p.waits_in(op, after_ns)) else { continue };
+        let text = format!(
+            "job stuck: {} is {}; {waiters} rank(s) on {waiting_nodes} other node(s) have waited up to {} in {op} for it",
+            p.who(),
+            p.doing(),
+            secs(longest)
+        );
+        out.push((i, Deviation { signal: "stuck".into(), value: longest / 1e9, job_median: 0.0, z: 0.0, text }));
+    }
+    if waiting_nodes == 0 {
+        return vec![];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc(pid: u32, op: Option<&str>, age_s: f64) -> ProcProgress {
+        ProcProgress {
+            pid,
+            rank: Some(pid as i32),
+            comm: "python3".into(),
+            threads_in_call: op.is_some() as u32,
+            op: op.map(String::from),
+            age_ns: op.map(|_| (age_s * 1e9) as u64),
+            last_call_age_ns: Some(41_000_000_000),
+            state: Some("S".into()),
+        }
+    }
+
+    fn sig(procs: Vec<ProcProgress>) -> Signals {
+        Signals { procs, window_ns: 1e9, ..Default::default() }
+    }
+
+    #[test]
+    fn names_the_rank_the_others_wait_for() {
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let sigs = [
+            sig(vec![proc(0, Some("cudaStreamSynchronize"), 40.0)]),
+            sig(vec![proc(1, None, 0.0)]),
+            sig(vec![proc(2, Some("cudaStreamSynchronize"), 39.0)]),
+        ];
+        let nodes: Vec<(&String, &Signals)> = names.iter().zip(sigs.iter()).collect();
+        let c = culprits(30e9, &nodes);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].0, 1);
+        let t = &c[0].1.text;
+        assert!(
+            t.contains(
+                "rank 1 (pid 1, python3) is in host code, no CUDA/NCCL call in flight, last call 41s ago (sleeping)"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("2 rank(s) on 2 other node(s) have waited up to 40s in cudaStreamSynchronize"), "{t}");
+        // Before the threshold, or when all wait alike, nobody is named.
+        assert!(culprits(45e9, &nodes).is_empty());
+        let all = [sigs[0].clone(), sigs[2].clone()];
+        let nodes: Vec<(&String, &Signals)> = names.iter().zip(all.iter()).collect();
+        assert!(culprits(30e9, &nodes).is_empty());
+    }
+
+    #[test]
+    fn a_rank_inside_another_call_is_the_one_waited_for() {
+        let names: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+        let sigs =
+            [sig(vec![proc(0, Some("cudaStreamSynchronize"), 35.0)]), sig(vec![proc(1, Some("cudaMemcpy"), 36.0)])];
+        let nodes: Vec<(&String, &Signals)> = names.iter().zip(sigs.iter()).collect();
+        let c = culprits(30e9, &nodes);
+        // One waits in each: the tie goes to the op named first; either way
+        // exactly one node is named and its text says what it is inside.
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].1.text.contains("is inside"), "{:?}", c[0].1.text);
+    }
+}
