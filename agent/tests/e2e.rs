@@ -266,6 +266,20 @@ async fn a_hung_rank_flags_its_node_stuck_and_says_what_it_does() {
     ] {
         assert!(text.contains(want), "`{want}` missing from: {text}");
     }
+
+    // The pod report says the same from the stored data: cause → effect → fix.
+    tokio::time::sleep(Duration::from_secs(3)).await; // the server's --flush-age 2s
+    let args =
+        ["report", "--pod", "ml/llama-worker-1", "--store", &cluster.store, "--since", "10m", "--stuck-after", "4s"];
+    let json: Value = serde_json::from_str(&cli(&[&args[..], &["--format", "json"]].concat(), &cluster.s3)).unwrap();
+    let chain = &json["chains"][0];
+    assert_eq!(chain["cause"], "hung_rank", "{json:#}");
+    let pid = ranks[1].0.id();
+    assert!(chain["fixes"].to_string().contains(&format!("py-spy dump --pid {pid}")), "{chain:#}");
+    assert!(chain["root_cause"].to_string().contains("no CUDA/NCCL call in flight"), "{chain:#}");
+    let text = cli(&args, &cluster.s3);
+    eprintln!("{text}");
+    assert!(text.contains("Hung rank"), "{text}");
     drop(ranks);
     for a in cluster.agents {
         a.stop();

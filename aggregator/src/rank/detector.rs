@@ -266,7 +266,8 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
         }
     }
     let pairs: Vec<(&String, &Signals)> = names.iter().map(|k| (*k, &nodes[*k])).collect();
-    let stuck: HashMap<usize, Deviation> = culprits(cfg.stuck_after.as_nanos() as f64, &pairs).into_iter().collect();
+    let stuck: HashMap<usize, Deviation> =
+        culprits(cfg.stuck_after.as_nanos() as f64, &pairs).into_iter().map(|c| (c.node, c.dev)).collect();
     // Waiting less in its syncs than the peers is the straggler's signature;
     // but when a node has a cause of its own, only it is the straggler.
     let any_cause = devs.iter().any(|d| d.2);

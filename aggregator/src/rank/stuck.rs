@@ -65,10 +65,19 @@ fn secs(ns: f64) -> String {
     format!("{:.0}s", ns / 1e9)
 }
 
+/// A node holding a rank the others wait for.
+#[derive(Debug, Clone)]
+pub(crate) struct Culprit {
+    /// Index into the nodes given.
+    pub node: usize,
+    pub proc: ProcProgress,
+    pub dev: Deviation,
+}
+
 /// The nodes of one job-window holding the ranks the others wait for, with
 /// the explanation. Empty while nobody has waited `after_ns`, or when every
 /// rank waits alike (nothing to name from the hosts).
-pub(crate) fn culprits(after_ns: f64, nodes: &[(&String, &Signals)]) -> Vec<(usize, Deviation)> {
+pub(crate) fn culprits(after_ns: f64, nodes: &[(&String, &Signals)]) -> Vec<Culprit> {
     let mut ops: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
     for (_, s) in nodes {
         for p in &s.procs {
@@ -97,7 +106,8 @@ pub(crate) fn culprits(after_ns: f64, nodes: &[(&String, &Signals)]) -> Vec<(usi
             p.doing(),
             secs(longest)
         );
-        out.push((i, Deviation { signal: "stuck".into(), value: longest / 1e9, job_median: 0.0, z: 0.0, text }));
+        let dev = Deviation { signal: "stuck".into(), value: longest / 1e9, job_median: 0.0, z: 0.0, text };
+        out.push(Culprit { node: i, proc: p.clone(), dev });
     }
     if waiting_nodes == 0 {
         return vec![];
@@ -137,8 +147,8 @@ mod tests {
         let nodes: Vec<(&String, &Signals)> = names.iter().zip(sigs.iter()).collect();
         let c = culprits(30e9, &nodes);
         assert_eq!(c.len(), 1, "{c:?}");
-        assert_eq!(c[0].0, 1);
-        let t = &c[0].1.text;
+        assert_eq!((c[0].node, c[0].proc.pid), (1, 1));
+        let t = &c[0].dev.text;
         assert!(
             t.contains(
                 "rank 1 (pid 1, python3) is in host code, no CUDA/NCCL call in flight, last call 41s ago (sleeping)"
@@ -163,6 +173,6 @@ mod tests {
         // One waits in each: the tie goes to the op named first; either way
         // exactly one node is named and its text says what it is inside.
         assert_eq!(c.len(), 1, "{c:?}");
-        assert!(c[0].1.text.contains("is inside"), "{:?}", c[0].1.text);
+        assert!(c[0].dev.text.contains("is inside"), "{:?}", c[0].dev.text);
     }
 }

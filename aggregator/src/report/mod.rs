@@ -5,6 +5,7 @@ pub(crate) mod chains;
 pub(crate) mod collect;
 pub(crate) mod cuda;
 pub(crate) mod data;
+pub(crate) mod hang;
 pub mod html;
 pub(crate) mod reference;
 pub mod text;
@@ -53,6 +54,9 @@ pub async fn build(
     let summary = chains::summarize(&d);
     let mut chains = chains::diagnose(&d, &summary);
     chains.extend(cuda::chains(&d, &summary));
+    if let Some(hung) = hang::chain(engine, &d, start_us, end_us, &cfg).await? {
+        chains.insert(0, hung); // first among the high-severity ones
+    }
     chains.sort_by_key(|c| c.severity);
     let reference = reference::judge(&d, &summary, &chains);
     let mut straggler = Vec::new();

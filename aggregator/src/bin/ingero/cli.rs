@@ -157,6 +157,9 @@ impl ServeArgs {
         if self.flush_age.is_zero() {
             return Err("--flush-age must be > 0".into());
         }
+        if self.rank.stuck_after.is_zero() {
+            return Err("--stuck-after must be > 0".into());
+        }
         if self.max_batch_rows == 0 {
             return Err("--max-batch-rows must be > 0".into());
         }
