@@ -203,7 +203,7 @@ fn bad_files_are_refused_and_nothing_is_written() {
     std::fs::copy(trace(), &newer).unwrap();
     rusqlite::Connection::open(&newer)
         .unwrap()
-        .execute("UPDATE schema_info SET value = '0.9' WHERE key = 'version'", [])
+        .execute("UPDATE schema_info SET value = '0.11' WHERE key = 'version'", [])
         .unwrap();
     let other = dir.path().join("other.db");
     rusqlite::Connection::open(&other)
@@ -213,7 +213,7 @@ fn bad_files_are_refused_and_nothing_is_written() {
     let cases = [
         (&text, "not an SQLite file"),
         (&truncated, "corrupt or truncated"),
-        (&newer, "schema version 0.9 is newer"),
+        (&newer, "schema version 0.11 is newer"),
         (&other, "not an Ingero trace: no table(s) events"),
         (&dir.path().join("missing.db"), "no such file"),
     ];
@@ -239,4 +239,86 @@ fn bad_files_are_refused_and_nothing_is_written() {
     }
     let (rc, out) = ingero(&["import", trace().to_str().unwrap(), "--node", "", "--store", store.to_str().unwrap()]);
     assert_eq!(rc, 2, "{out}");
+}
+
+/// The trace as the reference product's current release writes it (schema
+/// 0.9: node and rank columns, node-namespaced ids) and as its `ingero
+/// merge` combines nodes: node-a is the recorded run, node-b the same run
+/// with every stored off-CPU period a second longer; merge drops the minute
+/// aggregates (so only the stored events remain) and keeps one
+/// process_names row per pid.
+fn merged(dir: &Path) -> PathBuf {
+    let out = dir.join("cluster.db");
+    std::fs::copy(trace(), &out).unwrap();
+    let c = rusqlite::Connection::open(&out).unwrap();
+    c.execute_batch(
+        "ALTER TABLE events ADD COLUMN node TEXT NOT NULL DEFAULT '';
+         ALTER TABLE events ADD COLUMN rank INTEGER;
+         ALTER TABLE events ADD COLUMN local_rank INTEGER;
+         ALTER TABLE events ADD COLUMN world_size INTEGER;
+         ALTER TABLE causal_chains ADD COLUMN node TEXT NOT NULL DEFAULT '';
+         ALTER TABLE sessions ADD COLUMN node TEXT NOT NULL DEFAULT '';
+         UPDATE events SET node = 'node-a', rank = 0, world_size = 2;
+         INSERT INTO events (timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, ret_code, stack_hash, cgroup_id, node, rank, world_size)
+           SELECT timestamp, pid, tid, source, op, CASE WHEN source = 3 AND op = 1 THEN duration + 1000000000 ELSE duration END,
+                  gpu_id, arg0, arg1, ret_code, stack_hash, cgroup_id, 'node-b', 1, 2 FROM events WHERE node = 'node-a';
+         UPDATE causal_chains SET node = 'node-a';
+         INSERT INTO causal_chains (id, detected_at, severity, summary, root_cause, explanation, recommendations, cuda_op, cuda_p99_us, cuda_p50_us, tail_ratio, timeline, node)
+           SELECT id || '-again', detected_at + 30000000000, severity, REPLACE(summary, 'p99=', 'p99=1'), root_cause, explanation, recommendations, cuda_op, cuda_p99_us, cuda_p50_us, tail_ratio, timeline, node FROM causal_chains;
+         INSERT INTO causal_chains (id, detected_at, severity, summary, root_cause, explanation, recommendations, cuda_op, cuda_p99_us, cuda_p50_us, tail_ratio, timeline, node)
+           SELECT 'node-b:' || id, detected_at, severity, summary, root_cause, explanation, recommendations, cuda_op, cuda_p99_us, cuda_p50_us, tail_ratio, timeline, 'node-b' FROM causal_chains;
+         UPDATE sessions SET node = 'node-a';
+         DELETE FROM event_aggregates;
+         UPDATE schema_info SET value = '0.9' WHERE key = 'version';",
+    )
+    .unwrap();
+    out
+}
+
+#[tokio::test]
+async fn a_merged_multi_node_trace_is_imported_as_its_nodes_and_ranked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = merged(dir.path());
+    let store = dir.path().join("store");
+    // No --node: the file names its nodes. 5-s windows: only stored events remain.
+    let args =
+        ["import", file.to_str().unwrap(), "--job", "llm-ft", "--window", "5s", "--store", store.to_str().unwrap()];
+    let (rc, out) = ingero(&args);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("as node(s) node-a, node-b"), "{out}");
+    let e = engine(&store).await;
+    let rows = e
+        .sql("SELECT node, CAST(COUNT(DISTINCT pid) AS BIGINT), CAST(MAX(rank) AS BIGINT) FROM call_windows GROUP BY node ORDER BY node")
+        .await
+        .unwrap();
+    let b = &rows[0];
+    assert_eq!(b.num_rows(), 2, "one node per node the file names");
+    assert_eq!(b.column(2).as_primitive::<Int64Type>().value(1), 1, "node-b's rank from the file");
+    let (rc, out) = ingero(&[
+        "stragglers",
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "2026-03-01T00:00:00Z",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(rc, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["stragglers"][0]["node"], "node-b", "the slow node first: {out}");
+    // The source stored the same diagnosis at many detections: one line each, with count and span.
+    let (rc, text) =
+        ingero(&["report", "--node", "node-a", "--store", store.to_str().unwrap(), "--since", "2026-03-01T00:00:00Z"]);
+    assert_eq!(rc, 0, "{text}");
+    let section = text.split("Diagnoses stored in the imported trace").nth(1).unwrap_or_default();
+    let lines: Vec<&str> = section.lines().filter(|l| l.starts_with(['C', 'R', 'D'])).collect();
+    let mut uniq = lines.clone();
+    uniq.sort_unstable();
+    uniq.dedup();
+    assert_eq!(uniq.len(), lines.len(), "a diagnosis printed more than once:\n{section}");
+    assert!(!lines.is_empty() && section.matches("(×2,").count() == lines.len(), "each stored twice:\n{section}");
+    // A file that names no node needs --node.
+    let (rc, out) = ingero(&["import", trace().to_str().unwrap(), "--store", store.to_str().unwrap()]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("names no node"), "{out}");
 }

@@ -15,7 +15,7 @@ use ingero_proto::rows::{BatchBuilder, TimestampUs};
 use ingero_proto::tables::{CallRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow};
 use ingero_proto::{Table, Tables};
 
-use super::source::{CUDA, DRIVER, Event, HOST, IO, Trace};
+use super::source::{CUDA, DRIVER, Event, HOST, IO, Part, Trace};
 use crate::error::Result;
 
 const MINUTE_NS: i64 = 60_000_000_000;
@@ -64,6 +64,7 @@ pub struct FoldStats {
 #[derive(Debug)]
 pub(crate) struct Folder<'a> {
     trace: &'a Trace,
+    part: &'a Part,
     node: String,
     job: Option<String>,
     window_ns: i64,
@@ -76,6 +77,8 @@ pub(crate) struct Folder<'a> {
     host: Vec<(i64, u32, &'static str, i64, String)>,
     slow: Vec<Event>,
     cgroups: HashMap<u32, HashMap<u64, u64>>,
+    /// pid → (rank, world size) the recorder knew (0.9+).
+    ranks: HashMap<u32, (Option<i32>, Option<i32>)>,
     pub stats: FoldStats,
 }
 
@@ -90,10 +93,11 @@ pub(crate) fn op_name(trace: &Trace, source: i64, op: i64) -> String {
 }
 
 impl<'a> Folder<'a> {
-    pub(crate) fn new(trace: &'a Trace, node: &str, job: Option<String>, window_ns: i64) -> Folder<'a> {
-        let span = trace.session.as_ref().map_or((i64::MAX, i64::MIN), |s| (s.started_ns, s.stopped_ns));
+    pub(crate) fn new(trace: &'a Trace, part: &'a Part, node: &str, job: Option<String>, window_ns: i64) -> Folder<'a> {
+        let span = part.session.as_ref().map_or((i64::MAX, i64::MIN), |s| (s.started_ns, s.stopped_ns));
         Folder {
             trace,
+            part,
             node: node.into(),
             job,
             window_ns,
@@ -106,6 +110,7 @@ impl<'a> Folder<'a> {
             host: Vec::new(),
             slow: Vec::new(),
             cgroups: HashMap::new(),
+            ranks: HashMap::new(),
             stats: FoldStats::default(),
         }
     }
@@ -122,6 +127,9 @@ impl<'a> Folder<'a> {
         }
         *self.cgroups.entry(e.pid).or_default().entry(e.cgroup_id).or_default() += 1;
         self.threads.entry(e.pid).or_default().insert(e.tid);
+        if e.rank.is_some() || e.world_size.is_some() {
+            self.ranks.insert(e.pid, (e.rank, e.world_size));
+        }
         let w = self.win(e.ts_ns);
         let minute = e.ts_ns.div_euclid(MINUTE_NS) * MINUTE_NS;
         let m = self.raw_minute.entry((minute, e.pid, e.source, e.op)).or_default();
@@ -170,7 +178,7 @@ impl<'a> Folder<'a> {
 
     /// Adds what the source counted but did not store.
     fn discarded(&mut self) {
-        let aggs = self.trace.aggregates.clone();
+        let aggs = self.part.aggregates.clone();
         let mut sample: HashMap<(u32, i64, i64), Histogram> = HashMap::new();
         for (&(_, pid, src, op), c) in &self.calls {
             sample.entry((pid, src, op)).or_default().merge(&c.hist);
@@ -248,10 +256,10 @@ impl<'a> Folder<'a> {
             pod: meta.and_then(|m| nonempty(&m.pod)),
             container: meta.and_then(|m| nonempty(&m.container_id)).map(|c| c[..12.min(c.len())].to_string()),
             job: self.job.clone(),
-            rank: None,
-            world_size: None,
+            rank: self.ranks.get(&pid).and_then(|r| r.0),
+            world_size: self.ranks.get(&pid).and_then(|r| r.1),
             pid,
-            comm: self.trace.names.get(&pid).cloned().unwrap_or_else(|| format!("pid-{pid}")),
+            comm: self.part.names.get(&pid).cloned().unwrap_or_else(|| format!("pid-{pid}")),
             cgroup_id: cg.unwrap_or(0),
             window_start_us: TimestampUs(w / 1000),
             window_us: (self.window_ns / 1000) as u64,
@@ -372,7 +380,7 @@ impl<'a> Folder<'a> {
             let row = HostEventRow { event_time: TimestampUs(ts / 1000), kind, value: *value, detail: Some(detail) };
             t.append(&c, &row)?;
         }
-        for ch in &self.trace.chains {
+        for ch in &self.part.chains {
             let mut c = self.common(0, self.win(ch.detected_ns));
             c.comm = "reference".into();
             let sev = match ch.severity.as_str() {
@@ -445,7 +453,7 @@ impl<'a> Folder<'a> {
     /// One row per window with the host facts the source recorded.
     fn node_windows(&mut self, windows: HashSet<i64>) -> Result<RecordBatch> {
         let mut t = BatchBuilder::new(Table::NodeWindows);
-        let s = self.trace.session.clone().unwrap_or_default();
+        let s = self.part.session.clone().unwrap_or_default();
         let opt = |v: &str| (!v.is_empty()).then(|| v.to_string());
         let (kernel, cpu_model, gpu_model) = (opt(&s.kernel), opt(&s.cpu_model), opt(&s.gpu_model));
         let (driver_version, cuda_version) = (opt(&s.gpu_driver), opt(&s.cuda_version));

@@ -20,41 +20,61 @@ use crate::store::{Store, parquet};
 
 pub use fold::FoldStats;
 
-/// One folded file, not yet written.
+/// One node of one folded file, not yet written.
 #[derive(Debug)]
 pub struct Folded {
     pub file: String,
+    /// The node its rows are written as.
+    pub node: String,
     pub fingerprint: u64,
     pub tables: Tables,
     pub stats: FoldStats,
     pub reference_chains: usize,
 }
 
-/// Reads and folds one trace; `progress(events_done, events_total)`.
+/// Reads and folds one trace: one result per node it names (0.9+ files,
+/// merged multi-node files), else one as `node` (the caller's --node,
+/// required then). `progress(events_done, events_total)`.
 pub fn fold_file(
     path: &Path,
-    node: &str,
+    node: Option<&str>,
     job: Option<String>,
     window_ns: i64,
-    progress: impl FnMut(u64, u64),
-) -> Result<Folded> {
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Vec<Folded>> {
     let trace = source::Trace::open(path)?;
     let total = trace.events;
-    let mut progress = progress;
-    let mut f = fold::Folder::new(&trace, node, job, window_ns);
-    trace.for_each_event(|e| f.event(e), |n| progress(n, total))?;
-    let (tables, stats) = f.finish()?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let started = trace.session.as_ref().map(|s| s.started_ns);
-    (node, size, started, trace.events, &trace.version).hash(&mut h);
-    Ok(Folded {
-        file: path.display().to_string(),
-        fingerprint: h.finish(),
-        tables,
-        stats,
-        reference_chains: trace.chains.len(),
-    })
+    let mut out = Vec::new();
+    let mut done = 0u64;
+    for part in trace.parts()? {
+        let name = match (&part.node, node) {
+            (Some(n), _) => n.clone(),
+            (None, Some(n)) => n.to_string(),
+            (None, None) => {
+                return Err(crate::error::Error::Import {
+                    path: path.display().to_string(),
+                    reason: "the trace names no node (schema before 0.9): give one with --node".into(),
+                });
+            }
+        };
+        let mut f = fold::Folder::new(&trace, &part, &name, job.clone(), window_ns);
+        trace.for_each_event(part.node.as_deref(), |e| f.event(e), |n| progress(done + n, total))?;
+        let (tables, stats) = f.finish()?;
+        done += stats.events;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let started = part.session.as_ref().map(|s| s.started_ns);
+        (&name, size, started, trace.events, &trace.version).hash(&mut h);
+        out.push(Folded {
+            file: path.display().to_string(),
+            node: name,
+            fingerprint: h.finish(),
+            tables,
+            stats,
+            reference_chains: part.chains.len(),
+        });
+    }
+    Ok(out)
 }
 
 /// Writes folded files into the store's hive layout.

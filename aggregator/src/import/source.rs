@@ -1,5 +1,10 @@
 //! Reading a trace recorded by the Go reference product (an SQLite file,
-//! schema_info version ≤ 0.8), validated before anything is written.
+//! schema_info version ≤ 0.10), validated before anything is written.
+//!
+//! From 0.9 on, rows carry the node they were recorded on (`events.node`,
+//! ids `{node}:{seq}`), and `ingero merge` puts several nodes in one file
+//! (its process names and stacks shared, its minute aggregates dropped):
+//! such a file is read as one part per node.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,7 +14,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::error::{Error, Result};
 
 /// Newest schema this importer understands.
-pub(crate) const MAX_VERSION: (u32, u32) = (0, 8);
+pub(crate) const MAX_VERSION: (u32, u32) = (0, 10);
 const REQUIRED: [&str; 5] = ["events", "event_aggregates", "sources", "ops", "schema_info"];
 
 /// Source ids of the reference product.
@@ -28,6 +33,7 @@ pub(crate) struct Session {
     pub cpu_cores: u32,
     pub kernel: String,
     pub cuda_version: String,
+    pub node: String,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -52,7 +58,7 @@ pub(crate) struct Aggregate {
     pub sum_arg0: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Event {
     pub ts_ns: i64,
     pub pid: u32,
@@ -63,6 +69,9 @@ pub(crate) struct Event {
     pub arg0: i64,
     pub ret: i64,
     pub cgroup_id: u64,
+    /// 0.9+: the rank and world size the recorder knew.
+    pub rank: Option<i32>,
+    pub world_size: Option<i32>,
 }
 
 /// The source product's own diagnosis.
@@ -79,6 +88,9 @@ pub(crate) struct RefChain {
     pub p99_us: i64,
     pub p50_us: i64,
     pub tail_ratio: f64,
+    /// 0.9+: the node that detected it ('' before).
+    #[serde(default)]
+    pub node: String,
 }
 
 #[derive(Debug)]
@@ -93,6 +105,28 @@ pub(crate) struct Trace {
     pub aggregates: Vec<Aggregate>,
     pub chains: Vec<RefChain>,
     pub events: u64,
+    /// 0.9+: the nodes named in `events.node`, sorted; empty before.
+    pub nodes: Vec<String>,
+    columns: Columns,
+}
+
+/// Optional columns, by schema version.
+#[derive(Debug, Default)]
+struct Columns {
+    node: bool,
+    rank: bool,
+    comm: bool,
+}
+
+/// What one node recorded: a whole pre-0.9 file, or one node of a 0.9+ file.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Part {
+    /// The node the file names (None: the caller's --node).
+    pub node: Option<String>,
+    pub names: HashMap<u32, String>,
+    pub aggregates: Vec<Aggregate>,
+    pub chains: Vec<RefChain>,
+    pub session: Option<Session>,
 }
 
 fn bad(path: &Path, reason: impl Into<String>) -> Error {
@@ -156,6 +190,8 @@ impl Trace {
             aggregates: Vec::new(),
             chains: Vec::new(),
             events: 0,
+            nodes: Vec::new(),
+            columns: Columns::default(),
         };
         t.read_small(&tables).map_err(sq)?;
         Ok(t)
@@ -164,6 +200,21 @@ impl Trace {
     fn read_small(&mut self, tables: &[String]) -> rusqlite::Result<()> {
         let has = |n: &str| tables.iter().any(|t| t == n);
         let c = &self.conn;
+        let cols = |t: &str| -> rusqlite::Result<Vec<String>> {
+            c.prepare(&format!("PRAGMA table_info({t})"))?.query_map([], |r| r.get::<_, String>(1))?.collect()
+        };
+        let ev = cols("events")?;
+        self.columns = Columns {
+            node: ev.iter().any(|c| c == "node"),
+            rank: ev.iter().any(|c| c == "rank") && ev.iter().any(|c| c == "world_size"),
+            comm: ev.iter().any(|c| c == "comm"),
+        };
+        if self.columns.node {
+            self.nodes = c
+                .prepare("SELECT DISTINCT node FROM events WHERE node != '' ORDER BY node")?
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+        }
         self.ops = c
             .prepare("SELECT source_id, op_id, name FROM ops")?
             .query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?
@@ -186,26 +237,78 @@ impl Trace {
                 .collect::<rusqlite::Result<_>>()?;
         }
         if has("sessions") {
-            self.session = read_session(c);
+            self.session = read_session(c, cols("sessions")?.iter().any(|c| c == "node"));
         }
         self.aggregates = read_aggregates(c)?;
         if has("causal_chains") {
-            self.chains = read_chains(c)?;
+            self.chains = read_chains(c, cols("causal_chains")?.iter().any(|c| c == "node"))?;
         }
         self.events = c.query_row("SELECT COUNT(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
         Ok(())
     }
 
-    /// Streams events in time order; `progress` is called every 100k events.
-    pub(crate) fn for_each_event(&self, mut f: impl FnMut(Event), mut progress: impl FnMut(u64)) -> Result<()> {
+    /// One part per node the file names, or the whole file as one part.
+    /// Minute aggregates carry no node: they are used only where the file
+    /// holds one node (`ingero merge` drops them anyway).
+    pub(crate) fn parts(&self) -> Result<Vec<Part>> {
+        if self.nodes.is_empty() {
+            let p = Part {
+                node: None,
+                names: self.names.clone(),
+                aggregates: self.aggregates.clone(),
+                chains: self.chains.clone(),
+                session: self.session.clone(),
+            };
+            return Ok(vec![p]);
+        }
+        let single = self.nodes.len() == 1;
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            let mut names = self.names.clone();
+            names.extend(self.comms(n)?);
+            out.push(Part {
+                node: Some(n.clone()),
+                names,
+                aggregates: if single { self.aggregates.clone() } else { Vec::new() },
+                chains: self.chains.iter().filter(|c| c.node == *n || (single && c.node.is_empty())).cloned().collect(),
+                session: self.session.clone().filter(|s| single || s.node == *n),
+            });
+        }
+        Ok(out)
+    }
+
+    /// 0.10+: process names captured with the events (a merged file keeps
+    /// one `process_names` row per pid for all its nodes).
+    fn comms(&self, node: &str) -> Result<HashMap<u32, String>> {
+        if !self.columns.comm {
+            return Ok(HashMap::new());
+        }
         let err = |e: rusqlite::Error| Error::Import { path: self.path.clone(), reason: e.to_string() };
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT timestamp, pid, tid, source, op, duration, arg0, ret_code, cgroup_id FROM events ORDER BY timestamp",
-            )
+            .prepare("SELECT pid, MAX(comm) FROM events WHERE node = ?1 AND comm != '' GROUP BY pid")
             .map_err(err)?;
-        let mut rows = stmt.query([]).map_err(err)?;
+        let rows = stmt.query_map([node], |r| Ok((r.get::<_, i64>(0)? as u32, r.get(1)?))).map_err(err)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(err)
+    }
+
+    /// Streams the events of `node` (all of them for None) in time order;
+    /// `progress` is called every 100k events.
+    pub(crate) fn for_each_event(
+        &self,
+        node: Option<&str>,
+        mut f: impl FnMut(Event),
+        mut progress: impl FnMut(u64),
+    ) -> Result<()> {
+        let err = |e: rusqlite::Error| Error::Import { path: self.path.clone(), reason: e.to_string() };
+        let rank = if self.columns.rank { "rank, world_size" } else { "NULL, NULL" };
+        let filter = if node.is_some() && self.columns.node { "WHERE node = ?1" } else { "" };
+        let sql = format!(
+            "SELECT timestamp, pid, tid, source, op, duration, arg0, ret_code, cgroup_id, {rank} FROM events {filter} ORDER BY timestamp"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(err)?;
+        let params: Vec<&str> = if filter.is_empty() { vec![] } else { node.into_iter().collect() };
+        let mut rows = stmt.query(rusqlite::params_from_iter(params)).map_err(err)?;
         let mut n = 0u64;
         while let Some(r) = rows.next().map_err(err)? {
             let g = |i: usize| r.get::<_, i64>(i);
@@ -220,6 +323,8 @@ impl Trace {
                     arg0: g(6)?,
                     ret: g(7)?,
                     cgroup_id: g(8)? as u64,
+                    rank: r.get::<_, Option<i64>>(9)?.map(|v| v as i32),
+                    world_size: r.get::<_, Option<i64>>(10)?.map(|v| v as i32),
                 })
             })()
             .map_err(err)?;
@@ -234,10 +339,13 @@ impl Trace {
 }
 
 /// The first recording session: host facts.
-fn read_session(c: &Connection) -> Option<Session> {
+fn read_session(c: &Connection, has_node: bool) -> Option<Session> {
+    let node = if has_node { "node" } else { "''" };
     c.query_row(
-        "SELECT started_at, stopped_at, gpu_model, gpu_driver, cpu_model, cpu_cores, kernel, cuda_ver \
-                 FROM sessions ORDER BY started_at LIMIT 1",
+        &format!(
+            "SELECT started_at, stopped_at, gpu_model, gpu_driver, cpu_model, cpu_cores, kernel, cuda_ver, {node} \
+             FROM sessions ORDER BY started_at LIMIT 1"
+        ),
         [],
         |r| {
             Ok(Session {
@@ -249,6 +357,7 @@ fn read_session(c: &Connection) -> Option<Session> {
                 cpu_cores: r.get::<_, i64>(5)?.max(0) as u32,
                 kernel: r.get(6)?,
                 cuda_version: r.get(7)?,
+                node: r.get(8)?,
             })
         },
     )
@@ -275,11 +384,12 @@ fn read_aggregates(c: &Connection) -> rusqlite::Result<Vec<Aggregate>> {
 }
 
 /// The diagnoses the source product stored.
-fn read_chains(c: &Connection) -> rusqlite::Result<Vec<RefChain>> {
-    c.prepare(
+fn read_chains(c: &Connection, has_node: bool) -> rusqlite::Result<Vec<RefChain>> {
+    let node = if has_node { "node" } else { "''" };
+    c.prepare(&format!(
         "SELECT id, detected_at, severity, summary, root_cause, explanation, recommendations, cuda_op, \
-                 cuda_p99_us, cuda_p50_us, tail_ratio FROM causal_chains ORDER BY detected_at",
-    )?
+         cuda_p99_us, cuda_p50_us, tail_ratio, {node} FROM causal_chains ORDER BY detected_at"
+    ))?
     .query_map([], |r| {
         let recs: String = r.get(6)?;
         Ok(RefChain {
@@ -294,6 +404,7 @@ fn read_chains(c: &Connection) -> rusqlite::Result<Vec<RefChain>> {
             p99_us: r.get(8)?,
             p50_us: r.get(9)?,
             tail_ratio: r.get(10)?,
+            node: r.get(11)?,
         })
     })?
     .collect::<rusqlite::Result<_>>()

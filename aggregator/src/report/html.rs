@@ -88,10 +88,10 @@ fn fmt_axis(y: f64, unit: &str) -> String {
 /// The whole page: self-contained, no scripts, no network.
 pub fn render(r: &Report) -> String {
     let s = &r.summary;
-    let sync = if let (Some(b), Some(w)) = (s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {
-        format!("{} → {}", fmt_ns(b), fmt_ns(w))
-    } else {
-        "—".into()
+    let sync = match (s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {
+        (Some(b), Some(w)) => format!("{} → {}", fmt_ns(b), fmt_ns(w)),
+        (Some(b), None) => format!("{} → no slower", fmt_ns(b)),
+        _ => "—".into(),
     };
     format!(
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

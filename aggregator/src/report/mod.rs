@@ -67,8 +67,9 @@ pub async fn build(
     }
     Ok(Report {
         target: target.describe(),
-        from: rfc3339(start_us),
-        to: rfc3339(end_us),
+        // The range the data covers, within the one asked for.
+        from: rfc3339(d.series.first().map_or(start_us, |p| p.t_us.max(start_us))),
+        to: rfc3339(d.series.last().map_or(end_us, |p| (p.t_us + (d.window_secs * 1e6) as i64).min(end_us))),
         nodes: d.nodes.clone(),
         jobs: d.jobs.clone(),
         pids: d.pids.clone(),

@@ -8,6 +8,7 @@ use super::chains::{Chain, Summary, fmt_ns};
 use super::cuda::cause_for_op;
 use super::data::ReportData;
 use crate::import::source::RefChain;
+use crate::rank::detector::rfc3339;
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Verdict {
@@ -19,15 +20,61 @@ pub struct Verdict {
     /// The cause of ours it maps to, if any.
     pub our_cause: Option<String>,
     pub why: String,
+    /// How many times the source stored this diagnosis (the same one,
+    /// numbers aside), and when first and last.
+    #[serde(default = "one")]
+    pub count: usize,
+    #[serde(default)]
+    pub first: String,
+    #[serde(default)]
+    pub last: String,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// One distinct diagnosis: severity, op and summary with its numbers
+/// blanked (the source stores the same chain again at every detection).
+fn group_key(r: &RefChain) -> (String, String, String) {
+    let mut summary = String::with_capacity(r.summary.len());
+    let mut in_num = false;
+    for c in r.summary.chars() {
+        if c.is_ascii_digit() || (in_num && c == '.') {
+            if !in_num {
+                summary.push('#');
+            }
+            in_num = true;
+        } else {
+            in_num = false;
+            summary.push(c);
+        }
+    }
+    (r.severity.clone(), r.cuda_op.clone(), summary)
+}
+
+/// The stored chains, one group per distinct diagnosis, in first-seen order.
+fn groups(d: &ReportData) -> Vec<Vec<RefChain>> {
+    let mut out: Vec<((String, String, String), Vec<RefChain>)> = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    for r in d.reference.iter().filter_map(|j| serde_json::from_str::<RefChain>(j).ok()) {
+        if !ids.insert(r.id.clone()) {
+            continue;
+        }
+        let k = group_key(&r);
+        match out.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, v)) => v.push(r),
+            None => out.push((k, vec![r])),
+        }
+    }
+    out.into_iter().map(|(_, v)| v).collect()
 }
 
 pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict> {
     let mut out: Vec<Verdict> = Vec::new();
-    for json in &d.reference {
-        let Ok(r) = serde_json::from_str::<RefChain>(json) else { continue };
-        if out.iter().any(|v| v.id == r.id) {
-            continue;
-        }
+    for group in groups(d) {
+        let r = &group[group.len() - 1];
+        let when = |c: &RefChain| rfc3339(c.detected_ns / 1000);
         let mut v = Verdict {
             id: r.id.clone(),
             their_summary: r.summary.clone(),
@@ -35,6 +82,9 @@ pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict>
             verdict: "disagree".into(),
             our_cause: None,
             why: String::new(),
+            count: group.len(),
+            first: when(&group[0]),
+            last: when(r),
         };
         let op = d.ops.iter().find(|o| !r.cuda_op.is_empty() && (o.op == r.cuda_op || o.op.starts_with(&r.cuda_op)));
         let host_cause = r.root_cause.contains("sched_switch") || r.explanation.contains("sched_switch");

@@ -57,8 +57,14 @@ pub fn render(r: &Report) -> String {
         s.io_share * 100.0,
         s.windows
     );
-    if let (Some(b), Some(w)) = (s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {
-        let _ = writeln!(o, "Sync p99 {} calm → {} worst", fmt_ns(b), fmt_ns(w));
+    match (s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {
+        (Some(b), Some(w)) => {
+            let _ = writeln!(o, "Sync p99 {} calm → {} worst", fmt_ns(b), fmt_ns(w));
+        }
+        (Some(b), None) => {
+            let _ = writeln!(o, "Sync p99 {} (no slower in the stalled windows)", fmt_ns(b));
+        }
+        _ => {}
     }
     for st in &r.straggler {
         let flag = if st.flagged { "FLAGGED straggler" } else { "deviating" };
@@ -100,7 +106,9 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o, "Diagnoses stored in the imported trace (Ingero Go)");
         let _ = writeln!(o, "{}", "━".repeat(WIDTH));
         for v in &r.reference {
-            wrap(&mut o, "", "  ", &format!("{} — {}", v.verdict.to_uppercase(), v.their_summary));
+            let times =
+                if v.count > 1 { format!(" (×{}, {} → {})", v.count, v.first, v.last) } else { String::new() };
+            wrap(&mut o, "", "  ", &format!("{} — {}{times}", v.verdict.to_uppercase(), v.their_summary));
             wrap(&mut o, "  Why: ", "       ", &v.why);
         }
     }

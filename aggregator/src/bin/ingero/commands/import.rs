@@ -12,12 +12,14 @@ use ingero_aggregator::store::Store;
 
 #[derive(Debug, Args)]
 pub(crate) struct ImportArgs {
-    /// SQLite trace files recorded by `ingero trace` (Go, schema ≤ 0.8).
+    /// SQLite trace files recorded by `ingero trace` (Go, schema ≤ 0.10), or
+    /// made by its `ingero merge` (one node per node the file names).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Node name the traces were recorded on (one node per import).
+    /// Node name of traces that name none (schema before 0.9); files that
+    /// name their nodes keep those names.
     #[arg(long, env = "INGERO_IMPORT_NODE")]
-    pub node: String,
+    pub node: Option<String>,
     /// Job these traces belong to: give several nodes the same job to rank them against each other.
     #[arg(long, env = "INGERO_IMPORT_JOB")]
     pub job: Option<String>,
@@ -29,7 +31,7 @@ pub(crate) struct ImportArgs {
 }
 
 pub(crate) async fn run(a: ImportArgs) -> CmdResult {
-    if a.node.trim().is_empty() {
+    if a.node.as_deref().is_some_and(|n| n.trim().is_empty()) {
         return Err(Failure::Usage("--node must not be empty".into()));
     }
     if a.window < Duration::from_millis(100) || a.window > Duration::from_secs(60) {
@@ -40,25 +42,34 @@ pub(crate) async fn run(a: ImportArgs) -> CmdResult {
     let mut folded = Vec::new();
     for path in &a.files {
         let (node, job, p) = (a.node.clone(), a.job.clone(), path.clone());
-        let f = tokio::task::spawn_blocking(move || {
-            import::fold_file(&p, &node, job, window_ns, |n, total| {
+        let parts = tokio::task::spawn_blocking(move || {
+            import::fold_file(&p, node.as_deref(), job, window_ns, |n, total| {
                 eprintln!("  {}: {n}/{total} events", p.display());
             })
         })
         .await?
         .map_err(Failure::lib)?;
-        let calls: u64 = f.stats.calls.values().sum();
-        eprintln!(
-            "{}: {} events → {} windows, {} calls ({} counted but not stored by the source), {} reference diagnoses",
-            f.file, f.stats.events, f.stats.windows, calls, f.stats.discarded_calls, f.reference_chains
-        );
-        if !f.stats.skipped.is_empty() {
-            let s: Vec<String> = f.stats.skipped.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            eprintln!("  not imported (no table for them yet): {}", s.join(", "));
+        for f in parts {
+            let calls: u64 = f.stats.calls.values().sum();
+            eprintln!(
+                "{} (node {}): {} events → {} windows, {} calls ({} counted but not stored by the source), {} reference diagnoses",
+                f.file, f.node, f.stats.events, f.stats.windows, calls, f.stats.discarded_calls, f.reference_chains
+            );
+            if !f.stats.skipped.is_empty() {
+                let s: Vec<String> = f.stats.skipped.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                eprintln!("  not imported (no table for them yet): {}", s.join(", "));
+            }
+            folded.push(f);
         }
-        folded.push(f);
     }
     let files = import::write(&store, &folded).await?;
-    println!("imported {} trace(s) as node {} into {} ({files} Parquet files)", folded.len(), a.node, store.url);
+    let mut nodes: Vec<&str> = folded.iter().map(|f| f.node.as_str()).collect();
+    nodes.dedup();
+    println!(
+        "imported {} trace(s) as node(s) {} into {} ({files} Parquet files)",
+        a.files.len(),
+        nodes.join(", "),
+        store.url
+    );
     Ok(())
 }
