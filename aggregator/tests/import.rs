@@ -33,6 +33,15 @@ fn import(file: &Path, node: &str, job: Option<&str>, store: &Path) {
     assert_eq!(rc, 0, "{out}");
 }
 
+/// `ingero stragglers` over the whole of the bundled trace's time, as JSON.
+fn stragglers(store: &Path) -> serde_json::Value {
+    let args =
+        ["stragglers", "--store", store.to_str().unwrap(), "--since", "2026-03-01T00:00:00Z", "--format", "json"];
+    let (rc, out) = ingero(&args);
+    assert_eq!(rc, 0, "{out}");
+    serde_json::from_str(&out).unwrap()
+}
+
 async fn engine(dir: &Path) -> QueryEngine {
     let store = Store::open(&StoreUrl::parse(dir.to_str().unwrap()).unwrap(), &Default::default()).unwrap();
     QueryEngine::open(&store, Default::default()).await.unwrap()
@@ -173,17 +182,8 @@ async fn the_slow_node_of_an_imported_job_is_ranked_first() {
         import(&trace(), n, Some("llm-ft"), &store);
     }
     import(&slow, "node-c", Some("llm-ft"), &store);
-    let (rc, out) = ingero(&[
-        "stragglers",
-        "--store",
-        store.to_str().unwrap(),
-        "--since",
-        "2026-03-01T00:00:00Z",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(rc, 0, "{out}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = stragglers(&store);
+    let out = v.to_string();
     let first = &v["stragglers"][0];
     assert_eq!(first["node"], "node-c", "{out}");
     assert_eq!(first["job"], "llm-ft");
@@ -294,17 +294,8 @@ async fn a_merged_multi_node_trace_is_imported_as_its_nodes_and_ranked() {
     let b = &rows[0];
     assert_eq!(b.num_rows(), 2, "one node per node the file names");
     assert_eq!(b.column(2).as_primitive::<Int64Type>().value(1), 1, "node-b's rank from the file");
-    let (rc, out) = ingero(&[
-        "stragglers",
-        "--store",
-        store.to_str().unwrap(),
-        "--since",
-        "2026-03-01T00:00:00Z",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(rc, 0, "{out}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = stragglers(&store);
+    let out = v.to_string();
     assert_eq!(v["stragglers"][0]["node"], "node-b", "the slow node first: {out}");
     // The source stored the same diagnosis at many detections: one line each, with count and span.
     let (rc, text) =

@@ -102,17 +102,22 @@ pub fn render(r: &Report) -> String {
         }
         let _ = writeln!(o);
     }
-    if !r.reference.is_empty() {
-        let _ = writeln!(o, "Diagnoses stored in the imported trace (Ingero Go)");
-        let _ = writeln!(o, "{}", "━".repeat(WIDTH));
-        for v in &r.reference {
-            let times =
-                if v.count > 1 { format!(" (×{}, {} → {})", v.count, v.first, v.last) } else { String::new() };
-            wrap(&mut o, "", "  ", &format!("{} — {}{times}", v.verdict.to_uppercase(), v.their_summary));
-            wrap(&mut o, "  Why: ", "       ", &v.why);
-        }
-    }
+    reference(&mut o, r);
     o
+}
+
+/// The source product's stored diagnoses, one line per distinct one.
+fn reference(o: &mut String, r: &Report) {
+    if r.reference.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "Diagnoses stored in the imported trace (Ingero Go)");
+    let _ = writeln!(o, "{}", "━".repeat(WIDTH));
+    for v in &r.reference {
+        let times = if v.count > 1 { format!(" (×{}, {} → {})", v.count, v.first, v.last) } else { String::new() };
+        wrap(o, "", "  ", &format!("{} — {}{times}", v.verdict.to_uppercase(), v.their_summary));
+        wrap(o, "  Why: ", "       ", &v.why);
+    }
 }
 
 #[cfg(test)]
