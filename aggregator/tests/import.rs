@@ -313,3 +313,53 @@ async fn a_merged_multi_node_trace_is_imported_as_its_nodes_and_ranked() {
     assert_eq!(rc, 2, "{out}");
     assert!(out.contains("names no node"), "{out}");
 }
+
+#[tokio::test]
+async fn a_starved_gpu_is_diagnosed_as_input_bound_and_its_workers_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // The recorded run, with its six forked DataLoader workers context-
+    // switching thousands of times a second and the training process
+    // blocked outside CUDA more than half of its thread time, as in a run
+    // whose input pipeline cannot keep up.
+    let file = dir.path().join("starved.db");
+    std::fs::copy(trace(), &file).unwrap();
+    let c = rusqlite::Connection::open(&file).unwrap();
+    c.execute_batch(
+        "UPDATE event_aggregates SET count = 240000, sum_dur = 240000000
+           WHERE source = 3 AND op = 1 AND pid IN (30591, 30592, 30594, 30595, 30596, 30597);
+         INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, sum_dur, max_dur)
+           VALUES (1774360080000000000, 3, 1, 30581, 3000, 1, 90000000000, 500000000),
+                  (1774360140000000000, 3, 1, 30581, 12000, 38, 360000000000, 500000000);",
+    )
+    .unwrap();
+    drop(c);
+    let store = dir.path().join("store");
+    import(&file, "gpu-1", None, &store);
+    let args =
+        ["report", "--pid", "gpu-1:30581", "--store", store.to_str().unwrap(), "--since", "2026-03-01T00:00:00Z"];
+    let (rc, out) = ingero(&[&args[..], &["--format", "json"]].concat());
+    assert_eq!(rc, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let chains = v["chains"].as_array().unwrap();
+    let c =
+        chains.iter().find(|c| c["cause"] == "input_bound").unwrap_or_else(|| panic!("no input_bound chain: {v:#}"));
+    let root = c["root_cause"].to_string();
+    assert!(root.contains("6 data worker(s)") && root.contains("python3 (pid 30592)"), "{root}");
+    assert!(!chains.iter().any(|c| c["cause"] == "host_blocked"), "the same symptom twice: {v:#}");
+    // The unmodified run is not input bound.
+    let plain = dir.path().join("plain");
+    import(&trace(), "gpu-1", None, &plain);
+    let (rc, out) = ingero(&[
+        "report",
+        "--pid",
+        "gpu-1:30581",
+        "--store",
+        plain.to_str().unwrap(),
+        "--since",
+        "2026-03-01T00:00:00Z",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(!out.contains("input_bound"), "{out}");
+}

@@ -163,7 +163,8 @@ impl<'a> Folder<'a> {
             (HOST, 4) => self.host.push((e.ts_ns, e.pid, "oom_kill", e.arg0, String::new())),
             (HOST, 5) => self.host.push((e.ts_ns, e.pid, "exec", 0, String::new())),
             (HOST, 6) => self.host.push((e.ts_ns, e.pid, "exit", e.ret, String::new())),
-            (HOST, 7) => self.host.push((e.ts_ns, e.pid, "fork", e.arg0, String::new())),
+            // The Go recorder puts the child's pid in arg1.
+            (HOST, 7) => self.host.push((e.ts_ns, e.pid, "fork", e.arg1, String::new())),
             (HOST, 12) => self.host.push((e.ts_ns, e.pid, "oom_kill", e.arg0, "pod OOM kill".into())),
             (IO, op) => {
                 let i = self.io.entry((w, e.pid, op)).or_default();

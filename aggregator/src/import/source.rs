@@ -67,6 +67,8 @@ pub(crate) struct Event {
     pub op: i64,
     pub dur_ns: u64,
     pub arg0: i64,
+    /// process_fork: the child's pid.
+    pub arg1: i64,
     pub ret: i64,
     pub cgroup_id: u64,
     /// 0.9+: the rank and world size the recorder knew.
@@ -304,7 +306,7 @@ impl Trace {
         let rank = if self.columns.rank { "rank, world_size" } else { "NULL, NULL" };
         let filter = if node.is_some() && self.columns.node { "WHERE node = ?1" } else { "" };
         let sql = format!(
-            "SELECT timestamp, pid, tid, source, op, duration, arg0, ret_code, cgroup_id, {rank} FROM events {filter} ORDER BY timestamp"
+            "SELECT timestamp, pid, tid, source, op, duration, arg0, ret_code, cgroup_id, {rank}, arg1 FROM events {filter} ORDER BY timestamp"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(err)?;
         let params: Vec<&str> = if filter.is_empty() { vec![] } else { node.into_iter().collect() };
@@ -325,6 +327,7 @@ impl Trace {
                     cgroup_id: g(8)? as u64,
                     rank: r.get::<_, Option<i64>>(9)?.map(|v| v as i32),
                     world_size: r.get::<_, Option<i64>>(10)?.map(|v| v as i32),
+                    arg1: g(11)?,
                 })
             })()
             .map_err(err)?;

@@ -70,6 +70,7 @@ fn secs(ns: f64) -> String {
 pub(crate) struct Culprit {
     /// Index into the nodes given.
     pub node: usize,
+    #[cfg_attr(not(feature = "query"), expect(dead_code, reason = "read by the report's hung-rank chain"))]
     pub proc: ProcProgress,
     pub dev: Deviation,
 }

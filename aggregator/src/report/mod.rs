@@ -8,6 +8,7 @@ pub(crate) mod data;
 pub(crate) mod hang;
 pub mod html;
 pub(crate) mod reference;
+pub(crate) mod starved;
 pub mod text;
 
 use serde::Serialize;
@@ -54,6 +55,12 @@ pub async fn build(
     let summary = chains::summarize(&d);
     let mut chains = chains::diagnose(&d, &summary);
     chains.extend(cuda::chains(&d, &summary));
+    let workers = starved::workers(engine, &d, start_us, end_us).await?;
+    if let Some(c) = starved::input_bound(&d, &summary, &workers) {
+        // The same symptom, explained: the host is blocked waiting for input.
+        chains.retain(|x| x.cause != "host_blocked");
+        chains.push(c);
+    }
     if let Some(hung) = hang::chain(engine, &d, start_us, end_us, &cfg).await? {
         chains.insert(0, hung); // first among the high-severity ones
     }
