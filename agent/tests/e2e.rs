@@ -114,7 +114,7 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
     // all-reduce that enqueues and returns, then the end-of-step sync that
     // waits for the device work and for every rank's all-reduce.
     let ranks = cluster.job(&STEP);
-    let Cluster { s3, dir: _dir, store, mut serve, serve_log, http, agents, cgroups, kube: _kube, root: _root } =
+    let Cluster { s3, dir: _dir, store, mut serve, serve_log, http, agents, cgroups, kube: _kube, root: _root, .. } =
         cluster;
     let started = Instant::now();
 
@@ -267,16 +267,18 @@ async fn a_hung_rank_flags_its_node_stuck_and_says_what_it_does() {
         assert!(text.contains(want), "`{want}` missing from: {text}");
     }
 
-    // The pod report says the same from the stored data: cause → effect → fix.
-    tokio::time::sleep(Duration::from_secs(3)).await; // the server's --flush-age 2s
-    let args =
-        ["report", "--pod", "ml/llama-worker-1", "--store", &cluster.store, "--since", "10m", "--stuck-after", "4s"];
-    let json: Value = serde_json::from_str(&cli(&[&args[..], &["--format", "json"]].concat(), &cluster.s3)).unwrap();
+    // Asked at once, the server's report says the same (it includes the
+    // windows not yet flushed): cause → effect → fix.
+    let server = format!("http://127.0.0.1:{}", cluster.grpc);
+    let args = ["report", "--pod", "ml/llama-worker-1", "--server", &server, "--since", "10m", "--format", "json"];
+    let json: Value = serde_json::from_str(&cli(&args, &cluster.s3)).unwrap();
     let chain = &json["chains"][0];
     assert_eq!(chain["cause"], "hung_rank", "{json:#}");
     let pid = ranks[1].0.id();
     assert!(chain["fixes"].to_string().contains(&format!("py-spy dump --pid {pid}")), "{chain:#}");
     assert!(chain["root_cause"].to_string().contains("no CUDA/NCCL call in flight"), "{chain:#}");
+    let args =
+        ["report", "--pod", "ml/llama-worker-1", "--store", &cluster.store, "--since", "10m", "--stuck-after", "4s"];
     let text = cli(&args, &cluster.s3);
     eprintln!("{text}");
     assert!(text.contains("Hung rank"), "{text}");
@@ -345,6 +347,7 @@ struct Cluster {
     store: String,
     serve: Proc,
     serve_log: PathBuf,
+    grpc: u16,
     http: u16,
     agents: Vec<Agent>,
     cgroups: Vec<Cgroup>,
@@ -415,7 +418,7 @@ impl Cluster {
         for a in &agents {
             a.wait_log("watching pods of this node on the Kubernetes API", Duration::from_secs(20));
         }
-        Some(Cluster { s3, dir, store, serve, serve_log, http, agents, cgroups, kube, root })
+        Some(Cluster { s3, dir, store, serve, serve_log, grpc, http, agents, cgroups, kube, root })
     }
 
     /// One rank per node, coupled through the stand-in driver's barrier,

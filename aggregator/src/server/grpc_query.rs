@@ -11,6 +11,7 @@ use crate::rank::detector::DetectorConfig;
 use crate::rank::history::{self, HistoryRequest};
 use crate::report::{self, Target};
 use crate::store::Store;
+use crate::store::commit::Committer;
 
 #[derive(Debug)]
 pub(crate) struct QueryService {
@@ -18,7 +19,15 @@ pub(crate) struct QueryService {
     pub ranker: LiveRanker,
     pub limits: QueryLimits,
     pub detector: DetectorConfig,
+    /// Flushed before a query so it sees every acknowledged row, not only
+    /// what `--flush-age` has written out (a report asked right after a
+    /// flag must include the windows that caused it).
+    pub committer: Committer,
+    pub last_flush: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// Queries within this long of a flush reuse it (no file per query).
+const FLUSH_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Start of a range from the request: absolute when given, else `since` ago.
 pub(crate) fn range(since_secs: u64, start_us: i64) -> (i64, i64) {
@@ -37,7 +46,15 @@ fn internal(e: crate::Error) -> Status {
 }
 
 impl QueryService {
+    /// An engine over everything acknowledged so far.
     async fn engine(&self) -> Result<QueryEngine, Status> {
+        {
+            let mut last = self.last_flush.lock().await;
+            if last.is_none_or(|t| t.elapsed() >= FLUSH_REUSE) {
+                self.committer.flush().await.map_err(internal)?;
+                *last = Some(std::time::Instant::now());
+            }
+        }
         QueryEngine::open(&self.store, self.limits.clone()).await.map_err(internal)
     }
 }

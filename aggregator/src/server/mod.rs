@@ -113,6 +113,8 @@ impl Server {
                 ranker: ranker.clone(),
                 limits: cfg.query.clone(),
                 detector: cfg.detector.clone(),
+                committer: committer.clone(),
+                last_flush: Default::default(),
             };
             routes = routes.add_service(InterceptedService::new(QueryServer::new(query), check));
         }
