@@ -346,6 +346,8 @@ async fn a_starved_gpu_is_diagnosed_as_input_bound_and_its_workers_named() {
     let root = c["root_cause"].to_string();
     assert!(root.contains("6 data worker(s)") && root.contains("python3 (pid 30592)"), "{root}");
     assert!(!chains.iter().any(|c| c["cause"] == "host_blocked"), "the same symptom twice: {v:#}");
+    let explains = c["explains"].as_f64().unwrap_or_default();
+    assert!((0.3..=1.0).contains(&explains), "the input wait is most of the time: {explains}");
     // The unmodified run is not input bound.
     let plain = dir.path().join("plain");
     import(&trace(), "gpu-1", None, &plain);

@@ -243,11 +243,14 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     }
     // devs[node] = (score, deviations, has_cause)
     let mut devs: Vec<(f64, Vec<Deviation>, bool)> = vec![(0.0, Vec::new(), false); n];
-    let all: Vec<usize> = (0..n).collect();
+    // A node that sent only progress rows this window (its first call has
+    // not returned yet) has no signals to compare: it is neither judged nor
+    // part of the reference.
+    let all: Vec<usize> = (0..n).filter(|&i| nodes[names[i]].measured).collect();
     let mut waits_less = vec![false; n];
     for spec in SPECS.iter() {
         let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(spec.signal)).collect();
-        for i in 0..n {
+        for &i in &all {
             if let Some(d) = deviation(cfg, spec, &values, i, &all) {
                 waits_less[i] |= spec.signal == Signal::DeviceWaitShare;
                 add(&mut devs[i], d, spec.cause);
@@ -259,7 +262,7 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     // nodes that neither wait less nor have a cause of their own (stragglers
     // leave the reference).
     let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(Signal::DeviceWaitShare)).collect();
-    let reference: Vec<usize> = (0..n).filter(|&i| !waits_less[i] && !devs[i].2).collect();
+    let reference: Vec<usize> = all.iter().copied().filter(|&i| !waits_less[i] && !devs[i].2).collect();
     for &i in &reference {
         if let Some(d) = deviation(cfg, &DEVICE_WAIT_HIGH, &values, i, &reference) {
             add(&mut devs[i], d, true);
@@ -338,6 +341,7 @@ mod tests {
             runq_ns: runq * 1e9,
             oncpu_ns: (1.0 - runq) * 1e9,
             wait_ns: wait * 1e9,
+            measured: true,
             window_ns: 1e9,
             threads: 1.0,
             ..Default::default()
@@ -395,5 +399,20 @@ mod tests {
         }
         let s = d.standings(None, 0.0);
         assert_eq!((s[0].node.as_str(), s[0].flagged), ("node-5", true));
+    }
+
+    #[test]
+    fn a_node_with_only_progress_rows_is_not_judged() {
+        // Its rank's first call has not returned: no calls, no scheduler
+        // time yet, only what it is inside. Zero waiting is not "waits least".
+        let mut d = Detector::new(DetectorConfig::default());
+        for w in 0..5 {
+            for (node, s) in [("node-0", sig(0.02, 0.9)), ("node-1", sig(0.02, 0.92)), ("node-x", Signals::default())] {
+                let key = NodeWindowKey { job: "j".into(), node: node.into(), window_start_us: w * 1_000_000 };
+                d.add(key, &Signals { window_ns: 1e9, ..s });
+            }
+            d.drain();
+        }
+        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", d.standings(None, 0.0));
     }
 }

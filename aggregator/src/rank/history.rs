@@ -127,7 +127,7 @@ fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) {
     let cols: Vec<_> = (3..b.num_columns()).map(f).collect();
     let v = |c: usize, i: usize| if cols[c].is_null(i) { 0.0 } else { cols[c].value(i) };
     for i in 0..b.num_rows() {
-        let mut s = Signals { window_ns: bin_ns, ..Default::default() };
+        let mut s = Signals { window_ns: bin_ns, measured: matches!(kind, "calls" | "sched"), ..Default::default() };
         match kind {
             "calls" => {
                 s.copy_ns = v(0, i);

@@ -146,6 +146,8 @@ pub struct Signals {
     pub threads: f64,
     /// What each process is inside at the window's end (hung ranks).
     pub procs: Vec<ProcProgress>,
+    /// Calls or scheduler time were reported (not only progress rows).
+    pub measured: bool,
 }
 
 impl Signals {
@@ -176,6 +178,7 @@ impl Signals {
         self.window_ns = self.window_ns.max(o.window_ns);
         self.threads += o.threads;
         self.procs.extend(o.procs.iter().cloned());
+        self.measured |= o.measured;
     }
 }
 
@@ -265,7 +268,8 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
             node: node.value(i).to_string(),
             window_start_us: start.value(i),
         };
-        let mut s = Signals { window_ns: win.value(i) as f64 * 1e3, ..Default::default() };
+        let measured = matches!(table, Table::CallWindows | Table::SchedWindows);
+        let mut s = Signals { window_ns: win.value(i) as f64 * 1e3, measured, ..Default::default() };
         match table {
             Table::CallWindows => {
                 let (Some(lib), Some(op), Some(count), Some(total)) = (&lib, &op, &count, &total) else { continue };

@@ -15,6 +15,10 @@ pub enum Severity {
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Chain {
+    /// The share of the report's time (of its processes' thread time for
+    /// scheduler causes) this cause accounts for; None for events (OOM).
+    #[serde(default)]
+    pub explains: Option<f64>,
     pub severity: Severity,
     /// Short machine-readable cause: cpu_contention, io_stall, memory_pressure, oom, slow_gpu, slow_network, straggler.
     pub cause: String,
@@ -58,8 +62,9 @@ pub struct Summary {
     pub oom_kills: usize,
 }
 
-fn pct(x: f64) -> String {
-    format!("{:.0}%", x * 100.0)
+/// A share as a percentage; a small one that is not zero says so.
+pub(crate) fn pct(x: f64) -> String {
+    if x > 0.0 && x < 0.005 { "<1%".into() } else { format!("{:.0}%", x * 100.0) }
 }
 
 pub(crate) fn fmt_ns(ns: u64) -> String {
@@ -226,6 +231,7 @@ fn oom(d: &ReportData, s: &Summary) -> Option<Chain> {
         .map(|e| format!("{} at {}", e.detail.clone().unwrap_or(e.comm.clone()), e.time))
         .collect();
     Some(Chain {
+        explains: None,
         severity: Severity::High,
         cause: "oom".into(),
         title: "OOM kill → lost work and restarts".into(),
@@ -251,6 +257,7 @@ fn cpu_contention(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
     let mut effect = gpu_effects(d, s);
     effect.insert(0, "the GPU idles while the host cannot launch the next step".into());
     Some(Chain {
+        explains: None,
         severity: if s.runq_share >= 0.2 || s.runq_share_sustained >= 0.25 { Severity::High } else { Severity::Medium },
         cause: "cpu_contention".into(),
         title: "CPU scheduling contention → CUDA throughput drop".into(),
@@ -284,6 +291,7 @@ fn io_stall(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
     effect
         .insert(0, format!("training threads blocked (off-CPU) {} of the time waiting for input", pct(s.offcpu_share)));
     Some(Chain {
+        explains: None,
         severity: if s.offcpu_share >= 0.2 { Severity::High } else { Severity::Medium },
         cause: "io_stall".into(),
         title: "Block IO stall → input pipeline starves the GPU".into(),
@@ -305,6 +313,7 @@ fn memory_pressure(d: &ReportData, s: &Summary) -> Option<Chain> {
     let mut effect = gpu_effects(d, s);
     effect.insert(0, format!("threads blocked in reclaim/page faults: off-CPU {}", pct(s.offcpu_share)));
     Some(Chain {
+        explains: None,
         severity: Severity::Medium,
         cause: "memory_pressure".into(),
         title: "Memory pressure → reclaim stalls the training loop".into(),
@@ -323,6 +332,7 @@ fn host_blocked(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
         return None;
     }
     Some(Chain {
+        explains: None,
         severity: Severity::Medium,
         cause: "host_blocked".into(),
         title: "Host threads blocked → GPU waits for work".into(),
@@ -350,6 +360,7 @@ fn gpu_or_link(d: &ReportData, s: &Summary) -> Vec<Chain> {
     let own_gpu = s.copy_share > peer_copy * 1.3 && s.copy_share - peer_copy > 0.03;
     if (own_gpu || s.wait_share < peer * 0.7) && s.stall_share < 0.1 {
         out.push(Chain {
+            explains: None,
             severity: Severity::High,
             cause: "slow_gpu".into(),
             title: "Slow GPU → every other rank waits in its syncs".into(),
@@ -369,6 +380,7 @@ fn gpu_or_link(d: &ReportData, s: &Summary) -> Vec<Chain> {
     }
     if !own_gpu && s.wait_share > peer * 1.3 && s.wait_share - peer > 0.05 && s.stall_share < 0.1 {
         out.push(Chain {
+            explains: None,
             severity: Severity::Medium,
             cause: "slow_network".into(),
             title: "Slow interconnect → longer collectives".into(),

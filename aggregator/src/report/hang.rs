@@ -51,7 +51,9 @@ pub(crate) async fn chain(
         }
     }
     let (Some(first), Some((_, node, last))) = (found.first().map(|f| f.0), found.last()) else { return Ok(None) };
-    Ok(Some(hung_rank(job, node, last, first, found.len())))
+    let mut c = hung_rank(job, node, last, first, found.len());
+    c.explains = Some((found.len() as f64 / d.series.len().max(1) as f64).min(1.0));
+    Ok(Some(c))
 }
 
 fn rows(b: &RecordBatch, windows: &mut BTreeMap<i64, BTreeMap<String, Signals>>) {
@@ -83,6 +85,7 @@ fn rows(b: &RecordBatch, windows: &mut BTreeMap<i64, BTreeMap<String, Signals>>)
 fn hung_rank(job: &str, node: &str, c: &Culprit, since_us: i64, windows: usize) -> Chain {
     let pid = c.proc.pid;
     Chain {
+        explains: None,
         severity: Severity::High,
         cause: "hung_rank".into(),
         title: "Hung rank → the whole job waits".into(),

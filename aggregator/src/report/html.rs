@@ -128,7 +128,7 @@ main{max-width:820px;margin:0 auto;padding:24px} h1{font-size:22px;margin:0 0 4p
 .kpi b{display:block;font-size:20px} .kpi span{color:#57606a;font-size:12px}
 .chain{background:#fff;border:1px solid #d0d7de;border-left:6px solid #999;border-radius:6px;padding:10px 14px;margin:10px 0}
 .chain.high{border-left-color:#cf222e} .chain.medium{border-left-color:#bf8700} .chain.low{border-left-color:#57606a}
-.chain h3{margin:0 0 6px;font-size:16px} .sev{font-size:12px;padding:1px 6px;border-radius:4px;background:#1b1f24;color:#fff;vertical-align:middle}
+.chain h3{margin:0 0 6px;font-size:16px} .sev{font-size:12px;padding:1px 6px;border-radius:4px;background:#1b1f24;color:#fff;vertical-align:middle} .explains{font-size:12px;font-weight:normal;color:#57606a;margin-left:6px}
 dt{font-weight:600;margin-top:4px} dd{margin:0 0 0 16px} figure{background:#fff;border:1px solid #d0d7de;border-radius:6px;margin:10px 0;padding:6px}
 svg{width:100%;height:auto} .ct{font-size:13px;font-weight:600;fill:#1b1f24} .ax{font-size:11px;fill:#57606a} .grid{stroke:#eaeef2}
 table{border-collapse:collapse;width:100%;background:#fff} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left;font-size:13px} .num{text-align:right}
@@ -205,9 +205,13 @@ fn chains(r: &Report) -> String {
         };
         let _ = write!(
             out,
-            r#"<section class="chain {sev}"><h3><span class="sev">{}</span> {}</h3><dl>{}{}{}{}</dl></section>"#,
+            r#"<section class="chain {sev}"><h3><span class="sev">{}</span> {}{}</h3><dl>{}{}{}{}</dl></section>"#,
             sev.to_uppercase(),
             esc(&c.title),
+            c.explains.map_or(String::new(), |x| format!(
+                r#" <span class="explains">explains {:.0}% of the time</span>"#,
+                x * 100.0
+            )),
             li("Root cause", &c.root_cause),
             li("Effect", &c.effect),
             li("Contributing", &c.contributing),

@@ -20,6 +20,28 @@ use crate::query::QueryEngine;
 use crate::rank::detector::{DetectorConfig, Standing, rfc3339};
 use crate::rank::history::{self, HistoryRequest};
 
+/// How much of the report's time a chain's cause accounts for.
+fn explains(c: &chains::Chain, s: &chains::Summary, d: &data::ReportData) -> Option<f64> {
+    let span_ns = d.series.len() as f64 * d.window_secs * 1e9;
+    let in_ops = |pred: &dyn Fn(&str) -> bool| {
+        let ns: u64 = d.ops.iter().filter(|o| pred(&o.op)).map(|o| o.total_ns).sum();
+        (span_ns > 0.0).then(|| ns as f64 / span_ns)
+    };
+    let share = match c.cause.as_str() {
+        "cpu_contention" => Some(s.runq_share),
+        "io_stall" | "memory_pressure" => Some(s.offcpu_share),
+        "host_blocked" | "input_bound" => Some(s.host_offcpu_share),
+        "slow_gpu" => Some((s.copy_share - s.peer_copy_share.unwrap_or(0.0)).max(0.0)),
+        "slow_network" => s.peer_wait_share.map(|p| (s.wait_share - p).max(0.0)),
+        "allocator_churn" => {
+            in_ops(&|op| ["cudaFree", "cudaMalloc", "cuMemAlloc", "cuMemFree"].iter().any(|p| op.starts_with(p)))
+        }
+        "copy_waits" => in_ops(&|op| c.title.starts_with(&format!("{op} "))),
+        _ => None,
+    };
+    share.map(|x| x.clamp(0.0, 1.0))
+}
+
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Report {
     pub target: String,
@@ -65,6 +87,9 @@ pub async fn build(
         chains.insert(0, hung); // first among the high-severity ones
     }
     chains.sort_by_key(|c| c.severity);
+    for c in chains.iter_mut().filter(|c| c.explains.is_none()) {
+        c.explains = explains(c, &summary, &d);
+    }
     let reference = reference::judge(&d, &summary, &chains);
     let mut straggler = Vec::new();
     for job in &d.jobs {

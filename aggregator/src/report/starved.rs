@@ -7,7 +7,7 @@
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Float64Type, Int64Type, UInt32Type};
 
-use super::chains::{Chain, Severity, Summary};
+use super::chains::{Chain, Severity, Summary, pct};
 use super::data::ReportData;
 use crate::error::Result;
 use crate::query::{QueryEngine, time_predicate};
@@ -101,8 +101,8 @@ pub(crate) fn input_bound(d: &ReportData, s: &Summary, workers: &[Worker]) -> Op
             format!("{} (pid {}): {:.0} switches/s{cpu}", w.comm, w.pid, w.switches_per_s)
         })
         .collect();
-    let pct = |x: f64| format!("{:.0}%", x * 100.0);
     Some(Chain {
+        explains: None,
         severity: if s.host_offcpu_share >= 0.5 { Severity::High } else { Severity::Medium },
         cause: "input_bound".into(),
         title: "Input pipeline too slow → the GPU starves".into(),

@@ -88,6 +88,9 @@ pub fn render(r: &Report) -> String {
             Severity::Low => "LOW",
         };
         wrap(&mut o, "", "  ", &format!("{sev} {}", c.title));
+        if let Some(x) = c.explains {
+            let _ = writeln!(o, "  Explains: {} of the time", super::chains::pct(x));
+        }
         for x in &c.root_cause {
             wrap(&mut o, "  Root: ", "        ", x);
         }

@@ -46,6 +46,17 @@ fn internal(e: crate::Error) -> Status {
 }
 
 impl QueryService {
+    pub(crate) fn new(store: &Store, ranker: &LiveRanker, cfg: &super::ServeConfig, committer: &Committer) -> Self {
+        QueryService {
+            store: store.clone(),
+            ranker: ranker.clone(),
+            limits: cfg.query.clone(),
+            detector: cfg.detector.clone(),
+            committer: committer.clone(),
+            last_flush: Default::default(),
+        }
+    }
+
     /// An engine over everything acknowledged so far.
     async fn engine(&self) -> Result<QueryEngine, Status> {
         {

@@ -108,14 +108,7 @@ impl Server {
         let mut routes = tonic::service::Routes::new(InterceptedService::new(ingest, check.clone()));
         #[cfg(feature = "query")]
         {
-            let query = crate::server::grpc_query::QueryService {
-                store: store.clone(),
-                ranker: ranker.clone(),
-                limits: cfg.query.clone(),
-                detector: cfg.detector.clone(),
-                committer: committer.clone(),
-                last_flush: Default::default(),
-            };
+            let query = crate::server::grpc_query::QueryService::new(&store, &ranker, &cfg, &committer);
             routes = routes.add_service(InterceptedService::new(QueryServer::new(query), check));
         }
         let mut builder = tonic::transport::Server::builder();
