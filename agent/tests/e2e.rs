@@ -114,14 +114,20 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
     // all-reduce that enqueues and returns, then the end-of-step sync that
     // waits for the device work and for every rank's all-reduce.
     let ranks = cluster.job(&STEP);
-    let Cluster { s3, dir: _dir, store, mut serve, serve_log, http, agents, cgroups, kube: _kube, root: _root, .. } =
+    let Cluster { s3, dir: _dir, store, mut serve, serve_log, grpc, http, agents, cgroups, kube: _kube, root: _root } =
         cluster;
     let started = Instant::now();
 
     // Healthy fleet: nobody is flagged.
     tokio::time::sleep(contention_at).await;
     let (before, r) = flagged(http);
-    assert!(before.is_empty(), "flagged before any fault was injected: {r:#}");
+    if !before.is_empty() {
+        // What each node's rank did per second, from the server (flushed on query).
+        let q = "SELECT node, date_trunc('second', window_start) AS w, op, sum(count) AS n, round(sum(total_ns)/1e6) AS ms \
+                 FROM call_windows GROUP BY 1, 2, 3 ORDER BY 2, 1, 3";
+        let calls = cli(&["sql", "--server", &format!("http://127.0.0.1:{grpc}"), q], &s3);
+        panic!("flagged before any fault was injected: {r:#}\n{calls}\n{}", per_node_cpu(&store, &s3));
+    }
 
     // The fault: the contended pod gets 5% of a CPU (a CPU limit set too
     // low, or neighbours that own the cores): its CPU work takes many times as

@@ -75,9 +75,14 @@ struct NodeState {
     score: f64,
     devs: Vec<Deviation>,
     windows: u64,
+    /// Windows with calls or scheduler rows (see [`WARMUP_WINDOWS`]).
+    measured_windows: u64,
     last_window: i64,
     stuck: bool,
 }
+
+/// A node's first windows with data are start-up, not judged.
+const WARMUP_WINDOWS: u64 = 2;
 
 #[derive(Debug, Default)]
 struct JobState {
@@ -237,6 +242,7 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
         let st = job.nodes.entry((*name).clone()).or_default();
         st.last_window = st.last_window.max(w);
         st.windows += 1;
+        st.measured_windows += nodes[*name].measured as u64;
     }
     if n < 2 {
         return; // nothing to compare with
@@ -244,9 +250,12 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     // devs[node] = (score, deviations, has_cause)
     let mut devs: Vec<(f64, Vec<Deviation>, bool)> = vec![(0.0, Vec::new(), false); n];
     // A node that sent only progress rows this window (its first call has
-    // not returned yet) has no signals to compare: it is neither judged nor
-    // part of the reference.
-    let all: Vec<usize> = (0..n).filter(|&i| nodes[names[i]].measured).collect();
+    // not returned yet) has no signals to compare, and a node's first
+    // windows are its start-up (library loading, NCCL init, the first
+    // barrier: ranks start seconds apart): neither is judged nor part of the
+    // reference.
+    let all: Vec<usize> =
+        (0..n).filter(|&i| nodes[names[i]].measured && job.nodes[names[i]].measured_windows > WARMUP_WINDOWS).collect();
     let mut waits_less = vec![false; n];
     for spec in SPECS.iter() {
         let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(spec.signal)).collect();
@@ -359,6 +368,9 @@ mod tests {
     #[test]
     fn two_nodes_flag_the_contended_one_after_k_windows_and_clear_with_hysteresis() {
         let mut d = Detector::new(DetectorConfig::default());
+        for w in -2..0 {
+            feed(&mut d, w, &[(0.03, 0.30), (0.03, 0.30)]); // start-up windows, not judged
+        }
         for w in 0..2 {
             feed(&mut d, w, &[(0.03, 0.30), (0.41, 0.05)]);
             assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "flagged before K windows");
@@ -399,6 +411,19 @@ mod tests {
         }
         let s = d.standings(None, 0.0);
         assert_eq!((s[0].node.as_str(), s[0].flagged), ("node-5", true));
+    }
+
+    #[test]
+    fn start_up_windows_are_not_judged() {
+        // Ranks start seconds apart: the late one waits least at first.
+        let mut d = Detector::new(DetectorConfig::default());
+        for w in 0..2 {
+            feed(&mut d, w, &[(0.02, 0.9), (0.02, 0.0)]);
+        }
+        for w in 2..8 {
+            feed(&mut d, w, &[(0.02, 0.9), (0.02, 0.9)]);
+        }
+        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", d.standings(None, 0.0));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::{CmdResult, Failure, SourceArgs, status_failure};
 pub(crate) struct SqlArgs {
     /// The query (SELECT/WITH/EXPLAIN/SHOW/DESCRIBE). Tables: call_windows,
     /// sched_windows, cgroup_windows, io_windows, host_events, stall_events,
-    /// process_meta, node_windows (columns in proto/README.md).
+    /// process_meta, node_windows, progress_windows (columns in proto/README.md).
     pub query: String,
     #[command(flatten)]
     pub source: SourceArgs,
