@@ -109,20 +109,23 @@ static __always_inline void comm_init(struct pt_regs *ctx, __u32 tgid, struct co
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
-/* Enters a call on this thread; returns 1 when the thread was already inside
- * a traced call (this one is made by that one: not counted again). Only
- * calls whose return is probed deepen the state, so it always unwinds. */
-static __always_inline int enter(__u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now)
+/* Enters a call on this thread; returns 1 when the thread is inside a
+ * traced call (this one is made by that one: not counted again). Only calls
+ * whose return is probed deepen the state. A call is inside the recorded one
+ * only if its frame is below that call's entry frame (the stack grows down):
+ * a state left behind (a return never seen: the return probe was attached
+ * after the call entered) is replaced, never trusted forever. */
+static __always_inline int enter(__u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now, __u64 sp)
 {
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
-	int nested = tc && tc->depth > 0;
+	int nested = tc && tc->depth > 0 && sp < tc->sp;
 	if (!(cookie & (COOKIE_TIMED | COOKIE_BRACKET)))
 		return nested;
 	if (nested) {
 		ADD(tc->depth, 1);
 		return 1;
 	}
-	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .depth = 1 };
+	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .depth = 1, .sp = sp };
 	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
 	return 0;
 }
@@ -142,7 +145,7 @@ int call_entry(struct pt_regs *ctx)
 	if (c->pid_filter && !bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	if (enter((__u32)pid_tgid, tgid, op, cookie, now))
+	if (enter((__u32)pid_tgid, tgid, op, cookie, now, PT_REGS_SP(ctx)))
 		return 0;
 	track(tgid);
 	struct counters *cn = ctrs();

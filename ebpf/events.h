@@ -53,6 +53,7 @@ struct thread_call {
 	__u32 op;
 	__u32 depth;
 	__u32 pad;
+	__u64 sp; /* stack pointer at the outermost call's entry */
 };
 
 struct cgroup_val {

@@ -57,6 +57,8 @@ pub(crate) struct ThreadCall {
     pub op: u32,
     pub depth: u32,
     pub pad: u32,
+    /// Stack pointer at the outermost call's entry.
+    pub sp: u64,
 }
 
 #[repr(C)]
@@ -165,7 +167,8 @@ const _: () = {
     assert!(offset_of!(CallVal, hist) == 32);
     assert!(size_of::<SchedVal>() == 72);
     assert!(offset_of!(SchedVal, off_call_ns) == 56);
-    assert!(size_of::<ThreadCall>() == 24);
+    assert!(size_of::<ThreadCall>() == 32);
+    assert!(offset_of!(ThreadCall, sp) == 24);
     assert!(offset_of!(ThreadCall, depth) == 16);
     assert!(size_of::<CgroupVal>() == 16);
     assert!(size_of::<IoKey>() == 16);

@@ -227,23 +227,30 @@ impl Probes {
         for op in ops::all().into_iter().filter(|o| o.lib == lib) {
             let point =
                 || UProbeAttachPoint { location: UProbeAttachLocation::Symbol(op.symbol), cookie: Some(op.cookie()) };
+            // Return first: a call that passes the entry probe then always
+            // has its return seen, so the kernel's per-thread call state
+            // (entered at entry, left at return) can never be left behind.
+            if op.return_probed() {
+                let ret = prog(&mut self.ebpf, "call_return").and_then(as_uprobe)?;
+                match ret.attach(point(), path, UProbeScope::AllProcesses) {
+                    Ok(id) => links.push(("call_return", id)),
+                    // Absent in this build of the library (e.g. no _ptsz variants).
+                    Err(e) => {
+                        tracing::debug!(symbol = op.symbol, path = %path.display(), error = %e, "symbol not probed");
+                        continue;
+                    }
+                }
+            }
             let entry = prog(&mut self.ebpf, "call_entry").and_then(as_uprobe)?;
             match entry.attach(point(), path, UProbeScope::AllProcesses) {
                 Ok(id) => links.push(("call_entry", id)),
-                // Absent in this build of the library (e.g. no _ptsz variants).
+                Err(e) if op.return_probed() => {
+                    return Err(Error::program(format!("uprobe {} in {}", op.symbol, path.display()))(e));
+                }
                 Err(e) => {
                     tracing::debug!(symbol = op.symbol, path = %path.display(), error = %e, "symbol not probed");
                     continue;
                 }
-            }
-            if op.return_probed() {
-                let ret = prog(&mut self.ebpf, "call_return").and_then(as_uprobe)?;
-                let id = ret.attach(point(), path, UProbeScope::AllProcesses).map_err(Error::program(format!(
-                    "uretprobe {} in {}",
-                    op.symbol,
-                    path.display()
-                )))?;
-                links.push(("call_return", id));
             }
             done.push(op.symbol);
         }
