@@ -7,7 +7,7 @@
  * the agent; nothing is signalled, so no parent sees a stopped child. */
 #include "common.bpf.h"
 
-#define HOLD_MAX_NS (250ull * 1000 * 1000)
+#define HOLD_MAX_NS (1000ull * 1000 * 1000)
 #define NAME_MAX_SCAN 160
 
 /* A dlopen of a traced library in progress: one per call frame, so a

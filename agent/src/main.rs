@@ -82,7 +82,7 @@ struct RunArgs {
     #[arg(long = "lib", env = "INGERO_LIB", value_delimiter = ',')]
     libs: Vec<PathBuf>,
     /// Do not hold a thread that dlopens a CUDA/NCCL library until its probes are in (by default it waits
-    /// in the kernel for the agent, for as long as the probes take and at most 250 ms, so the first calls of a
+    /// in the kernel for the agent, for as long as the probes take and at most 1 s, so the first calls of a
     /// library loaded at run time, such as vLLM's NCCL, are traced).
     #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
     no_dlopen_hold: bool,
