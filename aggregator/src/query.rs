@@ -144,6 +144,22 @@ pub fn check_read_only(query: &str) -> Result<()> {
 
 /// SQL predicate selecting rows whose `col` lies in [start, end), with the
 /// hive partition columns constrained too so whole hours are pruned unread.
+/// A string as an SQL literal.
+pub(crate) fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// SQL predicates over `call_windows` matching `signals::is_blocking_copy`
+/// and `signals::is_device_wait`: (blocking copy, device wait).
+pub(crate) fn wait_predicates() -> (String, String) {
+    let copies: Vec<String> = crate::rank::signals::BLOCKING_COPIES.iter().map(|o| quote(o)).collect();
+    let copy = format!("op IN ({})", copies.join(", "));
+    let wait = format!(
+        "op LIKE '%Synchronize%' OR {copy} OR (library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd') AND op NOT LIKE 'ncclComm%')"
+    );
+    (copy, wait)
+}
+
 pub fn time_predicate(col: &str, start_us: i64, end_us: i64) -> String {
     let day = |us: i64| chrono::DateTime::from_timestamp_micros(us).unwrap_or_default();
     let (s, e) = (day(start_us), day(end_us));

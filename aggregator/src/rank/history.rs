@@ -8,9 +8,9 @@ use arrow::datatypes::{Float64Type, Int64Type};
 
 use super::Ranking;
 use super::detector::{Detector, DetectorConfig};
-use super::signals::{BLOCKING_COPIES, DEFAULT_JOB, NodeWindowKey, Signals};
+use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use crate::error::{Error, Result};
-use crate::query::{QueryEngine, time_predicate};
+use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
 
 #[derive(Debug, Clone)]
 pub struct HistoryRequest {
@@ -30,10 +30,6 @@ impl HistoryRequest {
     }
 }
 
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
 /// One SQL per table, each grouped by (job, node, bin).
 fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
     let bin = req.bin_us();
@@ -45,18 +41,14 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
     let head = format!("SELECT {job_expr} AS job, node, (CAST(window_start AS BIGINT) / {bin}) * {bin} AS bin");
     let tail = format!("WHERE {filter} GROUP BY 1, 2, 3");
     let d = |e: &str| format!("SUM(CAST({e} AS DOUBLE))");
-    // The same classes as `signals::is_blocking_copy` / `is_device_wait`.
-    let copies: Vec<String> = BLOCKING_COPIES.iter().map(|o| quote(o)).collect();
-    let copy = format!("op IN ({})", copies.join(", "));
+    let (copy, wait) = wait_predicates();
     vec![
         (
             "calls",
             format!(
                 "{head}, {} AS copy_ns, {} AS wait_ns, {} AS launches FROM call_windows {tail}",
                 d(&format!("CASE WHEN {copy} THEN total_ns ELSE 0 END")),
-                d(&format!(
-                    "CASE WHEN op LIKE '%Synchronize%' OR {copy} OR (library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd') AND op NOT LIKE 'ncclComm%') THEN total_ns ELSE 0 END"
-                )),
+                d(&format!("CASE WHEN {wait} THEN total_ns ELSE 0 END")),
                 d(
                     "CASE WHEN op LIKE 'cudaLaunchKernel%' OR op LIKE 'cuLaunchKernel%' OR op = 'cudaGraphLaunch' THEN count ELSE 0 END"
                 ),

@@ -95,6 +95,9 @@ pub(crate) fn culprits(after_ns: f64, nodes: &[(&String, &Signals)]) -> Vec<Culp
     let Some((op, (waiters, longest))) = ops.into_iter().max_by_key(|(_, (n, _))| *n) else { return vec![] };
     let waiting = |s: &Signals| !s.procs.is_empty() && s.procs.iter().all(|p| p.waits_in(op, after_ns));
     let waiting_nodes = nodes.iter().filter(|(_, s)| waiting(s)).count();
+    if waiting_nodes == 0 {
+        return vec![];
+    }
     let mut out = Vec::new();
     for (i, (_, s)) in nodes.iter().enumerate() {
         if s.procs.is_empty() || waiting(s) {
@@ -109,9 +112,6 @@ pub(crate) fn culprits(after_ns: f64, nodes: &[(&String, &Signals)]) -> Vec<Culp
         );
         let dev = Deviation { signal: "stuck".into(), value: longest / 1e9, job_median: 0.0, z: 0.0, text };
         out.push(Culprit { node: i, proc: p.clone(), dev });
-    }
-    if waiting_nodes == 0 {
-        return vec![];
     }
     out
 }

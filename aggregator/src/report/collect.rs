@@ -10,9 +10,9 @@ use ingero_proto::hist::Histogram;
 
 use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
 use crate::error::{Error, Result};
-use crate::query::{QueryEngine, time_predicate};
+use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
 use crate::rank::detector::rfc3339;
-use crate::rank::signals::{BLOCKING_COPIES, is_blocking_copy, is_device_wait, is_launch, is_sync_op};
+use crate::rank::signals::{is_blocking_copy, is_device_wait, is_launch, is_sync_op};
 
 /// Window start as µs, for grouping.
 const W: &str = "CAST(window_start AS BIGINT)";
@@ -25,10 +25,6 @@ fn f64s(b: &RecordBatch, i: usize) -> Vec<f64> {
 fn strs(b: &RecordBatch, i: usize) -> Vec<Option<String>> {
     let c = b.column(i).as_string::<i32>();
     (0..c.len()).map(|j| (!c.is_null(j)).then(|| c.value(j).to_string())).collect()
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 /// Reads the report's data for `target` in [start_us, end_us).
@@ -323,12 +319,7 @@ impl Collector<'_> {
     async fn peers(&mut self) -> Result<()> {
         let Some(job) = self.d.jobs.first() else { return Ok(()) };
         let jf = format!("job = {} AND {} AND node NOT IN ({})", quote(job), self.time, self.node_list());
-        let copies: Vec<String> = BLOCKING_COPIES.iter().map(|o| quote(o)).collect();
-        let copy = format!("op IN ({})", copies.join(", "));
-        // The same classes as `signals::is_device_wait`.
-        let wait = format!(
-            "op LIKE '%Synchronize%' OR {copy} OR (library = 'nccl' AND op NOT IN ('ncclGroupStart', 'ncclGroupEnd') AND op NOT LIKE 'ncclComm%')"
-        );
+        let (copy, wait) = wait_predicates();
         let share = |cond: &str| {
             format!(
                 "SELECT node, {W} AS t, SUM(CASE WHEN {cond} THEN CAST(total_ns AS DOUBLE) ELSE 0 END) / MAX(CAST(window_us AS DOUBLE) * 1000) FROM call_windows WHERE {jf} GROUP BY 1, 2"

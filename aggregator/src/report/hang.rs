@@ -10,14 +10,10 @@ use arrow::datatypes::{Int32Type, Int64Type, UInt32Type, UInt64Type};
 use super::chains::{Chain, Severity};
 use super::data::ReportData;
 use crate::error::Result;
-use crate::query::{QueryEngine, time_predicate};
+use crate::query::{QueryEngine, quote, time_predicate};
 use crate::rank::detector::{DetectorConfig, rfc3339};
 use crate::rank::signals::Signals;
 use crate::rank::stuck::{Culprit, ProcProgress, culprits};
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
 
 /// The chain, when one of the target's nodes held the rank a stuck job of
 /// it waited for in [start_us, end_us).

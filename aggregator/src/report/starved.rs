@@ -10,7 +10,7 @@ use arrow::datatypes::{Float64Type, Int64Type, UInt32Type};
 use super::chains::{Chain, Severity, Summary, pct};
 use super::data::ReportData;
 use crate::error::Result;
-use crate::query::{QueryEngine, time_predicate};
+use crate::query::{QueryEngine, quote, time_predicate};
 
 /// A data-loading worker: a child of a traced process that makes no CUDA call.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,10 +21,6 @@ pub(crate) struct Worker {
     /// Cores used; None where on-CPU time is not measured (imported traces
     /// record only off-CPU periods).
     pub cores: Option<f64>,
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 fn list<T: ToString>(v: &[T]) -> String {
