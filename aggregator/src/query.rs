@@ -18,6 +18,7 @@ use url::Url;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
+use crate::store::tiers::{self, Tier};
 
 #[derive(Debug, Clone)]
 pub struct QueryLimits {
@@ -34,6 +35,7 @@ impl Default for QueryLimits {
 pub struct QueryEngine {
     ctx: SessionContext,
     limits: QueryLimits,
+    store: Store,
 }
 
 impl std::fmt::Debug for QueryEngine {
@@ -74,32 +76,24 @@ impl QueryEngine {
                 Url::parse(&s).map_err(|e| Error::Engine(e.to_string()))?
             }
         };
+        let mut tables: Vec<(&str, arrow::datatypes::SchemaRef, bool)> = Vec::new();
         for table in Table::ALL {
-            let files = crate::store::read::list_files(store, table).await?;
-            if files.is_empty() {
-                // Same columns as a listed table, partition columns included,
-                // so queries over a table with no data yet still plan.
-                let mut fields: Vec<arrow::datatypes::Field> =
-                    table.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-                fields.push(arrow::datatypes::Field::new("date", DataType::Utf8, true));
-                fields.push(arrow::datatypes::Field::new("hour", DataType::Utf8, true));
-                let schema = Arc::new(arrow::datatypes::Schema::new(fields));
-                let empty = MemTable::try_new(schema, vec![vec![]]).map_err(|e| Error::Engine(e.to_string()))?;
-                ctx.register_table(table.name(), Arc::new(empty)).map_err(|e| Error::Engine(e.to_string()))?;
-                continue;
-            }
-            let url = ListingTableUrl::parse(
-                base.join(&format!("{}/", table.name())).map_err(|e| Error::Engine(e.to_string()))?,
-            )
-            .map_err(|e| Error::Engine(e.to_string()))?;
-            let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
-                .with_file_extension(".parquet")
-                .with_table_partition_cols(vec![("date".into(), DataType::Utf8), ("hour".into(), DataType::Utf8)]);
-            let cfg = ListingTableConfig::new(url).with_listing_options(opts).with_schema(table.schema());
-            let t = ListingTable::try_new(cfg).map_err(|e| Error::Engine(e.to_string()))?;
-            ctx.register_table(table.name(), Arc::new(t)).map_err(|e| Error::Engine(e.to_string()))?;
+            let empty = crate::store::read::list_files(store, table).await?.is_empty();
+            tables.push((table.name(), table.schema(), empty));
         }
-        Ok(QueryEngine { ctx, limits })
+        for tier in Tier::ALL {
+            let empty = crate::store::read::list_prefix(store, tier.name()).await?.is_empty();
+            tables.push((tier.name(), tiers::schema(), empty));
+        }
+        for (name, schema, empty) in tables {
+            register(&ctx, &base, name, schema, empty)?;
+        }
+        Ok(QueryEngine { ctx, limits, store: store.clone() })
+    }
+
+    /// The store the engine reads (history ranking reads the signal tiers directly).
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Runs one read-only query; DDL, DML (INSERT, COPY … TO, …) and
@@ -119,6 +113,37 @@ impl QueryEngine {
         };
         tokio::time::timeout(self.limits.timeout, run).await.map_err(|_| Error::QueryTimeout(self.limits.timeout))?
     }
+}
+
+/// Registers one hive-partitioned table; a table with no files yet is an
+/// empty table with the same columns (partition columns included), so
+/// queries over it still plan.
+fn register(
+    ctx: &SessionContext,
+    base: &Url,
+    name: &str,
+    schema: arrow::datatypes::SchemaRef,
+    empty: bool,
+) -> Result<()> {
+    let eng = |e: datafusion::error::DataFusionError| Error::Engine(e.to_string());
+    if empty {
+        let mut fields: Vec<arrow::datatypes::Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(arrow::datatypes::Field::new("date", DataType::Utf8, true));
+        fields.push(arrow::datatypes::Field::new("hour", DataType::Utf8, true));
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        let t = MemTable::try_new(schema, vec![vec![]]).map_err(eng)?;
+        ctx.register_table(name, Arc::new(t)).map_err(eng)?;
+        return Ok(());
+    }
+    let url = base.join(&format!("{name}/")).map_err(|e| Error::Engine(e.to_string()))?;
+    let url = ListingTableUrl::parse(url).map_err(eng)?;
+    let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(".parquet")
+        .with_table_partition_cols(vec![("date".into(), DataType::Utf8), ("hour".into(), DataType::Utf8)]);
+    let cfg = ListingTableConfig::new(url).with_listing_options(opts).with_schema(schema);
+    let t = ListingTable::try_new(cfg).map_err(eng)?;
+    ctx.register_table(name, Arc::new(t)).map_err(eng)?;
+    Ok(())
 }
 
 fn refusal(msg: String) -> String {
@@ -142,8 +167,6 @@ pub fn check_read_only(query: &str) -> Result<()> {
     }
 }
 
-/// SQL predicate selecting rows whose `col` lies in [start, end), with the
-/// hive partition columns constrained too so whole hours are pruned unread.
 /// A string as an SQL literal.
 pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
@@ -160,6 +183,8 @@ pub(crate) fn wait_predicates() -> (String, String) {
     (copy, wait)
 }
 
+/// SQL predicate selecting rows whose `col` lies in [start, end), with the
+/// hive partition columns constrained too so whole hours are pruned unread.
 pub fn time_predicate(col: &str, start_us: i64, end_us: i64) -> String {
     let day = |us: i64| chrono::DateTime::from_timestamp_micros(us).unwrap_or_default();
     let (s, e) = (day(start_us), day(end_us));

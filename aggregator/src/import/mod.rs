@@ -12,11 +12,11 @@ pub(crate) mod source;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
-use ingero_proto::Tables;
+use ingero_proto::{Table, Tables};
 
 use crate::error::Result;
 use crate::store::layout::Partition;
-use crate::store::{Store, parquet};
+use crate::store::{Store, parquet, tiers};
 
 pub use fold::FoldStats;
 
@@ -87,6 +87,13 @@ pub async fn write(store: &Store, folded: &[Folded]) -> Result<usize> {
                 store.put_durable(&rel, parquet::encode(&b)?.into()).await?;
                 files += 1;
             }
+        }
+        let tables: Vec<(Table, Vec<arrow::array::RecordBatch>)> =
+            f.tables.iter().map(|(t, b)| (*t, vec![b.clone()])).collect();
+        for (tier, hour, b) in tiers::build(tables.iter().map(|(t, b)| (t, b)))? {
+            let rel = tiers::file_key(tier, hour, &format!("import-{:016x}", f.fingerprint));
+            store.put_durable(&rel, tiers::encode(&b)?.into()).await?;
+            files += 1;
         }
     }
     Ok(files)

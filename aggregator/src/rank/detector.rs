@@ -24,6 +24,8 @@ pub struct DetectorConfig {
     /// progressing: the node holding the rank they wait for is flagged
     /// `stuck` at once.
     pub stuck_after: Duration,
+    /// Keep every node's per-window score (history views; off live).
+    pub timeline: bool,
 }
 
 impl Default for DetectorConfig {
@@ -34,6 +36,7 @@ impl Default for DetectorConfig {
             clear_after: 5,
             loo_below: 8,
             stuck_after: Duration::from_secs(30),
+            timeline: false,
         }
     }
 }
@@ -79,7 +82,12 @@ struct NodeState {
     measured_windows: u64,
     last_window: i64,
     stuck: bool,
+    /// (window, score this window, flagged after it), with `timeline` on.
+    trace: Vec<TracePoint>,
 }
+
+/// (window start, score that window, flagged after it).
+pub type TracePoint = (i64, f32, bool);
 
 /// A node's first windows with data are start-up, not judged.
 const WARMUP_WINDOWS: u64 = 2;
@@ -168,6 +176,18 @@ impl Detector {
     pub fn jobs(&self) -> usize {
         self.jobs.len()
     }
+
+    /// Every judged window of every node (`timeline` on), sorted by job, node.
+    pub fn timelines(&self, job: Option<&str>) -> Vec<(&str, &str, &[TracePoint])> {
+        let mut out: Vec<_> = self
+            .jobs
+            .iter()
+            .filter(|(j, _)| job.is_none_or(|want| want == j.as_str()))
+            .flat_map(|(j, st)| st.nodes.iter().map(move |(n, s)| (j.as_str(), n.as_str(), s.trace.as_slice())))
+            .collect();
+        out.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        out
+    }
 }
 
 pub fn rfc3339(us: i64) -> String {
@@ -193,6 +213,22 @@ fn robust(values: &[f64]) -> (f64, f64) {
     (m, 1.4826 * median(&mut dev))
 }
 
+/// The nodes a signal is compared against, with their median and MAD
+/// computed once when every node shares them (no leave-one-out): per node
+/// it was O(n² log n) per window, most of a 1,000-node history ranking.
+struct Reference<'a> {
+    nodes: &'a [usize],
+    shared: Option<(f64, f64)>,
+}
+
+impl<'a> Reference<'a> {
+    fn new(cfg: &DetectorConfig, values: &[f64], nodes: &'a [usize]) -> Reference<'a> {
+        let shared =
+            (nodes.len() >= cfg.loo_below).then(|| robust(&nodes.iter().map(|&j| values[j]).collect::<Vec<_>>()));
+        Reference { nodes, shared }
+    }
+}
+
 /// How far `values[i]` deviates in the spec's bad direction from the nodes in
 /// `reference` (itself excluded when the set is small: leave-one-out).
 fn deviation(
@@ -200,17 +236,18 @@ fn deviation(
     spec: &SignalSpec,
     values: &[f64],
     i: usize,
-    reference: &[usize],
+    reference: &Reference,
 ) -> Option<Deviation> {
-    let others: Vec<f64> = if reference.len() >= cfg.loo_below {
-        reference.iter().map(|&j| values[j]).collect()
-    } else {
-        reference.iter().filter(|&&j| j != i).map(|&j| values[j]).collect()
+    let (med, mad) = match reference.shared {
+        Some(m) => m,
+        None => {
+            let others: Vec<f64> = reference.nodes.iter().filter(|&&j| j != i).map(|&j| values[j]).collect();
+            if others.is_empty() {
+                return None;
+            }
+            robust(&others)
+        }
     };
-    if others.is_empty() {
-        return None;
-    }
-    let (med, mad) = robust(&others);
     let effect = spec.direction * (values[i] - med);
     // Scale never below the signal's minimum effect / z, nor 10% of the median:
     // identical peers (MAD 0) must not turn noise into infinite z.
@@ -259,8 +296,9 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     let mut waits_less = vec![false; n];
     for spec in SPECS.iter() {
         let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(spec.signal)).collect();
+        let r = Reference::new(cfg, &values, &all);
         for &i in &all {
-            if let Some(d) = deviation(cfg, spec, &values, i, &all) {
+            if let Some(d) = deviation(cfg, spec, &values, i, &r) {
                 waits_less[i] |= spec.signal == Signal::DeviceWaitShare;
                 add(&mut devs[i], d, spec.cause);
             }
@@ -272,8 +310,9 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     // leave the reference).
     let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(Signal::DeviceWaitShare)).collect();
     let reference: Vec<usize> = all.iter().copied().filter(|&i| !waits_less[i] && !devs[i].2).collect();
+    let r = Reference::new(cfg, &values, &reference);
     for &i in &reference {
-        if let Some(d) = deviation(cfg, &DEVICE_WAIT_HIGH, &values, i, &reference) {
+        if let Some(d) = deviation(cfg, &DEVICE_WAIT_HIGH, &values, i, &r) {
             add(&mut devs[i], d, true);
         }
     }
@@ -294,6 +333,20 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
 /// One node's standing after a judged window: stuck (flagged at once),
 /// deviant (flagged after K windows) or calm (cleared after `clear_after`).
 fn update(
+    cfg: &DetectorConfig,
+    st: &mut NodeState,
+    w: i64,
+    stuck: Option<&Deviation>,
+    deviant: Option<(f64, &Vec<Deviation>)>,
+) {
+    update_state(cfg, st, w, stuck, deviant);
+    if cfg.timeline {
+        let score = if stuck.is_some() { st.score } else { deviant.map_or(0.0, |d| d.0) };
+        st.trace.push((w, score as f32, st.flagged));
+    }
+}
+
+fn update_state(
     cfg: &DetectorConfig,
     st: &mut NodeState,
     w: i64,

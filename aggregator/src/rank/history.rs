@@ -6,11 +6,14 @@ use std::time::Duration;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type};
 
-use super::Ranking;
+use std::collections::HashMap;
+
 use super::detector::{Detector, DetectorConfig};
 use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
+use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
+use crate::store::tiers::{self, Tier, TierBatch};
 
 #[derive(Debug, Clone)]
 pub struct HistoryRequest {
@@ -76,11 +79,99 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Ranks nodes over [start, end) from the store.
+/// Ranks nodes over [start, end) from the store: from the signal tiers
+/// written at ingest, or (stores written before them) by aggregating the
+/// raw tables.
 pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfig) -> Result<Ranking> {
     if req.end_us <= req.start_us {
         return Err(Error::NoData("the time range is empty (start must be before end)".into()));
     }
+    let store = engine.store();
+    // The 60-s tier is 1/60 of the windows: cheap to read first, and it
+    // gives the data's extent. Bins fit the data, not the asked range:
+    // `--since` a month ago over an imported 90-second trace must still
+    // give second-scale bins.
+    let coarse = tiers::read(store, Tier::Minute, req.start_us, req.end_us).await?;
+    let Some((lo, hi)) = extent(&coarse, req.start_us, req.end_us)? else {
+        return rank_raw(engine, req, cfg).await;
+    };
+    let mut req = req.clone();
+    if req.resolution.is_none() {
+        req.start_us = req.start_us.max(lo);
+        req.end_us = req.end_us.min(hi);
+    }
+    let tier = Tier::for_bin(req.bin_us());
+    let bin_us = match tier.width_us() {
+        Some(w) => (req.bin_us() + w - 1) / w * w,
+        None => req.bin_us(),
+    };
+    let batches =
+        if tier == Tier::Minute { coarse } else { tiers::read(store, tier, req.start_us, req.end_us).await? };
+    let mut det = Detector::new(cfg);
+    replay(&mut det, &batches, &req, bin_us)?;
+    let mut r = Ranking::from_detector(&det, req.job.as_deref(), "history");
+    r.timeline = Timeline::from_detector(&det, req.job.as_deref(), req.start_us.div_euclid(bin_us) * bin_us, bin_us);
+    Ok(r)
+}
+
+/// First and last instant covered by tier rows in [start, end).
+fn extent(batches: &[RecordBatch], start_us: i64, end_us: i64) -> Result<Option<(i64, i64)>> {
+    let mut out: Option<(i64, i64)> = None;
+    for b in batches {
+        let t = TierBatch::new(b)?;
+        for i in 0..t.len() {
+            let w = t.window_start(i);
+            // A 60-s bin overlapping the range starts up to a minute before it.
+            if w + 60_000_000 > start_us && w < end_us {
+                let (lo, hi) = out.get_or_insert((w, w + 60_000_000));
+                *lo = (*lo).min(w);
+                *hi = (*hi).max(w + 60_000_000);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Feeds tier rows to the detector bin by bin, in time order, so only a few
+/// bins are pending at once (a day of 10,000 nodes would not fit otherwise).
+fn replay(det: &mut Detector, batches: &[RecordBatch], req: &HistoryRequest, bin_us: i64) -> Result<()> {
+    let first = req.start_us.div_euclid(bin_us);
+    let bins = ((req.end_us - 1).div_euclid(bin_us) - first + 1).max(0) as usize;
+    let views: Vec<TierBatch<'_>> = batches.iter().map(TierBatch::new).collect::<Result<_>>()?;
+    let mut by_bin: Vec<Vec<(u32, u32)>> = vec![Vec::new(); bins];
+    for (bi, t) in views.iter().enumerate() {
+        for i in 0..t.len() {
+            let w = t.window_start(i);
+            if w < req.start_us || w >= req.end_us {
+                continue;
+            }
+            by_bin[(w.div_euclid(bin_us) - first) as usize].push((bi as u32, i as u32));
+        }
+    }
+    for (k, rows) in by_bin.into_iter().enumerate() {
+        let bin = (first + k as i64) * bin_us;
+        let mut merged: HashMap<(&str, &str), Signals> = HashMap::new();
+        for (bi, i) in rows {
+            let r = views[bi as usize].row(i as usize);
+            if req.job.as_deref().is_some_and(|j| j != r.job) {
+                continue;
+            }
+            let e = merged.entry((r.job, r.node)).or_default();
+            let covered = e.window_ns + r.signals.window_ns;
+            e.merge(&r.signals);
+            e.window_ns = covered;
+        }
+        for ((job, node), s) in merged {
+            det.add(NodeWindowKey { job: job.to_string(), node: node.to_string(), window_start_us: bin }, &s);
+        }
+        det.evaluate(bin, 0);
+    }
+    det.drain();
+    Ok(())
+}
+
+/// The raw-table path: DataFusion aggregates each table per (job, node, bin).
+async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfig) -> Result<Ranking> {
     // Bins fit the data, not the asked range: `--since` a month ago over an
     // imported 90-second trace must still give second-scale bins.
     let mut req = req.clone();
@@ -108,7 +199,14 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
         }
     }
     det.drain();
-    Ok(Ranking::from_detector(&det, req.job.as_deref(), "history"))
+    let mut r = Ranking::from_detector(&det, req.job.as_deref(), "history");
+    r.timeline = Timeline::from_detector(
+        &det,
+        req.job.as_deref(),
+        req.start_us.div_euclid(req.bin_us()) * req.bin_us(),
+        req.bin_us(),
+    );
+    Ok(r)
 }
 
 fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) {

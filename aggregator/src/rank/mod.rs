@@ -24,6 +24,57 @@ pub struct Ranking {
     pub source: &'static str,
     pub jobs: usize,
     pub stragglers: Vec<Standing>,
+    /// Every node's score per bin (history with the detector's `timeline` on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
+}
+
+/// Nodes × time: the fleet view's heatmap.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Timeline {
+    pub start_us: i64,
+    pub bin_us: i64,
+    pub bins: usize,
+    pub nodes: Vec<NodeTimeline>,
+}
+
+/// One node's row: its score per bin (−1: no data that bin) and the bin
+/// ranges `[first, last]` where it was flagged.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct NodeTimeline {
+    pub job: String,
+    pub node: String,
+    pub score: Vec<f32>,
+    pub flagged: Vec<[usize; 2]>,
+}
+
+impl Timeline {
+    /// `None` unless the detector kept timelines.
+    pub fn from_detector(d: &Detector, job: Option<&str>, start_us: i64, bin_us: i64) -> Option<Timeline> {
+        let rows = d.timelines(job);
+        let last = rows.iter().flat_map(|(_, _, t)| t.last()).map(|p| p.0).max()?;
+        let bins = ((last - start_us).div_euclid(bin_us) + 1).max(0) as usize;
+        let nodes = rows
+            .into_iter()
+            .map(|(job, node, trace)| {
+                let mut score = vec![-1.0f32; bins];
+                let mut flagged: Vec<[usize; 2]> = Vec::new();
+                for &(w, s, f) in trace {
+                    let Some(i) = usize::try_from((w - start_us).div_euclid(bin_us)).ok().filter(|&i| i < bins) else {
+                        continue;
+                    };
+                    score[i] = (s * 10.0).round() / 10.0;
+                    match flagged.last_mut() {
+                        Some(span) if f && span[1] + 1 == i => span[1] = i,
+                        _ if f => flagged.push([i, i]),
+                        _ => {}
+                    }
+                }
+                NodeTimeline { job: job.to_string(), node: node.to_string(), score, flagged }
+            })
+            .collect();
+        Some(Timeline { start_us, bin_us, bins, nodes })
+    }
 }
 
 impl Ranking {
@@ -33,6 +84,7 @@ impl Ranking {
             source,
             jobs: d.jobs(),
             stragglers: d.standings(job, 1.0),
+            timeline: None,
         }
     }
 }
@@ -57,7 +109,7 @@ impl LiveRanker {
                 tokio::select! {
                     msg = rx.recv() => {
                         let Some(tables) = msg else { break };
-                        let sigs = signals::from_tables(&tables);
+                        let sigs = signals::from_tables(tables.iter().map(|(t, b)| (t, b)));
                         let mut det = d.lock().unwrap_or_else(|p| p.into_inner());
                         for (k, s) in sigs {
                             det.add(k, &s);

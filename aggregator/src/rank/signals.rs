@@ -239,7 +239,9 @@ pub(crate) fn is_launch(op: &str) -> bool {
 /// Aggregates one pushed batch into node-window signals. IO and host events
 /// carry the job of the process they belong to; node-wide rows without a
 /// job are attributed to every job seen on the node in the same batch.
-pub(crate) fn from_tables(tables: &[(Table, Vec<RecordBatch>)]) -> HashMap<NodeWindowKey, Signals> {
+pub(crate) fn from_tables<'a>(
+    tables: impl IntoIterator<Item = (&'a Table, &'a Vec<RecordBatch>)>,
+) -> HashMap<NodeWindowKey, Signals> {
     let mut out: HashMap<NodeWindowKey, Signals> = HashMap::new();
     for (table, batches) in tables {
         for b in batches {

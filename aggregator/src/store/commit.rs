@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use super::Store;
 use super::parquet;
 use super::state::CommitState;
+use super::tiers;
 use super::wal::Wal;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Outcome, OutcomeLabel, TableLabel};
@@ -411,6 +412,16 @@ async fn commit_segment_arc(
             }
         }
     }
+    // The detector's inputs at every tier, from the same rows (a replayed
+    // segment rewrites the same keys).
+    let s = sealed.clone();
+    encodes.push(tokio::task::spawn_blocking(move || -> Result<Vec<(String, Vec<u8>)>> {
+        let name = format!("part-{:020}", s.segment);
+        tiers::build(&s.tables)?
+            .into_iter()
+            .map(|(tier, hour, b)| Ok((tiers::file_key(tier, hour, &name), tiers::encode(&b)?)))
+            .collect()
+    }));
     for e in encodes {
         let files = e.await.map_err(|e| Error::State(format!("encoder panicked: {e}")))??;
         for (key, bytes) in files {

@@ -10,6 +10,12 @@ pub(crate) fn hour_of(us: i64) -> i64 {
     us.div_euclid(HOUR_US)
 }
 
+/// `<table>/date=YYYY-MM-DD/hour=HH` of an hour (hours since the epoch).
+pub(crate) fn hour_dir(table: &str, hour: i64) -> String {
+    let t: DateTime<Utc> = DateTime::from_timestamp(hour * 3600, 0).unwrap_or_default();
+    format!("{table}/date={:04}-{:02}-{:02}/hour={:02}", t.year(), t.month(), t.day(), t.hour())
+}
+
 /// One hive partition: `<table>/date=YYYY-MM-DD/hour=HH`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Partition {
@@ -20,8 +26,7 @@ pub struct Partition {
 
 impl Partition {
     pub fn dir(&self) -> String {
-        let t: DateTime<Utc> = DateTime::from_timestamp(self.hour * 3600, 0).unwrap_or_default();
-        format!("{}/date={:04}-{:02}-{:02}/hour={:02}", self.table.name(), t.year(), t.month(), t.day(), t.hour())
+        hour_dir(self.table.name(), self.hour)
     }
 
     /// File written for this partition by one WAL segment. The name is a pure

@@ -6,6 +6,7 @@ pub(crate) mod layout;
 pub mod parquet;
 pub mod read;
 pub(crate) mod state;
+pub mod tiers;
 pub mod url;
 pub(crate) mod wal;
 

@@ -12,7 +12,12 @@ use crate::error::Result;
 
 /// Every Parquet file of a table, as (key, size).
 pub async fn list_files(store: &Store, table: Table) -> Result<Vec<(String, u64)>> {
-    let prefix = store.key(table.name());
+    list_prefix(store, table.name()).await
+}
+
+/// Every Parquet file under a table directory, as (key, size).
+pub async fn list_prefix(store: &Store, name: &str) -> Result<Vec<(String, u64)>> {
+    let prefix = store.key(name);
     let mut files: Vec<(String, u64)> =
         store.object_store.list(Some(&prefix)).map_ok(|m| (m.location.to_string(), m.size)).try_collect().await?;
     files.retain(|(k, _)| k.ends_with(".parquet"));
