@@ -3,11 +3,14 @@
 //! - [`fleet`], [`model`], [`faults`]: `ingero simulate`, virtual agents that
 //!   speak the real ingest protocol, one rank of a data-parallel job each,
 //!   with injected faults.
+//! - [`backfill`]: `ingero simulate --backfill`, the same model over a past
+//!   range pushed as fast as the server takes it (history benchmarks).
 //! - [`loadgen`]: `ingero load`, many nodes pushing synthetic windows as fast
 //!   as the server takes them (benchmarks and tests use it too).
 //! - `seaweed` (feature `testing`): a real S3 server for the test suites of
 //!   every crate.
 
+pub mod backfill;
 pub mod faults;
 pub mod fleet;
 pub mod loadgen;

@@ -21,7 +21,7 @@ use detector::{Detector, DetectorConfig, Standing};
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Ranking {
     pub generated_at: String,
-    pub source: &'static str,
+    pub source: String,
     pub jobs: usize,
     pub stragglers: Vec<Standing>,
     /// Every node's score per bin (history with the detector's `timeline` on).
@@ -81,7 +81,7 @@ impl Ranking {
     pub fn from_detector(d: &Detector, job: Option<&str>, source: &'static str) -> Ranking {
         Ranking {
             generated_at: chrono::Utc::now().to_rfc3339(),
-            source,
+            source: source.to_string(),
             jobs: d.jobs(),
             stragglers: d.standings(job, 1.0),
             timeline: None,

@@ -5,6 +5,7 @@ pub(crate) mod chains;
 pub(crate) mod collect;
 pub(crate) mod cuda;
 pub(crate) mod data;
+pub mod fleet;
 pub(crate) mod hang;
 pub mod html;
 pub(crate) mod reference;

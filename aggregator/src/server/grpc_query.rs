@@ -92,7 +92,8 @@ impl Query for QueryService {
         } else {
             let (start_us, end_us) = range(r.since_secs, r.start_us);
             let req = HistoryRequest { start_us, end_us, job: job.map(String::from), resolution: None };
-            history::rank(&self.engine().await?, &req, self.detector.clone()).await.map_err(internal)?
+            let cfg = DetectorConfig { timeline: r.timeline, ..self.detector.clone() };
+            history::rank(&self.engine().await?, &req, cfg).await.map_err(internal)?
         };
         let json = serde_json::to_string(&ranking).map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(JsonResponse { json }))

@@ -69,7 +69,7 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
     println!();
     println!("Live ranking (ingero stragglers --server {}):", server.grpc_url());
     let ranking = serde_json::to_value(server.ranker.ranking(None))?;
-    print!("{}", super::stragglers::table(&ranking));
+    print!("{}", super::stragglers::table(&ranking, chrono::Utc::now()));
 
     server.committer.flush().await?;
     let engine = ingero_aggregator::query::QueryEngine::open(&server.store, Default::default()).await?;

@@ -4,7 +4,11 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{CmdResult, Failure};
+use super::{CmdResult, Failure, status_failure};
+use ingero_proto::pb::query_client::QueryClient;
+use std::io::IsTerminal;
+
+use ingero_sim::backfill::{self, BackfillConfig};
 use ingero_sim::faults::Injection;
 use ingero_sim::fleet::{self, SimConfig, SimReport};
 
@@ -34,6 +38,15 @@ pub(crate) struct SimulateArgs {
     /// Print the result as JSON.
     #[arg(long, env = "INGERO_SIM_JSON")]
     pub json: bool,
+    /// Simulate the past instead: --duration ending now, pushed through the
+    /// real ingest path as fast as the server takes it (history benchmarks,
+    /// demos of `stragglers --since`). Injections are relative to the start.
+    #[arg(long, env = "INGERO_SIM_BACKFILL")]
+    pub backfill: bool,
+    /// With --backfill: windows each node ships per batch (as an agent
+    /// draining its spool does).
+    #[arg(long, default_value_t = 10, env = "INGERO_SIM_WINDOWS_PER_BATCH", value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub windows_per_batch: u32,
 }
 
 impl SimulateArgs {
@@ -95,6 +108,9 @@ pub(crate) fn print_report(r: &SimReport) {
 
 pub(crate) async fn run(a: SimulateArgs) -> CmdResult {
     let cfg = a.config()?;
+    if a.backfill {
+        return backfill(&a, cfg).await;
+    }
     let report = fleet::run(&cfg, |line| eprintln!("{line}")).await.map_err(|e| Failure::Run(e.into()))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -102,4 +118,85 @@ pub(crate) async fn run(a: SimulateArgs) -> CmdResult {
         print_report(&report);
     }
     Ok(())
+}
+
+async fn backfill(a: &SimulateArgs, c: SimConfig) -> CmdResult {
+    let cfg = BackfillConfig {
+        server: c.server,
+        nodes: c.nodes,
+        jobs: c.jobs,
+        duration: c.duration,
+        injections: c.injections,
+        jitter: c.jitter,
+        seed: c.seed,
+        job_prefix: c.job_prefix,
+        windows_per_batch: a.windows_per_batch as usize,
+    };
+    let started = std::time::Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let mut last_decile = 0;
+    let mut bar = |done: u64, total: u64, rows: u64| {
+        let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        let pct = done * 100 / total.max(1);
+        let line = format!(
+            "[{:<30}] {pct:>3}% {done}/{total} s of {} nodes · {:.1} M rows · {:.2} M rows/s",
+            "#".repeat((pct * 30 / 100) as usize),
+            cfg.nodes,
+            rows as f64 / 1e6,
+            rate / 1e6
+        );
+        if tty {
+            eprint!("\r{line}");
+        } else if pct / 10 > last_decile || done == total {
+            last_decile = pct / 10;
+            eprintln!("{line}");
+        }
+    };
+    let r = backfill::run(&cfg, &mut bar).await.map_err(|e| Failure::Run(e.into()))?;
+    if tty {
+        eprintln!();
+    }
+    let (top, ranked_secs) = server_top(&a.server, r.start_us).await?;
+    if a.json {
+        let v = serde_json::json!({ "backfill": r, "server_ranking_secs": ranked_secs, "top": top });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let at = |us: i64| ingero_aggregator::rank::detector::rfc3339(us);
+    println!(
+        "backfilled {} nodes × {} s ({} .. {}): {} rows in {} batches, {:.1} s, {:.2} M rows/s{}",
+        r.nodes,
+        r.windows,
+        at(r.start_us),
+        at(r.end_us),
+        r.rows,
+        r.batches,
+        r.elapsed_secs,
+        r.rows_per_sec / 1e6,
+        if r.duplicates > 0 { format!(" ({} duplicates)", r.duplicates) } else { String::new() }
+    );
+    let names: Vec<String> = top
+        .iter()
+        .map(|s| {
+            format!("{}{}", s["node"].as_str().unwrap_or("?"), if s["flagged"] == true { " (flagged)" } else { "" })
+        })
+        .collect();
+    println!(
+        "server flushed and ranked the range in {ranked_secs:.1} s; top: {}",
+        if names.is_empty() { "no node deviates".to_string() } else { names.join(", ") }
+    );
+    println!("from the store: ingero stragglers --store <the server's store> --since {}", at(r.start_us));
+    Ok(())
+}
+
+/// The server's history ranking of the backfilled range (top 3). Asking
+/// makes the server flush what it buffered, so the store then holds it all.
+async fn server_top(server: &str, start_us: i64) -> CmdResult<(Vec<serde_json::Value>, f64)> {
+    let t = std::time::Instant::now();
+    let ch = ingero_proto::client::channel(server).map_err(|e| Failure::Run(e.into()))?;
+    let req = ingero_proto::pb::StragglersRequest { start_us, ..Default::default() };
+    let json = QueryClient::new(ch).stragglers(req).await.map_err(status_failure)?.into_inner().json;
+    let v: serde_json::Value = serde_json::from_str(&json)?;
+    let top = v["stragglers"].as_array().map(|a| a.iter().take(3).cloned().collect()).unwrap_or_default();
+    Ok((top, t.elapsed().as_secs_f64()))
 }

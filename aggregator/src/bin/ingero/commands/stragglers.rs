@@ -4,12 +4,17 @@ use clap::{Args, ValueEnum};
 
 use super::{CmdResult, Failure, Since, SourceArgs, status_failure};
 use ingero_aggregator::rank::Ranking;
+use ingero_aggregator::rank::detector::{DetectorConfig, rfc3339};
 use ingero_aggregator::rank::history::{self, HistoryRequest};
+use ingero_aggregator::report::fleet;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum Format {
     Table,
     Json,
+    /// The fleet view: nodes × time heatmap per job, ranking, per-node detail
+    /// (history: --since defaults to 1h).
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -25,37 +30,66 @@ pub(crate) struct StragglersArgs {
     pub job: Option<String>,
     #[arg(long, value_enum, default_value = "table", env = "INGERO_FORMAT")]
     pub format: Format,
+    /// Write to this file instead of standard output.
+    #[arg(long, env = "INGERO_STRAGGLERS_OUT")]
+    pub out: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub rank: crate::cli::RankArgs,
 }
 
 pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
+    if let Some(out) = &a.out
+        && out.is_dir()
+    {
+        return Err(Failure::Usage(format!("--out {} is a directory; give a file name", out.display())));
+    }
+    let html = matches!(a.format, Format::Html);
+    // The fleet view is history: without --since it covers the last hour.
+    let since = a.since.or(html.then_some(Since::Ago(std::time::Duration::from_secs(3600))));
+    let end_us = chrono::Utc::now().timestamp_micros() + 1;
     let ranking: serde_json::Value = if let Some(mut c) = a.source.client().await? {
-        let (since_secs, start_us) = a.since.map_or((0, 0), |s| s.wire());
-        let req = ingero_proto::pb::StragglersRequest { job: a.job.clone().unwrap_or_default(), since_secs, start_us };
+        let (since_secs, start_us) = since.map_or((0, 0), |s| s.wire());
+        let req = ingero_proto::pb::StragglersRequest {
+            job: a.job.clone().unwrap_or_default(),
+            since_secs,
+            start_us,
+            timeline: html,
+        };
         let json = c.stragglers(req).await.map_err(status_failure)?.into_inner().json;
         serde_json::from_str(&json)?
     } else {
         let engine = a.source.engine().await?;
-        let start_us = a.since.unwrap_or(Since::Ago(std::time::Duration::from_secs(3600))).start_us();
-        let req = HistoryRequest {
-            start_us,
-            end_us: chrono::Utc::now().timestamp_micros() + 1,
-            job: a.job.clone(),
-            resolution: None,
-        };
-        let r: Ranking = history::rank(&engine, &req, a.rank.detector()).await.map_err(Failure::lib)?;
+        let start_us = since.unwrap_or(Since::Ago(std::time::Duration::from_secs(3600))).start_us();
+        let req = HistoryRequest { start_us, end_us, job: a.job.clone(), resolution: None };
+        let cfg = DetectorConfig { timeline: html, ..a.rank.detector() };
+        let r: Ranking = history::rank(&engine, &req, cfg).await.map_err(Failure::lib)?;
         serde_json::to_value(r)?
     };
-    match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&ranking)?),
-        Format::Table => print!("{}", table(&ranking)),
+    let body = match a.format {
+        Format::Json => serde_json::to_string_pretty(&ranking)? + "\n",
+        Format::Table => table(&ranking, chrono::Utc::now()),
+        Format::Html => {
+            let r: Ranking = serde_json::from_value(ranking)?;
+            let start = since.map_or(0, |s| s.start_us());
+            let from = r.timeline.as_ref().map_or(start, |t| t.start_us.max(start));
+            fleet::render(&r, (&rfc3339(from), &rfc3339(end_us)))
+        }
+    };
+    match &a.out {
+        Some(path) => {
+            std::fs::write(path, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => print!("{body}"),
     }
     Ok(())
 }
 
 /// An 80-column table: most deviant first.
-pub(crate) fn table(r: &serde_json::Value) -> String {
+/// SINCE is the time of day for a flag from today (UTC), else the full
+/// timestamp (the column then pushes TOP SIGNAL right, still ≤ 80 columns).
+pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -> String {
+    let today = now.format("%Y-%m-%d").to_string();
     let mut o = format!("{:<16} {:<14} {:>6} {:<4} {:<8} {}\n", "NODE", "JOB", "SCORE", "FLAG", "SINCE", "TOP SIGNAL");
     let empty = vec![];
     let list = r["stragglers"].as_array().unwrap_or(&empty);
@@ -66,8 +100,12 @@ pub(crate) fn table(r: &serde_json::Value) -> String {
         if s.chars().count() > n { format!("{}…", s.chars().take(n - 1).collect::<String>()) } else { s.to_string() }
     };
     for s in list {
-        let since = s["since"].as_str().map(|t| t.get(11..19).unwrap_or(t).to_string()).unwrap_or_else(|| "-".into());
+        let since = s["since"]
+            .as_str()
+            .map(|t| if t.starts_with(&today) { t.get(11..19).unwrap_or(t).to_string() } else { t.to_string() })
+            .unwrap_or_else(|| "-".into());
         let top = s["signals"][0]["text"].as_str().unwrap_or("-");
+        let room = (80 - 45usize).saturating_sub(since.chars().count().max(8));
         o.push_str(&format!(
             "{:<16} {:<14} {:>6.1} {:<4} {:<8} {}\n",
             cut(s["node"].as_str().unwrap_or(""), 16),
@@ -75,7 +113,7 @@ pub(crate) fn table(r: &serde_json::Value) -> String {
             s["score"].as_f64().unwrap_or(0.0),
             if s["flagged"] == true { "YES" } else { "no" },
             since,
-            cut(top, 80 - 53)
+            cut(top, room.max(12))
         ));
     }
     o
