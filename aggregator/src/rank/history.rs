@@ -170,8 +170,9 @@ fn replay(det: &mut Detector, batches: &[RecordBatch], req: &HistoryRequest, bin
     Ok(())
 }
 
-/// The raw-table path: DataFusion aggregates each table per (job, node, bin).
-async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfig) -> Result<Ranking> {
+/// The raw-table path: DataFusion aggregates each table per (job, node, bin)
+/// (stores written before the signal tiers; benchmarks and tests compare).
+pub async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfig) -> Result<Ranking> {
     // Bins fit the data, not the asked range: `--since` a month ago over an
     // imported 90-second trace must still give second-scale bins.
     let mut req = req.clone();

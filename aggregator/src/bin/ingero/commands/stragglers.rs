@@ -118,3 +118,25 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_is_a_time_today_and_a_full_timestamp_otherwise() {
+        let r = serde_json::json!({"stragglers": [
+            {"node": "node-333", "job": "llama-pretrain", "score": 27.6, "flagged": true,
+             "since": "2026-11-20T10:00:00Z", "signals": [{"text": "run-queue wait 41% vs job median 3%"}]},
+            {"node": "node-12", "job": "llama-pretrain", "score": 9.1, "flagged": true,
+             "since": "2026-11-23T08:15:02Z", "signals": [{"text": "run-queue wait 41% vs job median 3%"}]},
+        ]});
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-23T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
+        let t = table(&r, now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].contains("2026-11-20T10:00:00Z"), "{t}");
+        assert!(lines[2].contains(" 08:15:02 ") && !lines[2].contains("2026-11-23"), "{t}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{t}");
+        assert!(lines[1].contains("run-queue"), "top signal cut away entirely: {t}");
+    }
+}
