@@ -6,6 +6,11 @@
 #        INGERO_BIN=target/debug/ingero scripts/bench-history.sh 50 10m
 #        INGERO_BENCH_DIR=/var/tmp/h1 …  (keep the store; a second run with the
 #        same NODES/DURATION reuses it and only times the queries)
+#        INGERO_BENCH_DIR=/var/tmp/d INGERO_BENCH_NODES=1000 INGERO_BENCH_SECS=86400 INGERO_BENCH_RAW=0 \
+#          cargo bench -p ingero-aggregator --bench history && \
+#          INGERO_BENCH_DIR=/var/tmp/d scripts/bench-history.sh 1000 86400s
+#          (a day written in-process by the same tier writer: a day through
+#          gRPC would take ~40 min at this machine's backfill rate)
 # Steps: `ingero serve` on a local store, `ingero simulate --backfill` through
 # real gRPC (ingest rows/s), stop the server (flush), then 3 × `ingero
 # stragglers --store … --since START` and 3 × DuckDB's per-node, per-bin
@@ -44,8 +49,9 @@ import json, subprocess, sys, time, duckdb
 stamp, data, binary, inject = sys.argv[1:5]
 r = json.load(open(stamp))
 b = r["backfill"]
-print(f"backfill: {b['nodes']} nodes x {b['windows']} s, {b['rows']:,} rows, {b['elapsed_secs']:.1f} s, "
-      f"{b['rows_per_sec']/1e6:.2f} M rows/s end to end (generator and server on the same machine)")
+how = b.get("source", "ingero simulate --backfill through ingero serve; generator and server share the machine")
+print(f"dataset: {b['nodes']} nodes x {b['windows']} s, {b['rows']:,} rows, written in {b['elapsed_secs']:.1f} s, "
+      f"{b['rows_per_sec']/1e6:.2f} M rows/s ({how})")
 du = subprocess.run(["du", "-sh", data], capture_output=True, text=True).stdout.split()[0]
 print(f"store: {du}")
 start, end = b["start_us"], b["end_us"]

@@ -1,6 +1,8 @@
-//! History ranking over 1,000 nodes × 1 h of 1-s windows, straight from
-//! Parquet: `cargo bench -p ingero-aggregator --bench history`
-//! (INGERO_BENCH_NODES / INGERO_BENCH_SECS change the shape).
+//! History ranking over 1,000 nodes × 1 h of 1-s windows, from the signal
+//! tiers and from the raw tables side by side in one run:
+//! `cargo bench -p ingero-aggregator --bench history`
+//! (INGERO_BENCH_NODES / INGERO_BENCH_SECS change the shape;
+//! INGERO_BENCH_RAW=0 skips the raw-table path).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -12,8 +14,8 @@ use arrow::array::RecordBatch;
 use ingero_aggregator::query::QueryEngine;
 use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::rank::history::{self, HistoryRequest};
-use ingero_aggregator::store::parquet;
 use ingero_aggregator::store::{Store, StoreUrl};
+use ingero_aggregator::store::{parquet, tiers};
 use ingero_proto::Table;
 use ingero_proto::rows::{BatchBuilder, TimestampUs};
 use ingero_proto::tables::{CallRow, Common, SchedRow};
@@ -32,10 +34,13 @@ fn main() {
     let secs = env("INGERO_BENCH_SECS", 3600);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
+        // INGERO_BENCH_DIR keeps the dataset (DIR/data) and writes the stamp
+        // `scripts/bench-history.sh NODES <SECS>s` reads to time DuckDB on it.
+        let tmp = tempfile::tempdir().unwrap();
+        let keep = std::env::var("INGERO_BENCH_DIR").ok().map(std::path::PathBuf::from);
+        let data = keep.as_ref().map_or(tmp.path().to_path_buf(), |d| d.join("data"));
         let store =
-            Store::open(&StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap(), &Default::default())
-                .unwrap();
+            Store::open(&StoreUrl::parse(&format!("file://{}", data.display())).unwrap(), &Default::default()).unwrap();
         let end_us = chrono::Utc::now().timestamp_micros() / 1_000_000 * 1_000_000;
         let start_us = end_us - secs as i64 * 1_000_000;
         let faults = vec![Injection::parse(&format!("cpu@{}:{}s", nodes / 3, secs / 2), nodes).unwrap()];
@@ -114,6 +119,14 @@ fn main() {
                 buffered.entry(t).or_default().push(b.finish().unwrap());
             }
             if (w + 1) % 300 == 0 || w + 1 == secs {
+                // The signal tiers, as the flush writes them.
+                let name = format!("part-{segment:020}");
+                for (tier, hour, b) in tiers::build(&buffered).unwrap() {
+                    store
+                        .put_durable(&tiers::file_key(tier, hour, &name), tiers::encode(&b).unwrap().into())
+                        .await
+                        .unwrap();
+                }
                 for (t, batches) in std::mem::take(&mut buffered) {
                     for (part, batch) in parquet::partition(t, &batches).unwrap() {
                         for (chunk, off) in (0..batch.num_rows()).step_by(parquet::FILE_ROWS).enumerate() {
@@ -140,21 +153,41 @@ fn main() {
             files.len(),
             bytes as f64 / 1e6
         );
+        if let Some(dir) = &keep {
+            let stamp = serde_json::json!({"backfill": {"nodes": nodes, "windows": secs, "rows": rows_total,
+                "elapsed_secs": generating.elapsed().as_secs_f64(),
+                "rows_per_sec": rows_total as f64 / generating.elapsed().as_secs_f64(),
+                "start_us": start_us, "end_us": end_us, "source": "cargo bench --bench history (in-process writer)"}});
+            std::fs::write(dir.join(format!("backfill-{nodes}-{secs}s.json")), stamp.to_string()).unwrap();
+        }
+        let raw = std::env::var("INGERO_BENCH_RAW").map_or(true, |v| v != "0");
         for run in 0..3 {
-            let t = Instant::now();
             let engine = QueryEngine::open(&store, Default::default()).await.unwrap();
             let req = HistoryRequest { start_us, end_us, job: None, resolution: None };
+            let t = Instant::now();
             let r = history::rank(&engine, &req, DetectorConfig::default()).await.unwrap();
-            let top = r
-                .stragglers
-                .first()
-                .map(|s| format!("{} flagged={} score={:.1}", s.node, s.flagged, s.score))
-                .unwrap_or_default();
-            println!(
-                "history ranking run {run}: {:.2?} (resolution {} s), top: {top}",
-                t.elapsed(),
-                req.bin_us() / 1_000_000
-            );
+            let tiers_s = t.elapsed();
+            let t = Instant::now();
+            let r_raw = if raw {
+                Some(history::rank_raw(&engine, &req, DetectorConfig::default()).await.unwrap())
+            } else {
+                None
+            };
+            let raw_s = t.elapsed();
+            let top = |r: &ingero_aggregator::rank::Ranking| {
+                r.stragglers
+                    .first()
+                    .map(|s| format!("{} flagged={} score={:.1}", s.node, s.flagged, s.score))
+                    .unwrap_or_default()
+            };
+            println!("history ranking run {run}: signal tiers {tiers_s:.2?}, top: {}", top(&r));
+            if let Some(r_raw) = r_raw {
+                println!(
+                    "                      raw tables   {raw_s:.2?}, top: {} (tiers {:.1}x faster)",
+                    top(&r_raw),
+                    raw_s.as_secs_f64() / tiers_s.as_secs_f64()
+                );
+            }
         }
     });
 }

@@ -79,8 +79,9 @@ async fn backfill_writes_tiers_and_history_flags_the_injected_node() {
     let page = dir.path().join("fleet.html");
     let store = format!("--store=file://{}", dir.path().join("data").display());
     let since = format!("--since={}", ingero_aggregator::rank::detector::rfc3339(start_us));
-    let args: Vec<String> =
-        ["stragglers", &store, &since, "--format=html", &format!("--out={}", page.display())].map(String::from).to_vec();
+    let args: Vec<String> = ["stragglers", &store, &since, "--format=html", &format!("--out={}", page.display())]
+        .map(String::from)
+        .to_vec();
     let o = tokio::task::spawn_blocking(move || ingero(&args)).await.unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let html = std::fs::read_to_string(&page).unwrap();

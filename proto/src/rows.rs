@@ -107,26 +107,24 @@ enum Col {
 }
 
 impl Col {
-    fn new(ty: ColType) -> Col {
+    /// A builder for `n` rows (they grow past it by doubling).
+    fn new(ty: ColType, n: usize) -> Col {
+        let list = |t: DataType| Arc::new(Field::new("item", t, false));
         match ty {
-            ColType::Utf8 => Col::Utf8(StringBuilder::new()),
-            ColType::Bool => Col::Bool(BooleanBuilder::new()),
-            ColType::I32 => Col::I32(Int32Builder::new()),
-            ColType::I64 => Col::I64(Int64Builder::new()),
-            ColType::U32 => Col::U32(UInt32Builder::new()),
-            ColType::U64 => Col::U64(UInt64Builder::new()),
-            ColType::F64 => Col::F64(Float64Builder::new()),
-            ColType::TimestampUs => Col::Ts(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
-            ColType::ListU8 => Col::ListU8(ListBuilder::new(UInt8Builder::new()).with_field(Arc::new(Field::new(
-                "item",
-                DataType::UInt8,
-                false,
-            )))),
-            ColType::ListU64 => Col::ListU64(ListBuilder::new(UInt64Builder::new()).with_field(Arc::new(Field::new(
-                "item",
-                DataType::UInt64,
-                false,
-            )))),
+            ColType::Utf8 => Col::Utf8(StringBuilder::with_capacity(n, n * 16)),
+            ColType::Bool => Col::Bool(BooleanBuilder::with_capacity(n)),
+            ColType::I32 => Col::I32(Int32Builder::with_capacity(n)),
+            ColType::I64 => Col::I64(Int64Builder::with_capacity(n)),
+            ColType::U32 => Col::U32(UInt32Builder::with_capacity(n)),
+            ColType::U64 => Col::U64(UInt64Builder::with_capacity(n)),
+            ColType::F64 => Col::F64(Float64Builder::with_capacity(n)),
+            ColType::TimestampUs => Col::Ts(TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC")),
+            ColType::ListU8 => Col::ListU8(
+                ListBuilder::with_capacity(UInt8Builder::with_capacity(n * 4), n).with_field(list(DataType::UInt8)),
+            ),
+            ColType::ListU64 => Col::ListU64(
+                ListBuilder::with_capacity(UInt64Builder::with_capacity(n * 4), n).with_field(list(DataType::UInt64)),
+            ),
         }
     }
 
@@ -188,11 +186,19 @@ pub struct BatchBuilder {
 }
 
 impl BatchBuilder {
+    /// A builder sized for a few rows (most batches are one process's or one
+    /// node's window; Arrow's default of 1,024 rows per column made every
+    /// small batch allocate and zero ~150 KB).
     pub fn new(table: Table) -> Self {
+        Self::with_capacity(table, 16)
+    }
+
+    /// A builder sized for `rows` rows.
+    pub fn with_capacity(table: Table, rows: usize) -> Self {
         let columns = table.columns();
         BatchBuilder {
             table,
-            cols: columns.iter().map(|c| Col::new(c.ty)).collect(),
+            cols: columns.iter().map(|c| Col::new(c.ty, rows)).collect(),
             names: columns.iter().map(|c| c.name).collect(),
             rows: 0,
         }

@@ -8,9 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use arrow::array::RecordBatch;
-use arrow::compute::concat_batches;
-use ingero_proto::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError, channel};
 use ingero_proto::pb::PushRequest;
 use serde::Serialize;
@@ -18,7 +15,7 @@ use tokio::task::JoinSet;
 
 use crate::faults::Injection;
 use crate::fleet::node_name;
-use crate::model::{RankId, Rng, rows, step_job};
+use crate::model::{RankId, Rng, RowSink, step_job};
 
 #[derive(Debug, Clone)]
 pub struct BackfillConfig {
@@ -99,7 +96,7 @@ fn generate(
     let per = cfg.windows_per_batch.max(1) as u64;
     let mut w0 = 0;
     while w0 < windows {
-        let mut pending: Vec<Vec<(Table, RecordBatch)>> = vec![Vec::new(); cfg.nodes];
+        let mut pending: Vec<RowSink> = (0..cfg.nodes).map(|_| RowSink::default()).collect();
         for w in w0..(w0 + per).min(windows) {
             for (j, ranks) in members.iter().enumerate() {
                 let win = step_job(ranks, Duration::from_secs(w), &cfg.injections, cfg.jitter, &mut rng);
@@ -111,15 +108,15 @@ fn generate(
                         world: ranks.len(),
                         window_start_us: start_us + w as i64 * 1_000_000,
                     };
-                    pending[node].extend(rows(&id, r, w == 0, &mut rng));
+                    pending[node].append(&id, r, w == 0, &mut rng);
                 }
             }
         }
         let chunk: Result<Chunk, SendError> = pending
             .into_iter()
             .enumerate()
-            .map(|(n, tables)| {
-                let req = clients[n].request(&merge(tables)?)?;
+            .map(|(n, sink)| {
+                let req = clients[n].request(&sink.finish())?;
                 Ok((clients[n].clone(), req))
             })
             .collect();
@@ -128,20 +125,6 @@ fn generate(
         }
         w0 += per;
     }
-}
-
-/// One batch per table from several windows' batches.
-fn merge(tables: Vec<(Table, RecordBatch)>) -> Result<Vec<(Table, RecordBatch)>, SendError> {
-    let mut by: std::collections::BTreeMap<Table, Vec<RecordBatch>> = Default::default();
-    for (t, b) in tables {
-        by.entry(t).or_default().push(b);
-    }
-    by.into_iter()
-        .map(|(t, bs)| {
-            let b = concat_batches(&t.schema(), &bs).map_err(|e| SendError::Encode(e.into()))?;
-            Ok((t, b))
-        })
-        .collect()
 }
 
 /// Pushes one chunk, every node concurrently (their channel multiplexes).

@@ -4,9 +4,8 @@
 //! device-to-host copy (`loss.item()` after the forward pass) and for the
 //! slowest rank's collective in its end-of-step stream sync.
 
-use arrow::array::RecordBatch;
 use ingero_proto::hist::Histogram;
-use ingero_proto::rows::{BatchBuilder, Row, TimestampUs};
+use ingero_proto::rows::{BatchBuilder, TimestampUs};
 use ingero_proto::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, ProcessMetaRow, SchedRow};
 use ingero_proto::{Table, Tables};
 
@@ -165,48 +164,78 @@ fn call_row(b: &mut BatchBuilder, c: &Common, lib: &str, op: &str, count: f64, p
 
 /// The rows an agent on this node would ship for the window.
 pub fn rows(id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) -> Tables {
-    let common = Common {
-        node: id.node.to_string(),
-        namespace: Some("ml".into()),
-        pod: Some(format!("{}-worker-{}", id.job, id.rank)),
-        container: Some("trainer".into()),
-        job: Some(id.job.to_string()),
-        rank: Some(id.rank as i32),
-        world_size: Some(id.world as i32),
-        pid: 4242,
-        comm: "python3".into(),
-        cgroup_id: 10_000 + id.rank as u64,
-        window_start_us: TimestampUs(id.window_start_us),
-        window_us: 1_000_000,
-    };
-    let mut calls = BatchBuilder::new(Table::CallWindows);
-    let s = r.steps;
-    call_row(&mut calls, &common, "cudart", "cudaLaunchKernel", s * KERNELS_PER_STEP, 0.0, rng);
-    call_row(&mut calls, &common, "cudart", "cudaMemcpyAsync", s * 4.0, 0.2, rng);
-    call_row(&mut calls, &common, "cudart", "cudaMemcpy", s, r.copy_ms, rng);
-    call_row(&mut calls, &common, "cudart", "cudaStreamSynchronize", s, r.sync_ms.max(0.01), rng);
-    call_row(&mut calls, &common, "nccl", "ncclAllReduce", s, 0.02, rng);
-    let sched = sched_row(r);
-    let mut out = vec![
-        (Table::CallWindows, calls.finish().expect("valid")),
-        (Table::SchedWindows, one(&common, &sched)),
-        (Table::CgroupWindows, cgroups(id, r, &common, &sched)),
-        (Table::IoWindows, io(r, &common)),
-    ];
-    if r.mem_events > 0 {
-        out.push((Table::HostEvents, mem_events(id, r, &common)));
-    }
-    if first {
-        out.push((Table::ProcessMeta, one(&common, &process_meta())));
-    }
-    out
+    let mut sink = RowSink::default();
+    sink.append(id, r, first, rng);
+    sink.finish()
 }
 
-/// A batch of one row.
-fn one<R: Row>(common: &Common, row: &R) -> RecordBatch {
-    let mut b = BatchBuilder::new(R::TABLE);
-    b.append(common, row).expect("simulated row fits the schema");
-    b.finish().expect("valid")
+/// Builders that collect the rows of several windows (a backfill ships
+/// many windows per batch without building and concatenating one batch
+/// per window and table).
+#[derive(Debug)]
+pub struct RowSink {
+    calls: BatchBuilder,
+    sched: BatchBuilder,
+    cgroups: BatchBuilder,
+    io: BatchBuilder,
+    host: BatchBuilder,
+    meta: BatchBuilder,
+}
+
+impl Default for RowSink {
+    fn default() -> Self {
+        RowSink {
+            calls: BatchBuilder::new(Table::CallWindows),
+            sched: BatchBuilder::new(Table::SchedWindows),
+            cgroups: BatchBuilder::new(Table::CgroupWindows),
+            io: BatchBuilder::new(Table::IoWindows),
+            host: BatchBuilder::new(Table::HostEvents),
+            meta: BatchBuilder::new(Table::ProcessMeta),
+        }
+    }
+}
+
+impl RowSink {
+    /// Appends one rank's window.
+    pub fn append(&mut self, id: &RankId<'_>, r: &RankWindow, first: bool, rng: &mut Rng) {
+        let common = Common {
+            node: id.node.to_string(),
+            namespace: Some("ml".into()),
+            pod: Some(format!("{}-worker-{}", id.job, id.rank)),
+            container: Some("trainer".into()),
+            job: Some(id.job.to_string()),
+            rank: Some(id.rank as i32),
+            world_size: Some(id.world as i32),
+            pid: 4242,
+            comm: "python3".into(),
+            cgroup_id: 10_000 + id.rank as u64,
+            window_start_us: TimestampUs(id.window_start_us),
+            window_us: 1_000_000,
+        };
+        let (s, calls) = (r.steps, &mut self.calls);
+        call_row(calls, &common, "cudart", "cudaLaunchKernel", s * KERNELS_PER_STEP, 0.0, rng);
+        call_row(calls, &common, "cudart", "cudaMemcpyAsync", s * 4.0, 0.2, rng);
+        call_row(calls, &common, "cudart", "cudaMemcpy", s, r.copy_ms, rng);
+        call_row(calls, &common, "cudart", "cudaStreamSynchronize", s, r.sync_ms.max(0.01), rng);
+        call_row(calls, &common, "nccl", "ncclAllReduce", s, 0.02, rng);
+        let sched = sched_row(r);
+        self.sched.append(&common, &sched).expect("simulated row fits the schema");
+        cgroups(&mut self.cgroups, id, r, &common, &sched);
+        io(&mut self.io, r, &common);
+        mem_events(&mut self.host, id, r, &common);
+        if first {
+            self.meta.append(&common, &process_meta()).expect("simulated row fits the schema");
+        }
+    }
+
+    /// One batch per table that has rows.
+    pub fn finish(self) -> Tables {
+        [self.calls, self.sched, self.cgroups, self.io, self.host, self.meta]
+            .into_iter()
+            .filter(|b| !b.is_empty())
+            .map(|mut b| (b.table(), b.finish().expect("valid")))
+            .collect()
+    }
 }
 
 /// Run-queue, host-blocked and in-call waiting time per step become the
@@ -232,8 +261,7 @@ fn sched_row(r: &RankWindow) -> SchedRow {
 }
 
 /// The rank's pod cgroup, and a CPU hog beside it when a noisy neighbour is injected.
-fn cgroups(id: &RankId<'_>, r: &RankWindow, common: &Common, sched: &SchedRow) -> RecordBatch {
-    let mut cg = BatchBuilder::new(Table::CgroupWindows);
+fn cgroups(cg: &mut BatchBuilder, id: &RankId<'_>, r: &RankWindow, common: &Common, sched: &SchedRow) {
     let pod_cg = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", id.rank);
     let row = CgroupRow {
         cgroup_path: &pod_cg,
@@ -263,10 +291,9 @@ fn cgroups(id: &RankId<'_>, r: &RankWindow, common: &Common, sched: &SchedRow) -
         };
         cg.append(&hog, &row).expect("simulated row fits the schema");
     }
-    cg.finish().expect("valid")
 }
 
-fn io(r: &RankWindow, common: &Common) -> RecordBatch {
+fn io(b: &mut BatchBuilder, r: &RankWindow, common: &Common) {
     let io_count = r.io_count.round() as u64;
     let mut h = Histogram::default();
     h.add(ingero_proto::hist::bucket((r.io_ms * 1e6) as u64), io_count);
@@ -281,11 +308,10 @@ fn io(r: &RankWindow, common: &Common) -> RecordBatch {
         hist_bucket: &bk,
         hist_count: &ct,
     };
-    one(common, &row)
+    b.append(common, &row).expect("simulated row fits the schema");
 }
 
-fn mem_events(id: &RankId<'_>, r: &RankWindow, common: &Common) -> RecordBatch {
-    let mut ev = BatchBuilder::new(Table::HostEvents);
+fn mem_events(ev: &mut BatchBuilder, id: &RankId<'_>, r: &RankWindow, common: &Common) {
     for k in 0..r.mem_events {
         let row = HostEventRow {
             event_time: TimestampUs(id.window_start_us + k as i64 * 300_000),
@@ -295,7 +321,6 @@ fn mem_events(id: &RankId<'_>, r: &RankWindow, common: &Common) -> RecordBatch {
         };
         ev.append(common, &row).expect("simulated row fits the schema");
     }
-    ev.finish().expect("valid")
 }
 
 fn process_meta() -> ProcessMetaRow<'static> {

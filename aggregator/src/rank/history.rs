@@ -102,7 +102,8 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
     }
     let tier = Tier::for_bin(req.bin_us());
     let bin_us = match tier.width_us() {
-        Some(w) => (req.bin_us() + w - 1) / w * w,
+        // Whole tier bins, as close to range / 360 as they come.
+        Some(w) => (req.bin_us() / w).max(1) * w,
         None => req.bin_us(),
     };
     let batches =

@@ -264,12 +264,27 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
     let off_call = u64col("off_cpu_in_call_ns");
     let threads = b.column_by_name("threads").map(|c| c.as_primitive::<UInt32Type>().clone());
     let kind = strcol("kind");
-    for i in 0..b.num_rows() {
+    // Rows of one node-window are contiguous (a batch is one node's window):
+    // sum them locally and touch the map (and allocate a key) once per run.
+    let mut run: Option<(usize, Signals)> = None;
+    let same = |a: usize, i: usize| {
+        start.value(a) == start.value(i)
+            && node.value(a) == node.value(i)
+            && job.is_null(a) == job.is_null(i)
+            && (job.is_null(i) || job.value(a) == job.value(i))
+    };
+    let flush = |(a, s): (usize, Signals), out: &mut HashMap<NodeWindowKey, Signals>| {
         let key = NodeWindowKey {
-            job: if job.is_null(i) { DEFAULT_JOB.to_string() } else { job.value(i).to_string() },
-            node: node.value(i).to_string(),
-            window_start_us: start.value(i),
+            job: if job.is_null(a) { DEFAULT_JOB.to_string() } else { job.value(a).to_string() },
+            node: node.value(a).to_string(),
+            window_start_us: start.value(a),
         };
+        out.entry(key).or_default().merge(&s);
+    };
+    for i in 0..b.num_rows() {
+        if let Some(r) = run.take_if(|(a, _)| !same(*a, i)) {
+            flush(r, out);
+        }
         let measured = matches!(table, Table::CallWindows | Table::SchedWindows);
         let mut s = Signals { window_ns: win.value(i) as f64 * 1e3, measured, ..Default::default() };
         match table {
@@ -306,7 +321,10 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
             }
             _ => continue,
         }
-        out.entry(key).or_default().merge(&s);
+        run.get_or_insert_with(|| (i, Signals::default())).1.merge(&s);
+    }
+    if let Some(r) = run {
+        flush(r, out);
     }
 }
 

@@ -436,6 +436,19 @@ mod tests {
     }
 
     #[test]
+    fn every_column_is_documented_in_the_proto_readme() {
+        let readme = include_str!("../../../proto/README.md");
+        let section = &readme[readme.find("## Signal tiers").expect("README lacks the signal tier section")..];
+        for (name, ty, doc) in COLUMNS.iter().chain(EXTRA.iter()) {
+            assert!(section.contains(&format!("| `{name}` | {ty} | {doc} |")), "proto/README.md lacks `{name}`");
+        }
+        let schema = schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let documented: Vec<&str> = COLUMNS.iter().chain(EXTRA.iter()).map(|c| c.0).collect();
+        assert_eq!(names, documented, "schema and documented columns differ");
+    }
+
+    #[test]
     fn the_tier_for_a_bin_is_the_coarsest_that_fits() {
         assert_eq!(Tier::for_bin(1_000_000), Tier::Window);
         assert_eq!(Tier::for_bin(9_999_999), Tier::Window);

@@ -45,7 +45,7 @@ pub(crate) struct SimulateArgs {
     pub backfill: bool,
     /// With --backfill: windows each node ships per batch (as an agent
     /// draining its spool does).
-    #[arg(long, default_value_t = 10, env = "INGERO_SIM_WINDOWS_PER_BATCH", value_parser = clap::value_parser!(u32).range(1..=600))]
+    #[arg(long, default_value_t = 60, env = "INGERO_SIM_WINDOWS_PER_BATCH", value_parser = clap::value_parser!(u32).range(1..=600))]
     pub windows_per_batch: u32,
 }
 
