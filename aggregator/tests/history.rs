@@ -75,9 +75,19 @@ async fn backfill_writes_tiers_and_history_flags_the_injected_node() {
         assert_eq!(tiers.stragglers[0].since, raw.stragglers[0].since, "{res:?}");
     }
 
+    // A range of years lists the tier once instead of day by day.
+    let store = format!("--store=file://{}", dir.path().join("data").display());
+    let args: Vec<String> =
+        ["stragglers", &store, "--since=2020-01-01T00:00:00Z", "--format=json"].map(String::from).to_vec();
+    let o = tokio::task::spawn_blocking(move || ingero(&args)).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["stragglers"][0]["node"].as_str(), v["stragglers"][0]["flagged"].as_bool()),
+        (Some("node-5"), Some(true))
+    );
+
     // The fleet page, as a person sees it.
     let page = dir.path().join("fleet.html");
-    let store = format!("--store=file://{}", dir.path().join("data").display());
     let since = format!("--since={}", ingero_aggregator::rank::detector::rfc3339(start_us));
     let args: Vec<String> = ["stragglers", &store, &since, "--format=html", &format!("--out={}", page.display())]
         .map(String::from)

@@ -7,7 +7,7 @@
 //! rows that readers add up; `window_us` is the agent-window time a row
 //! covers, so a node that reported 3 s of a 10-s bin has shares over 3 s.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::{
@@ -216,23 +216,47 @@ pub fn file_key(tier: Tier, hour: i64, name: &str) -> String {
     format!("{}/{name}.parquet", hour_dir(tier.name(), hour))
 }
 
-/// Every file of a tier whose hour partition overlaps [start, end).
+/// Every file of a tier whose hour partition overlaps [start, end). Short
+/// ranges list day by day (a store keeps every day it ever saw); long ones
+/// list the tier once. Files are kept by their partition's hour.
 pub async fn files_in_range(store: &Store, tier: Tier, start_us: i64, end_us: i64) -> Result<Vec<String>> {
-    let prefix = store.key(tier.name());
     let (lo, hi) = (hour_of(start_us), hour_of(end_us.saturating_sub(1)));
-    let dirs: HashMap<String, i64> = (lo..=hi.min(lo + 24 * 400)).map(|h| (hour_dir(tier.name(), h), h)).collect();
-    let mut files: Vec<String> = store
-        .object_store
-        .list(Some(&prefix))
-        .map_ok(|m| m.location.to_string())
-        .try_collect::<Vec<_>>()
-        .await?
-        .into_iter()
-        .filter(|k| k.ends_with(".parquet"))
-        .filter(|k| dirs.keys().any(|d| k.contains(&format!("{d}/"))))
-        .collect();
+    let prefixes: Vec<String> = if hi - lo < 24 * 31 {
+        let mut days: Vec<String> = (lo..=hi).map(|h| day_dir(tier.name(), h)).collect();
+        days.dedup();
+        days
+    } else {
+        vec![tier.name().to_string()]
+    };
+    let mut files = Vec::new();
+    for p in prefixes {
+        let listed: Vec<String> =
+            store.object_store.list(Some(&store.key(&p))).map_ok(|m| m.location.to_string()).try_collect().await?;
+        files.extend(
+            listed
+                .into_iter()
+                .filter(|k| k.ends_with(".parquet"))
+                .filter(|k| partition_hour(k).is_some_and(|h| (lo..=hi).contains(&h))),
+        );
+    }
     files.sort();
     Ok(files)
+}
+
+/// `<tier>/date=YYYY-MM-DD` of an hour.
+fn day_dir(name: &str, hour: i64) -> String {
+    let d = hour_dir(name, hour);
+    d[..d.rfind('/').unwrap_or(d.len())].to_string()
+}
+
+/// Hours since the epoch of a key's `date=YYYY-MM-DD/hour=HH` partition.
+fn partition_hour(key: &str) -> Option<i64> {
+    let d = key.find("date=")? + 5;
+    let date = chrono::NaiveDate::parse_from_str(key.get(d..d + 10)?, "%Y-%m-%d").ok()?;
+    let h = key.find("/hour=")? + 6;
+    let hour: i64 = key.get(h..h + 2)?.parse().ok()?;
+    let midnight = date.and_hms_opt(0, 0, 0)?.and_utc().timestamp();
+    Some(midnight / 3600 + hour)
 }
 
 /// Reads the files of a tier's hour partitions overlapping [start, end),
@@ -446,6 +470,17 @@ mod tests {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         let documented: Vec<&str> = COLUMNS.iter().chain(EXTRA.iter()).map(|c| c.0).collect();
         assert_eq!(names, documented, "schema and documented columns differ");
+    }
+
+    #[test]
+    fn partition_hours_round_trip_through_keys() {
+        for us in [0i64, 1_795_242_600_000_000, 4_102_444_799_000_000] {
+            let h = hour_of(us);
+            let key = file_key(Tier::Minute, h, "part-1");
+            assert_eq!(partition_hour(&format!("prefix/{key}")), Some(h), "{key}");
+            assert!(key.starts_with(&format!("{}/hour=", day_dir(Tier::Minute.name(), h))), "{key}");
+        }
+        assert_eq!(partition_hour("signal_windows/x.parquet"), None);
     }
 
     #[test]
