@@ -13,22 +13,14 @@ use ingero_proto::pb::PushRequest;
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-use crate::faults::Injection;
-use crate::fleet::node_name;
+use crate::fleet::{SimConfig, job_layout, node_name};
 use crate::model::{RankId, Rng, RowSink, step_job};
 
+/// The fleet model's settings (`duration`: the range ends now and starts
+/// this long ago) and how many windows each node ships per batch.
 #[derive(Debug, Clone)]
 pub struct BackfillConfig {
-    pub server: String,
-    pub nodes: usize,
-    pub jobs: usize,
-    /// The range ends now and starts this long ago (whole seconds).
-    pub duration: Duration,
-    pub injections: Vec<Injection>,
-    pub jitter: f64,
-    pub seed: u64,
-    pub job_prefix: String,
-    /// Windows per pushed batch.
+    pub sim: SimConfig,
     pub windows_per_batch: usize,
 }
 
@@ -53,18 +45,18 @@ type Chunk = Vec<(IngestClient, PushRequest)>;
 
 /// Runs the backfill; `progress` is called after every pushed chunk.
 pub async fn run(cfg: &BackfillConfig, progress: Progress<'_>) -> Result<BackfillReport, SendError> {
-    let ch = channel(&cfg.server)?;
-    let windows = cfg.duration.as_secs().max(1);
+    let ch = channel(&cfg.sim.server)?;
+    let windows = cfg.sim.duration.as_secs().max(1);
     let now_us = chrono::Utc::now().timestamp_micros();
     let end_us = now_us - now_us.rem_euclid(1_000_000);
     let start_us = end_us - windows as i64 * 1_000_000;
     let policy = RetryPolicy { give_up_after: Duration::from_secs(60), ..Default::default() };
     let clients: Vec<IngestClient> =
-        (0..cfg.nodes).map(|i| IngestClient::with_channel(ch.clone(), &node_name(i), policy.clone())).collect();
+        (0..cfg.sim.nodes).map(|i| IngestClient::with_channel(ch.clone(), &node_name(i), policy.clone())).collect();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Chunk, SendError>>(1);
     let gen_cfg = cfg.clone();
     let generator = std::thread::spawn(move || generate(&gen_cfg, clients, start_us, windows, tx));
-    let mut report = BackfillReport { nodes: cfg.nodes, windows, start_us, end_us, ..Default::default() };
+    let mut report = BackfillReport { nodes: cfg.sim.nodes, windows, start_us, end_us, ..Default::default() };
     let started = Instant::now();
     let per = cfg.windows_per_batch.max(1) as u64;
     let mut done = 0u64;
@@ -87,19 +79,16 @@ fn generate(
     windows: u64,
     tx: tokio::sync::mpsc::Sender<Result<Chunk, SendError>>,
 ) {
-    let jobs = cfg.jobs.clamp(1, cfg.nodes.max(1));
-    let members: Vec<Vec<usize>> = (0..jobs).map(|j| (0..cfg.nodes).filter(|n| n % jobs == j).collect()).collect();
-    let job_names: Vec<String> =
-        (0..jobs).map(|j| if jobs == 1 { cfg.job_prefix.clone() } else { format!("{}-{j}", cfg.job_prefix) }).collect();
-    let names: Vec<String> = (0..cfg.nodes).map(node_name).collect();
-    let mut rng = Rng::new(cfg.seed);
+    let (members, job_names) = job_layout(&cfg.sim);
+    let names: Vec<String> = (0..cfg.sim.nodes).map(node_name).collect();
+    let mut rng = Rng::new(cfg.sim.seed);
     let per = cfg.windows_per_batch.max(1) as u64;
     let mut w0 = 0;
     while w0 < windows {
-        let mut pending: Vec<RowSink> = (0..cfg.nodes).map(|_| RowSink::default()).collect();
+        let mut pending: Vec<RowSink> = (0..cfg.sim.nodes).map(|_| RowSink::default()).collect();
         for w in w0..(w0 + per).min(windows) {
             for (j, ranks) in members.iter().enumerate() {
-                let win = step_job(ranks, Duration::from_secs(w), &cfg.injections, cfg.jitter, &mut rng);
+                let win = step_job(ranks, Duration::from_secs(w), &cfg.sim.injections, cfg.sim.jitter, &mut rng);
                 for (k, (&node, r)) in ranks.iter().zip(&win).enumerate() {
                     let id = RankId {
                         node: &names[node],

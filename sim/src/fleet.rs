@@ -85,6 +85,15 @@ pub async fn run(cfg: &SimConfig, mut progress: impl FnMut(&str)) -> Result<SimR
     Ok(report)
 }
 
+/// Nodes dealt round-robin into jobs: each job's node indices and name.
+pub(crate) fn job_layout(cfg: &SimConfig) -> (Vec<Vec<usize>>, Vec<String>) {
+    let jobs = cfg.jobs.clamp(1, cfg.nodes.max(1));
+    let members = (0..jobs).map(|j| (0..cfg.nodes).filter(|n| n % jobs == j).collect()).collect();
+    let names =
+        (0..jobs).map(|j| if jobs == 1 { cfg.job_prefix.clone() } else { format!("{}-{j}", cfg.job_prefix) }).collect();
+    (members, names)
+}
+
 /// Virtual agents: one client per node, nodes dealt round-robin into jobs.
 struct Fleet<'a> {
     cfg: &'a SimConfig,
@@ -102,11 +111,7 @@ impl<'a> Fleet<'a> {
         let policy = RetryPolicy { give_up_after: Duration::from_secs(5), ..Default::default() };
         let clients =
             (0..cfg.nodes).map(|i| IngestClient::with_channel(ch.clone(), &node_name(i), policy.clone())).collect();
-        let jobs = cfg.jobs.clamp(1, cfg.nodes.max(1));
-        let members = (0..jobs).map(|j| (0..cfg.nodes).filter(|n| n % jobs == j).collect()).collect();
-        let job_names = (0..jobs)
-            .map(|j| if jobs == 1 { cfg.job_prefix.clone() } else { format!("{}-{j}", cfg.job_prefix) })
-            .collect();
+        let (members, job_names) = job_layout(cfg);
         let now_us = chrono::Utc::now().timestamp_micros();
         let start_us = now_us - now_us % 1_000_000 + 1_000_000;
         let start = Instant::now() + Duration::from_micros((start_us - now_us) as u64);

@@ -121,17 +121,7 @@ pub(crate) async fn run(a: SimulateArgs) -> CmdResult {
 }
 
 async fn backfill(a: &SimulateArgs, c: SimConfig) -> CmdResult {
-    let cfg = BackfillConfig {
-        server: c.server,
-        nodes: c.nodes,
-        jobs: c.jobs,
-        duration: c.duration,
-        injections: c.injections,
-        jitter: c.jitter,
-        seed: c.seed,
-        job_prefix: c.job_prefix,
-        windows_per_batch: a.windows_per_batch as usize,
-    };
+    let cfg = BackfillConfig { sim: c, windows_per_batch: a.windows_per_batch as usize };
     let started = std::time::Instant::now();
     let tty = std::io::stderr().is_terminal();
     let mut last_decile = 0;
@@ -141,7 +131,7 @@ async fn backfill(a: &SimulateArgs, c: SimConfig) -> CmdResult {
         let line = format!(
             "[{:<30}] {pct:>3}% {done}/{total} s of {} nodes · {:.1} M rows · {:.2} M rows/s",
             "#".repeat((pct * 30 / 100) as usize),
-            cfg.nodes,
+            cfg.sim.nodes,
             rows as f64 / 1e6,
             rate / 1e6
         );
