@@ -6,6 +6,7 @@
  * map of these 1 KiB values costs ~1 MiB per possible CPU (224 on a GPU
  * node), charged to the agent's memory cgroup. */
 #include "common.bpf.h"
+#include "stacks.bpf.h"
 
 #define MAX_TRACKED_CALLS 1024
 
@@ -52,7 +53,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, 1024 * 1024);
 } stalls SEC(".maps");
 
 struct {
@@ -179,6 +180,33 @@ static __always_inline void leave(__u32 tid)
 		bpf_map_delete_elem(&thread_calls, &tid);
 }
 
+/* Reports an outlier call with where it was made (stacks.bpf.h). */
+static __always_inline void outlier(struct pt_regs *ctx, __u64 pid_tgid, __u32 op, __u64 began, __u64 d, __u64 thr)
+{
+	__u32 zero = 0;
+	struct stall_event *e = bpf_map_lookup_elem(&stall_scratch, &zero);
+	if (!e)
+		return;
+	e->ts_ns = began;
+	e->duration_ns = d;
+	e->threshold_ns = thr;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	e->tgid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->op = op;
+	e->reason = 0;
+	/* At the return the call's own frame is gone: the innermost native
+	 * frame is its call site. */
+	e->ustack_bytes = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
+	e->py_frames = py_stack(e->tgid, e);
+	/* No wakeup: userspace polls once per window. */
+	if (bpf_ringbuf_output(&stalls, e, sizeof(*e), BPF_RB_NO_WAKEUP)) {
+		struct counters *cn = ctrs();
+		if (cn)
+			cn->ringbuf_drops++;
+	}
+}
+
 SEC("uretprobe")
 int call_return(struct pt_regs *ctx)
 {
@@ -215,25 +243,8 @@ int call_return(struct pt_regs *ctx)
 	}
 	__u32 opi = op;
 	__u64 *thr = bpf_map_lookup_elem(&thresholds, &opi);
-	if (thr && *thr && d > *thr) {
-		struct stall_event *e = bpf_ringbuf_reserve(&stalls, sizeof(*e), 0);
-		if (!e) {
-			struct counters *cn = ctrs();
-			if (cn)
-				cn->ringbuf_drops++;
-			return 0;
-		}
-		e->ts_ns = began;
-		e->duration_ns = d;
-		e->threshold_ns = *thr;
-		e->cgroup_id = bpf_get_current_cgroup_id();
-		e->tgid = pid_tgid >> 32;
-		e->tid = (__u32)pid_tgid;
-		e->op = op;
-		e->reason = 0;
-		/* No wakeup: userspace polls once per window. */
-		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-	}
+	if (thr && *thr && d > *thr)
+		outlier(ctx, pid_tgid, op, began, d, *thr);
 	return 0;
 }
 

@@ -76,7 +76,39 @@ struct io_val {
 	__u32 hist[INGERO_HIST_BUCKETS];
 };
 
-/* One outlier call, sent through the stalls ring buffer. */
+#define USTACK_MAX 32    /* native frames captured per outlier call */
+#define PY_MAX_FRAMES 32 /* Python frames captured per outlier call (innermost) */
+#define PY_NONE 0xffff   /* a py_proc offset the interpreter's version lacks */
+
+/* Where a CPython interpreter keeps its threads and frames, per process
+ * (key: tgid), written by userspace (agent/src/stacks/python.rs) when it
+ * finds the interpreter: offsets per version, or _Py_DebugOffsets (3.13+). */
+struct py_proc {
+	__u64 runtime;      /* address of _PyRuntime in the process */
+	__u16 interp_head;  /* _PyRuntime: interpreters.head */
+	__u16 threads_head; /* PyInterpreterState: first thread state */
+	__u16 ts_next;      /* PyThreadState: next */
+	__u16 ts_thread_id; /* PyThreadState: thread_id (pthread_self) */
+	__u16 ts_frame;     /* PyThreadState: frame (3.9-3.10), cframe (3.11-3.12), current_frame */
+	__u16 cframe_frame; /* _PyCFrame: current_frame; PY_NONE when ts_frame is the frame */
+	__u16 fr_previous;  /* frame: f_back / previous */
+	__u16 fr_code;      /* frame: f_code / f_executable */
+	__u16 fr_instr;     /* frame: f_lasti (int) / prev_instr / instr_ptr */
+	__u16 fr_owner;     /* frame: owner (3.11+); PY_NONE before */
+	__u16 instr_size;   /* 4: f_lasti is an int; 8: a pointer */
+	__u16 pad;
+};
+
+/* One Python frame as captured: resolved to file, function and line by
+ * userspace, which reads the code object while the process lives. */
+struct py_frame {
+	__u64 code;  /* PyCodeObject * */
+	__u64 instr; /* f_lasti, or the instruction pointer (3.11+) */
+};
+
+/* One outlier call, sent through the stalls ring buffer, with where it was
+ * made: the native user stack at the call's return and, for a CPython
+ * thread, its Python frames (innermost first). */
 struct stall_event {
 	__u64 ts_ns;
 	__u64 duration_ns;
@@ -86,6 +118,10 @@ struct stall_event {
 	__u32 tid;
 	__u32 op;
 	__u32 reason; /* 1: absolute threshold / N x median (set by userspace) */
+	__s32 ustack_bytes; /* bytes of ustack filled; negative: none (error) */
+	__u32 py_frames;    /* Python frames in py; 0: not a Python thread */
+	__u64 ustack[USTACK_MAX];
+	struct py_frame py[PY_MAX_FRAMES];
 };
 
 #define PROC_EXEC 1

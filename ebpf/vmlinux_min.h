@@ -67,7 +67,16 @@ struct css_set {
 	struct cgroup *dfl_cgrp;
 };
 
+#if defined(__TARGET_ARCH_x86)
+struct thread_struct {
+	unsigned long fsbase; /* the thread pointer: pthread_self() in glibc and musl */
+};
+#endif
+
 struct task_struct {
+#if defined(__TARGET_ARCH_x86)
+	struct thread_struct thread;
+#endif
 	unsigned int __state;
 	pid_t pid;
 	pid_t tgid;

@@ -11,4 +11,5 @@ pub mod probe_loop;
 pub mod probes;
 pub(crate) mod progress;
 pub(crate) mod ship;
+pub(crate) mod stacks;
 pub(crate) mod window;

@@ -21,7 +21,8 @@ use crate::probes::load::{Attached, Probes, map};
 use crate::probes::ops::Lib;
 use crate::probes::statics::StaticRuntimes;
 use crate::probes::{libs, ops};
-use crate::window::{HostFacts, WindowBuilder, WindowCtx};
+use crate::stacks::Stacks;
+use crate::window::{HostFacts, Stall, WindowBuilder, WindowCtx};
 
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
@@ -106,6 +107,11 @@ pub struct ProbeLoop {
     attr: Attributor,
     host: HostFacts,
     statics: StaticRuntimes,
+    /// Interpreters and mappings of CUDA-using processes (stack resolution).
+    stacks: Stacks,
+    /// Outlier calls of the current window, resolved as they arrive (a
+    /// process that exits later in the window keeps its frames).
+    stalls: Vec<Stall>,
     pid_filter: HashSet<u32>,
     cg_paths: HashMap<u64, String>,
     medians: HashMap<u32, f64>,
@@ -156,6 +162,8 @@ impl ProbeLoop {
             attr: Attributor::new(cfg.cgroup_mount.clone()).with_kubernetes(kube.watch, kube.gpus),
             host: HostFacts::read(),
             statics: StaticRuntimes::default(),
+            stacks: Stacks::default(),
+            stalls: Vec::new(),
             pid_filter: cfg.pids.iter().copied().collect(),
             cg_paths: cgroup_paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref()),
             medians: HashMap::new(),
@@ -225,14 +233,18 @@ impl ProbeLoop {
             if !self.pid_filter.is_empty() && !self.pid_filter.contains(&pid) {
                 continue;
             }
-            for f in libs::scan_pid_with_statics(pid, &mut self.statics) {
+            let found = libs::scan_pid_with_statics(pid, &mut self.statics);
+            for f in &found {
                 let info = self.attr.get(pid);
                 if f.lib != Lib::Libc && !info.libraries.contains(&f.mapped_as) {
                     info.libraries.push(f.mapped_as.clone());
                 }
-                if !self.probes.is_attached(&f) {
-                    self.attach(pid, &f);
+                if !self.probes.is_attached(f) {
+                    self.attach(pid, f);
                 }
+            }
+            if found.iter().any(|f| f.lib != Lib::Libc) {
+                self.stacks.register(pid, &mut self.probes);
             }
         }
     }
@@ -264,6 +276,7 @@ impl ProbeLoop {
             for e in self.rings.procs() {
                 self.on_proc_event(e);
             }
+            self.take_stalls();
             let now = Instant::now();
             let due: Vec<u32> = self.follow_ups.iter().filter(|(t, _)| *t <= now).map(|(_, p)| *p).collect();
             if !due.is_empty() {
@@ -274,6 +287,15 @@ impl ProbeLoop {
                 self.scan(&libs::pids(self.cfg.cgroup_root.as_deref()));
                 self.next_scan = Instant::now() + self.cfg.rescan;
             }
+        }
+    }
+
+    /// Outlier calls so far, with their stacks resolved now, while the
+    /// process is most likely alive.
+    fn take_stalls(&mut self) {
+        for event in self.rings.stalls() {
+            let stack = self.stacks.resolve(&event);
+            self.stalls.push(Stall { event, stack });
         }
     }
 
@@ -320,7 +342,8 @@ impl ProbeLoop {
             d.sched.retain(|(p, _)| keep.contains(p));
             d.io.retain(|(k, _)| keep.contains(&k.tgid));
         }
-        let stalls = self.rings.stalls();
+        self.take_stalls();
+        let stalls = std::mem::take(&mut self.stalls);
         let delta = d.counters.since(&self.last_counters);
         self.last_counters = d.counters;
         let run_ns = if self.run_time_fd.is_some() { total_run_ns(&self.probes) } else { 0 };
@@ -387,6 +410,7 @@ impl ProbeLoop {
             if e.kind == PROC_EXIT {
                 self.attr.forget(e.tgid);
                 self.probes.forget(e.tgid);
+                self.stacks.forget(e.tgid);
                 self.described.remove(&e.tgid);
                 self.last_call_us.remove(&e.tgid);
             }
@@ -395,6 +419,7 @@ impl ProbeLoop {
         // cached state stays bounded by the processes alive now.
         for pid in self.attr.prune() {
             self.probes.forget(pid);
+            self.stacks.forget(pid);
             self.described.remove(&pid);
             self.last_call_us.remove(&pid);
         }

@@ -5,12 +5,14 @@ use std::collections::HashMap;
 use ingero_proto::hist::Histogram;
 use ingero_proto::rows::{BatchBuilder, Row, TimestampUs};
 use ingero_proto::tables::{
-    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StallRow,
+    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StackRow,
+    StallRow,
 };
 use ingero_proto::{Table, Tables};
 
 use crate::attribution::{Attributor, ProcInfo};
 use crate::probes::abi::{Counters, HIST_BUCKETS, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent, StallEvent};
+use crate::stacks::Stack;
 use crate::probes::drain::Drained;
 use crate::probes::ops;
 use crate::progress::Progress;
@@ -89,6 +91,13 @@ pub(crate) struct Built {
     pub invalid_rows: u64,
 }
 
+/// One outlier call and where it was made.
+#[derive(Debug, Clone)]
+pub(crate) struct Stall {
+    pub event: StallEvent,
+    pub stack: Option<std::sync::Arc<Stack>>,
+}
+
 /// Builds the tables of one window, one named step per table.
 pub(crate) struct WindowBuilder<'a, 'c> {
     ctx: &'a WindowCtx<'c>,
@@ -105,7 +114,7 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
     pub(crate) fn build(
         mut self,
         d: &Drained,
-        stalls: &[StallEvent],
+        stalls: &[Stall],
         events: &[ProcEvent],
         cgroup_paths: &HashMap<u64, String>,
     ) -> Built {
@@ -255,9 +264,10 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
         self.finish(b);
     }
 
-    fn stalls(&mut self, stalls: &[StallEvent]) {
+    fn stalls(&mut self, stalls: &[Stall]) {
         let mut b = BatchBuilder::new(Table::StallEvents);
-        for e in stalls {
+        let mut stacks: Vec<(u32, &Stack)> = Vec::new();
+        for Stall { event: e, stack } in stalls {
             let Some(op) = ops::by_id(e.op) else { continue };
             let row = StallRow {
                 event_time: TimestampUs((e.ts_ns / 1000) as i64 + self.ctx.mono_to_wall_us),
@@ -267,9 +277,35 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
                 duration_ns: e.duration_ns,
                 threshold_ns: e.threshold_ns,
                 reason: "threshold",
+                stack_id: stack.as_ref().map(|s| s.id),
             };
             let c = self.common(e.tgid);
             self.add(&mut b, &c, &row);
+            if let Some(s) = stack.as_deref().filter(|s| !stacks.iter().any(|(_, x)| x.id == s.id)) {
+                stacks.push((e.tgid, s));
+            }
+        }
+        self.finish(b);
+        self.stacks(&stacks);
+    }
+
+    /// Each stack the window's rows name, once, one row per frame.
+    fn stacks(&mut self, stacks: &[(u32, &Stack)]) {
+        let mut b = BatchBuilder::new(Table::Stacks);
+        for (pid, s) in stacks {
+            let c = self.common(*pid);
+            for (depth, f) in s.frames.iter().enumerate() {
+                let row = StackRow {
+                    stack_id: s.id,
+                    depth: depth as u32,
+                    kind: f.kind.name(),
+                    file: &f.file,
+                    function: &f.function,
+                    line: f.line,
+                    offset: f.offset,
+                };
+                self.add(&mut b, &c, &row);
+            }
         }
         self.finish(b);
     }

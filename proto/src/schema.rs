@@ -11,7 +11,8 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::rows::Columns;
 use crate::tables::{
-    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StallRow,
+    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StackRow,
+    StallRow,
 };
 
 /// One column: name, Arrow type, nullability, unit and meaning.
@@ -74,10 +75,11 @@ pub enum Table {
     ProcessMeta,
     NodeWindows,
     ProgressWindows,
+    Stacks,
 }
 
 impl Table {
-    pub const ALL: [Table; 9] = [
+    pub const ALL: [Table; 10] = [
         Table::CallWindows,
         Table::SchedWindows,
         Table::CgroupWindows,
@@ -87,6 +89,7 @@ impl Table {
         Table::ProcessMeta,
         Table::NodeWindows,
         Table::ProgressWindows,
+        Table::Stacks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +103,7 @@ impl Table {
             Table::ProcessMeta => "process_meta",
             Table::NodeWindows => "node_windows",
             Table::ProgressWindows => "progress_windows",
+            Table::Stacks => "stacks",
         }
     }
 
@@ -122,6 +126,9 @@ impl Table {
             Table::ProgressWindows => {
                 "What each CUDA-using process is inside at the end of each window: the calls in flight and their age (hung ranks)"
             }
+            Table::Stacks => {
+                "Frames of the stacks that stall_events rows name (stack_id): Python frames with file, function and line, then native frames; each stack once per window"
+            }
         }
     }
 
@@ -137,6 +144,7 @@ impl Table {
             Table::ProcessMeta => ProcessMetaRow::COLUMNS,
             Table::NodeWindows => NodeRow::COLUMNS,
             Table::ProgressWindows => ProgressRow::COLUMNS,
+            Table::Stacks => StackRow::COLUMNS,
         }
     }
 

@@ -160,6 +160,21 @@ columns! {
         duration_ns: u64, "ns", "Duration of this call";
         threshold_ns: u64, "ns", "Threshold it crossed";
         reason: &'a str, "", "median_multiple (N × running median) or absolute";
+        stack_id: Option<u64>, "", "Where the call was made: the stack's id in `stacks` (null when no stack was captured)";
+    }
+}
+
+columns! {
+    /// `stacks`: one row per frame of each distinct stack a window's rows name.
+    #[derive(Debug, Clone, PartialEq)]
+    StackRow<'a> for Stacks {
+        stack_id: u64, "", "Stack id: a hash of its frames, so the same stack has the same id in every window and on every node";
+        depth: u32, "", "Position of the frame, 0 = innermost (Python frames first, then native ones)";
+        kind: &'a str, "", "python (a CPython frame) or native (a return address in an ELF file)";
+        file: &'a str, "", "python: the source file (co_filename); native: the mapped file's path as the process sees it";
+        function: &'a str, "", "python: the qualified name (3.11+; the plain name before); native: the ELF symbol, empty when none";
+        line: Option<u32>, "", "python: the line being executed; null for native frames";
+        offset: Option<u64>, "bytes", "native: the return address as an offset into the file; null for Python frames";
     }
 }
 

@@ -87,8 +87,39 @@ pub(crate) struct IoVal {
     pub hist: [u32; HIST_BUCKETS],
 }
 
+pub(crate) const USTACK_MAX: usize = 32;
+pub(crate) const PY_MAX_FRAMES: usize = 32;
+/// A `PyProc` offset the interpreter's version lacks.
+pub(crate) const PY_NONE: u16 = 0xffff;
+
+/// Where a CPython interpreter keeps its threads and frames (`struct py_proc`).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PyProc {
+    pub runtime: u64,
+    pub interp_head: u16,
+    pub threads_head: u16,
+    pub ts_next: u16,
+    pub ts_thread_id: u16,
+    pub ts_frame: u16,
+    pub cframe_frame: u16,
+    pub fr_previous: u16,
+    pub fr_code: u16,
+    pub fr_instr: u16,
+    pub fr_owner: u16,
+    pub instr_size: u16,
+    pub pad: u16,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PyFrame {
+    pub code: u64,
+    pub instr: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct StallEvent {
     pub ts_ns: u64,
     pub duration_ns: u64,
@@ -98,6 +129,44 @@ pub(crate) struct StallEvent {
     pub tid: u32,
     pub op: u32,
     pub reason: u32,
+    pub ustack_bytes: i32,
+    pub py_frames: u32,
+    pub ustack: [u64; USTACK_MAX],
+    pub py: [PyFrame; PY_MAX_FRAMES],
+}
+
+impl Default for StallEvent {
+    fn default() -> Self {
+        StallEvent {
+            ts_ns: 0,
+            duration_ns: 0,
+            threshold_ns: 0,
+            cgroup_id: 0,
+            tgid: 0,
+            tid: 0,
+            op: 0,
+            reason: 0,
+            ustack_bytes: 0,
+            py_frames: 0,
+            ustack: [0; USTACK_MAX],
+            py: [PyFrame::default(); PY_MAX_FRAMES],
+        }
+    }
+}
+
+impl StallEvent {
+    /// Native return addresses, innermost first.
+    pub(crate) fn native(&self) -> &[u64] {
+        let n = (self.ustack_bytes.max(0) as usize / 8).min(USTACK_MAX);
+        let s = &self.ustack[..n];
+        let end = s.iter().position(|&a| a == 0).unwrap_or(n);
+        &s[..end]
+    }
+
+    /// Python frames, innermost first.
+    pub(crate) fn python(&self) -> &[PyFrame] {
+        &self.py[..(self.py_frames as usize).min(PY_MAX_FRAMES)]
+    }
 }
 
 #[repr(C)]
@@ -159,7 +228,7 @@ macro_rules! pod {
         )*
     };
 }
-pod!(CallKey, CallVal, SchedVal, ThreadCall, CgroupVal, IoKey, IoVal, Counters, Config);
+pod!(CallKey, CallVal, SchedVal, ThreadCall, CgroupVal, IoKey, IoVal, Counters, Config, PyProc);
 
 const _: () = {
     assert!(size_of::<CallKey>() == 8);
@@ -173,8 +242,15 @@ const _: () = {
     assert!(size_of::<CgroupVal>() == 16);
     assert!(size_of::<IoKey>() == 16);
     assert!(size_of::<IoVal>() == 32 + 4 * HIST_BUCKETS);
-    assert!(size_of::<StallEvent>() == 48);
+    assert!(size_of::<StallEvent>() == 56 + 8 * USTACK_MAX + 16 * PY_MAX_FRAMES);
     assert!(offset_of!(StallEvent, tgid) == 32);
+    assert!(offset_of!(StallEvent, ustack_bytes) == 48);
+    assert!(offset_of!(StallEvent, ustack) == 56);
+    assert!(offset_of!(StallEvent, py) == 56 + 8 * USTACK_MAX);
+    assert!(size_of::<PyProc>() == 32);
+    assert!(offset_of!(PyProc, interp_head) == 8);
+    assert!(offset_of!(PyProc, instr_size) == 28);
+    assert!(size_of::<PyFrame>() == 16);
     assert!(size_of::<ProcEvent>() == 56);
     assert!(offset_of!(ProcEvent, extra) == 32);
     assert!(offset_of!(ProcEvent, comm) == 40);

@@ -9,7 +9,7 @@ use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkI
 use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 
-use super::abi::Config;
+use super::abi::{Config, PyProc};
 use super::files::{FileId, OpenLib};
 use super::libs::Found;
 use super::ops::{self, Lib};
@@ -172,6 +172,15 @@ impl Probes {
     /// Drops what was learnt of a process that has exited.
     pub fn forget(&mut self, pid: u32) {
         self.resolved.remove(&pid);
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, PyProc>>(&mut self.ebpf, "py_procs") {
+            let _ = m.remove(&pid);
+        }
+    }
+
+    /// Tells the programs where a CPython process keeps its threads and frames.
+    pub(crate) fn set_python(&mut self, pid: u32, p: &PyProc) -> Result<()> {
+        let mut m: BpfHashMap<&mut MapData, u32, PyProc> = map(&mut self.ebpf, "py_procs")?;
+        m.insert(pid, *p, 0).map_err(Error::map("py_procs (at most 4096 Python processes)"))
     }
 
     /// Probes the file behind `f` unless the same file (by what the kernel

@@ -79,13 +79,13 @@ fn is_system_library(name: &str) -> bool {
 }
 
 /// A read-only private mapping of a whole file.
-struct Mapped {
+pub(crate) struct Mapped {
     ptr: *mut libc::c_void,
     len: usize,
 }
 
 impl Mapped {
-    fn open(path: &Path) -> std::io::Result<Mapped> {
+    pub(crate) fn open(path: &Path) -> std::io::Result<Mapped> {
         let f = File::open(path)?;
         let len = f.metadata()?.len() as usize;
         if len == 0 {
@@ -101,7 +101,7 @@ impl Mapped {
         Ok(Mapped { ptr, len })
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: ptr/len describe a live read-only mapping owned by self.
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
     }

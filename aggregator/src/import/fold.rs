@@ -419,6 +419,7 @@ impl<'a> Folder<'a> {
                 duration_ns: e.dur_ns,
                 threshold_ns: thr,
                 reason: "median_multiple",
+                stack_id: None,
             };
             t.append(&self.common(e.pid, self.win(e.ts_ns)), &row)?;
         }

@@ -1,0 +1,159 @@
+//! Mapped files of a process and their ELF symbols: the address of a
+//! symbol in a process (`_PyRuntime`), and the symbol a return address
+//! falls in (native frames).
+
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use crate::probes::statics::Mapped;
+
+/// One file-backed line of /proc/PID/maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    /// (device, inode): one symbol table per distinct file.
+    pub id: (u64, u64),
+    pub path: String,
+    pub range: String,
+}
+
+impl Mapping {
+    /// A path that reaches the file from the agent: the mapping itself
+    /// (any mount namespace, even a deleted file), else through the process's root.
+    pub(crate) fn open_path(&self, pid: u32) -> PathBuf {
+        let mf = PathBuf::from(format!("/proc/{pid}/map_files/{}", self.range));
+        if mf.exists() { mf } else { Path::new(&format!("/proc/{pid}/root")).join(self.path.trim_start_matches('/')) }
+    }
+
+    /// Load bias: process address = bias + ELF virtual address.
+    pub(crate) fn bias(&self, elf: &Elf) -> Option<u64> {
+        // The kernel maps whole pages: a mapping starts at its segment's offset rounded down.
+        let page = |x: u64| x & !0xfff;
+        let seg = elf
+            .loads
+            .iter()
+            .find(|s| page(s.offset) == self.offset)
+            .or_else(|| elf.loads.iter().find(|s| page(s.offset) <= self.offset && self.offset < s.offset + s.filesz))?;
+        Some(self.start.wrapping_add(seg.offset).wrapping_sub(self.offset).wrapping_sub(seg.vaddr))
+    }
+
+    /// The ELF virtual address of `addr`, an address inside this mapping.
+    pub(crate) fn vaddr(&self, elf: &Elf, addr: u64) -> Option<u64> {
+        Some(addr.wrapping_sub(self.bias(elf)?))
+    }
+}
+
+/// File-backed mappings of a process, by address.
+pub(crate) fn parse_maps(text: &str) -> Vec<Mapping> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(_perms), Some(off), Some(dev), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let path = f.collect::<Vec<_>>().join(" ");
+        let (Some((a, b)), Ok(offset), Ok(ino)) =
+            (range.split_once('-'), u64::from_str_radix(off, 16), inode.parse::<u64>())
+        else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
+        if ino == 0 || !path.starts_with('/') {
+            continue;
+        }
+        let dev = crate::probes::libs::parse_dev(dev).unwrap_or(0);
+        out.push(Mapping { start, end, offset, id: (dev, ino), path, range: range.to_string() });
+    }
+    out
+}
+
+/// The mapping holding `addr`.
+pub(crate) fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+    maps.iter().find(|m| m.start <= addr && addr < m.end)
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Load {
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+}
+
+/// What is kept of an ELF file: its load segments and function/object
+/// symbols sorted by address (the file itself is not kept open).
+#[derive(Debug, Default)]
+pub(crate) struct Elf {
+    pub loads: Vec<Load>,
+    /// (address, size, name), sorted by address.
+    symbols: Vec<(u64, u64, String)>,
+}
+
+impl Elf {
+    pub(crate) fn open(path: &Path) -> std::io::Result<Elf> {
+        let m = Mapped::open(path)?;
+        let obj = object::File::parse(m.bytes()).map_err(std::io::Error::other)?;
+        let loads = obj
+            .segments()
+            .map(|s| {
+                let (offset, filesz) = s.file_range();
+                Load { offset, vaddr: s.address(), filesz }
+            })
+            .collect();
+        let mut symbols: Vec<(u64, u64, String)> = obj
+            .symbols()
+            .chain(obj.dynamic_symbols())
+            .filter(|s| !s.is_undefined() && s.address() != 0)
+            .filter(|s| matches!(s.kind(), object::SymbolKind::Text | object::SymbolKind::Data))
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .collect();
+        symbols.sort();
+        symbols.dedup_by_key(|s| s.0);
+        Ok(Elf { loads, symbols })
+    }
+
+    pub(crate) fn symbol_address(&self, name: &str) -> Option<u64> {
+        self.symbols.iter().find(|s| s.2 == name).map(|s| s.0)
+    }
+
+    /// The symbol containing `vaddr` (or the closest one below it when
+    /// sizes are unknown).
+    pub(crate) fn symbol_at(&self, vaddr: u64) -> Option<&str> {
+        let i = self.symbols.partition_point(|s| s.0 <= vaddr).checked_sub(1)?;
+        let (a, size, name) = &self.symbols[i];
+        (*size == 0 || vaddr < a + size).then_some(name.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines() {
+        let text = "55d1c0000000-55d1c0001000 r--p 00000000 08:01 1234 /usr/bin/python3.11\n\
+                    7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n\
+                    7f1000000000-7f1000100000 r-xp 00040000 fd:00 99 /lib/lib with space.so\n";
+        let m = parse_maps(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[1].path, "/lib/lib with space.so");
+        assert_eq!((m[1].offset, m[1].id), (0x40000, ((0xfd << 32), 99)));
+        assert_eq!(mapping_of(&m, 0x7f1000000010).unwrap().id.1, 99);
+        assert!(mapping_of(&m, 0x7f0000000010).is_none());
+    }
+
+    /// This test binary's own `main`: found by address through its maps.
+    #[test]
+    fn own_symbols_through_own_maps() {
+        let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let addr = maps_lines as fn() as usize as u64;
+        let m = mapping_of(&maps, addr).expect("the test's own code is mapped");
+        let elf = Elf::open(&m.open_path(std::process::id())).unwrap();
+        let name = elf.symbol_at(m.vaddr(&elf, addr).unwrap()).unwrap();
+        assert!(name.contains("maps_lines"), "{name}");
+    }
+}

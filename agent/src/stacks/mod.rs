@@ -1,0 +1,196 @@
+//! Where outlier calls are made (probe → **stacks** → window): the kernel
+//! captures return addresses and, for CPython threads, (code object,
+//! instruction) pairs; this stage turns them into file / function / line
+//! frames while the process lives, and gives each distinct stack an id (a
+//! hash of its frames, the same in every window and on every node).
+
+pub(crate) mod elf;
+pub(crate) mod linetable;
+pub(crate) mod pymem;
+pub(crate) mod python;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use elf::{Elf, Mapping};
+use pymem::ProcMem;
+
+use crate::probes::abi::StallEvent;
+use crate::probes::load::Probes;
+
+/// ELF files whose symbols are kept (by device and inode).
+const MAX_FILES: usize = 512;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Python,
+    Native,
+}
+
+impl Kind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Python => "python",
+            Kind::Native => "native",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Frame {
+    pub kind: Kind,
+    pub file: String,
+    pub function: String,
+    pub line: Option<u32>,
+    pub offset: Option<u64>,
+}
+
+/// A resolved stack, innermost frame first (Python frames, then native).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stack {
+    pub id: u64,
+    pub frames: Vec<Frame>,
+}
+
+impl Stack {
+    fn new(frames: Vec<Frame>) -> Stack {
+        // FNV-1a: stable across builds and hosts (std's hasher is not promised to be).
+        let mut h: u64 = 0xcbf29ce484222325;
+        let mut eat = |b: &[u8]| {
+            for &x in b.iter().chain([0xff].iter()) {
+                h = (h ^ x as u64).wrapping_mul(0x100000001b3);
+            }
+        };
+        for f in &frames {
+            eat(f.kind.name().as_bytes());
+            eat(f.file.as_bytes());
+            eat(f.function.as_bytes());
+            eat(&f.line.unwrap_or(0).to_le_bytes());
+            eat(&f.offset.unwrap_or(0).to_le_bytes());
+        }
+        Stack { id: h, frames }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Proc {
+    python: Option<ProcMem>,
+    maps: Vec<Mapping>,
+}
+
+/// What is known of each process's interpreter and mappings.
+#[derive(Debug, Default)]
+pub(crate) struct Stacks {
+    procs: HashMap<u32, Proc>,
+    /// Processes already looked at for an interpreter.
+    checked: HashSet<u32>,
+    files: HashMap<(u64, u64), Option<Arc<Elf>>>,
+}
+
+impl Stacks {
+    /// Looks once at a process that uses CUDA for a CPython interpreter and,
+    /// when there is one, tells the programs how to walk its frames.
+    pub(crate) fn register(&mut self, pid: u32, probes: &mut Probes) {
+        if !self.checked.insert(pid) {
+            return;
+        }
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return };
+        let maps = elf::parse_maps(&text);
+        let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok();
+        let read = |addr: u64, len: usize| {
+            use std::os::unix::fs::FileExt;
+            let mut b = vec![0u8; len];
+            mem.as_ref()?.read_exact_at(&mut b, addr).ok().map(|_| b)
+        };
+        match python::find(pid, &maps, &read) {
+            Ok(Some(interp)) => {
+                let layout = interp.layout;
+                match ProcMem::open(pid, layout).map_err(|e| e.to_string()).and_then(|m| {
+                    probes.set_python(pid, &layout.kernel).map_err(|e| e.to_string())?;
+                    Ok(m)
+                }) {
+                    Ok(m) => {
+                        tracing::info!(pid, version = %layout.version, file = %interp.file.display(), "Python frames on");
+                        self.procs.insert(pid, Proc { python: Some(m), maps });
+                    }
+                    Err(e) => tracing::warn!(pid, error = %e, "no Python frames for this process"),
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(pid, error = %e, "no Python frames for this process"),
+        }
+    }
+
+    /// The stack of one outlier call; None when nothing could be resolved
+    /// (the process exited before, or it captured no frames).
+    pub(crate) fn resolve(&mut self, e: &StallEvent) -> Option<Arc<Stack>> {
+        let mut frames = self.python_frames(e);
+        frames.extend(self.native_frames(e));
+        (!frames.is_empty()).then(|| Arc::new(Stack::new(frames)))
+    }
+
+    fn python_frames(&mut self, e: &StallEvent) -> Vec<Frame> {
+        let Some(mem) = self.procs.get_mut(&e.tgid).and_then(|p| p.python.as_mut()) else { return Vec::new() };
+        let mut out = Vec::new();
+        for f in e.python() {
+            let Some(code) = mem.code(f.code) else { continue };
+            let line = mem.line(f.code, &code, f.instr);
+            out.push(Frame {
+                kind: Kind::Python,
+                file: code.file.clone(),
+                function: code.function.clone(),
+                line,
+                offset: None,
+            });
+        }
+        out
+    }
+
+    fn native_frames(&mut self, e: &StallEvent) -> Vec<Frame> {
+        let addrs = e.native();
+        if addrs.is_empty() {
+            return Vec::new();
+        }
+        let pid = e.tgid;
+        let p = self.procs.entry(pid).or_default();
+        if addrs.iter().any(|&a| elf::mapping_of(&p.maps, a).is_none()) {
+            // A library loaded since (or a process seen for the first time).
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+                p.maps = elf::parse_maps(&text);
+            }
+        }
+        let maps = p.maps.clone();
+        let mut out = Vec::new();
+        for &a in addrs {
+            let Some(m) = elf::mapping_of(&maps, a) else { continue };
+            let elf = self.elf(pid, m);
+            // A return address: the call is the instruction before it.
+            let function = elf
+                .as_ref()
+                .and_then(|f| m.vaddr(f, a.saturating_sub(1)).and_then(|v| f.symbol_at(v)))
+                .unwrap_or("")
+                .to_string();
+            out.push(Frame {
+                kind: Kind::Native,
+                file: m.path.clone(),
+                function,
+                line: None,
+                offset: Some(a - m.start + m.offset),
+            });
+        }
+        out
+    }
+
+    fn elf(&mut self, pid: u32, m: &Mapping) -> Option<Arc<Elf>> {
+        if self.files.len() >= MAX_FILES && !self.files.contains_key(&m.id) {
+            self.files.clear();
+        }
+        self.files.entry(m.id).or_insert_with(|| Elf::open(&m.open_path(pid)).ok().map(Arc::new)).clone()
+    }
+
+    /// Forgets an exited process (its entry in the kernel goes with `Probes::forget`).
+    pub(crate) fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.checked.remove(&pid);
+    }
+}
