@@ -295,6 +295,15 @@ impl ProbeLoop {
     fn take_stalls(&mut self) {
         for event in self.rings.stalls() {
             let stack = self.stacks.resolve(&event);
+            tracing::debug!(
+                pid = event.tgid,
+                tid = event.tid,
+                native = event.native().len(),
+                ustack_bytes = event.ustack_bytes,
+                python = event.py_frames,
+                frames = stack.as_ref().map_or(0, |s| s.frames.len()),
+                "stall"
+            );
             self.stalls.push(Stall { event, stack });
         }
     }

@@ -5,17 +5,16 @@ use std::collections::HashMap;
 use ingero_proto::hist::Histogram;
 use ingero_proto::rows::{BatchBuilder, Row, TimestampUs};
 use ingero_proto::tables::{
-    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StackRow,
-    StallRow,
+    CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StackRow, StallRow,
 };
 use ingero_proto::{Table, Tables};
 
 use crate::attribution::{Attributor, ProcInfo};
 use crate::probes::abi::{Counters, HIST_BUCKETS, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent, StallEvent};
-use crate::stacks::Stack;
 use crate::probes::drain::Drained;
 use crate::probes::ops;
 use crate::progress::Progress;
+use crate::stacks::Stack;
 
 /// Identity of this node and the window being built.
 pub(crate) struct WindowCtx<'a> {

@@ -4,9 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use object::read::ReadCache;
 use object::{Object, ObjectSegment, ObjectSymbol};
-
-use crate::probes::statics::Mapped;
 
 /// One file-backed line of /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,22 +20,21 @@ pub(crate) struct Mapping {
 }
 
 impl Mapping {
-    /// A path that reaches the file from the agent: the mapping itself
-    /// (any mount namespace, even a deleted file), else through the process's root.
+    /// A path that reaches the file from the agent: through the process's
+    /// root (its mount namespace; no look at its address space), else the
+    /// mapping itself (a deleted or shadowed file).
     pub(crate) fn open_path(&self, pid: u32) -> PathBuf {
-        let mf = PathBuf::from(format!("/proc/{pid}/map_files/{}", self.range));
-        if mf.exists() { mf } else { Path::new(&format!("/proc/{pid}/root")).join(self.path.trim_start_matches('/')) }
+        let root = Path::new(&format!("/proc/{pid}/root")).join(self.path.trim_start_matches('/'));
+        if root.exists() { root } else { PathBuf::from(format!("/proc/{pid}/map_files/{}", self.range)) }
     }
 
     /// Load bias: process address = bias + ELF virtual address.
     pub(crate) fn bias(&self, elf: &Elf) -> Option<u64> {
         // The kernel maps whole pages: a mapping starts at its segment's offset rounded down.
         let page = |x: u64| x & !0xfff;
-        let seg = elf
-            .loads
-            .iter()
-            .find(|s| page(s.offset) == self.offset)
-            .or_else(|| elf.loads.iter().find(|s| page(s.offset) <= self.offset && self.offset < s.offset + s.filesz))?;
+        let seg = elf.loads.iter().find(|s| page(s.offset) == self.offset).or_else(|| {
+            elf.loads.iter().find(|s| page(s.offset) <= self.offset && self.offset < s.offset + s.filesz)
+        })?;
         Some(self.start.wrapping_add(seg.offset).wrapping_sub(self.offset).wrapping_sub(seg.vaddr))
     }
 
@@ -84,6 +82,10 @@ pub(crate) struct Load {
     pub filesz: u64,
 }
 
+/// Files are read with read(2), never mmap(2): mapping a file waits while
+/// any thread sits in a sleepable uprobe (a thread held at its dlopen),
+/// which made every lookup during a hold last as long as the hold.
+///
 /// What is kept of an ELF file: its load segments and function/object
 /// symbols sorted by address (the file itself is not kept open).
 #[derive(Debug, Default)]
@@ -95,8 +97,8 @@ pub(crate) struct Elf {
 
 impl Elf {
     pub(crate) fn open(path: &Path) -> std::io::Result<Elf> {
-        let m = Mapped::open(path)?;
-        let obj = object::File::parse(m.bytes()).map_err(std::io::Error::other)?;
+        let cache = ReadCache::new(std::fs::File::open(path)?);
+        let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
         let loads = obj
             .segments()
             .map(|s| {
@@ -112,12 +114,36 @@ impl Elf {
             .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
             .collect();
         symbols.sort();
-        symbols.dedup_by_key(|s| s.0);
         Ok(Elf { loads, symbols })
     }
 
-    pub(crate) fn symbol_address(&self, name: &str) -> Option<u64> {
-        self.symbols.iter().find(|s| s.2 == name).map(|s| s.0)
+    /// Only the load segments and the addresses of `names` (dynamic
+    /// symbols first): what finding an interpreter needs, without building
+    /// the whole table (a libpython has ~15,000 symbols).
+    pub(crate) fn open_for(path: &Path, names: &[&str]) -> std::io::Result<(Elf, Vec<Option<u64>>)> {
+        let cache = ReadCache::new(std::fs::File::open(path)?);
+        let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
+        let loads = obj
+            .segments()
+            .map(|s| {
+                let (offset, filesz) = s.file_range();
+                Load { offset, vaddr: s.address(), filesz }
+            })
+            .collect();
+        let mut found = vec![None; names.len()];
+        for s in obj.dynamic_symbols().chain(obj.symbols()) {
+            if s.is_undefined() {
+                continue;
+            }
+            let Ok(n) = s.name_bytes() else { continue };
+            if let Some(i) = names.iter().position(|x| x.as_bytes() == n) {
+                found[i].get_or_insert(s.address());
+                if found.iter().all(Option::is_some) {
+                    break;
+                }
+            }
+        }
+        Ok((Elf { loads, symbols: Vec::new() }, found))
     }
 
     /// The symbol containing `vaddr` (or the closest one below it when

@@ -162,7 +162,15 @@ impl Stacks {
         let maps = p.maps.clone();
         let mut out = Vec::new();
         for &a in addrs {
-            let Some(m) = elf::mapping_of(&maps, a) else { continue };
+            let Some(m) = elf::mapping_of(&maps, a) else {
+                tracing::debug!(
+                    pid,
+                    addr = format_args!("{a:#x}"),
+                    maps = maps.len(),
+                    "native frame outside any file mapping"
+                );
+                continue;
+            };
             let elf = self.elf(pid, m);
             // A return address: the call is the instruction before it.
             let function = elf

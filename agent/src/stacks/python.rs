@@ -197,12 +197,13 @@ pub(crate) fn find(
 ) -> Result<Option<Interpreter>, String> {
     let Some(m) = interpreter_file(maps) else { return Ok(None) };
     let file = m.open_path(pid);
-    let elf = Elf::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let Some(runtime_v) = elf.symbol_address("_PyRuntime") else { return Ok(None) };
+    let (elf, syms) =
+        Elf::open_for(&file, &["_PyRuntime", "Py_Version"]).map_err(|e| format!("{}: {e}", file.display()))?;
+    let Some(runtime_v) = syms[0] else { return Ok(None) };
     let bias = m.bias(&elf).ok_or_else(|| format!("{}: no load segment for its mapping", m.path))?;
     let runtime = bias.wrapping_add(runtime_v);
     // 3.11+ says its version in Py_Version (PY_VERSION_HEX); before, the file name does.
-    let from_memory = elf.symbol_address("Py_Version").and_then(|a| read(bias.wrapping_add(a), 4)).map(|b| {
+    let from_memory = syms[1].and_then(|a| read(bias.wrapping_add(a), 4)).map(|b| {
         let hex = u32::from_le_bytes(b[..4].try_into().unwrap());
         Version { major: (hex >> 24) as u8, minor: (hex >> 16) as u8 }
     });
@@ -232,7 +233,9 @@ pub(crate) mod tests {
             all.sort();
             all.into_iter().rev().find(|n| n.starts_with(&format!("{v}.")))
         });
-        let Some(name) = found else { panic!("CPython {v} is not installed under {} (.ci/run installs it)", dir.display()) };
+        let Some(name) = found else {
+            panic!("CPython {v} is not installed under {} (.ci/run installs it)", dir.display())
+        };
         dir.join(name).join("bin").join(format!("python{v}"))
     }
 
@@ -358,4 +361,45 @@ int main(void) {
   return 0;
 }
 "#;
+}
+
+#[cfg(test)]
+mod live {
+    use super::tests::interpreter;
+    use super::*;
+
+    /// Each installed interpreter is found in a live process, with the
+    /// layout of its version (3.13: read from its own debug offsets).
+    #[test]
+    fn finds_each_live_interpreter() {
+        for v in TESTED {
+            let mut child = std::process::Command::new(interpreter(v))
+                .args(["-c", "import sys; print(1, flush=True); sys.stdin.read(1)"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut one = [0u8; 2];
+            std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut one).unwrap();
+            let pid = child.id();
+            let maps = super::super::elf::parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
+            let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+            let read = |a: u64, n: usize| {
+                use std::os::unix::fs::FileExt;
+                let mut b = vec![0u8; n];
+                mem.read_exact_at(&mut b, a).ok().map(|_| b)
+            };
+            let found = find(pid, &maps, &read);
+            let _ = child.kill();
+            let _ = child.wait();
+            let i =
+                found.unwrap_or_else(|e| panic!("python {v}: {e}")).unwrap_or_else(|| panic!("python {v}: not found"));
+            let want = Version::parse(v).unwrap();
+            assert_eq!(i.layout.version, want);
+            let mut k = known(want).unwrap();
+            k.kernel.runtime = i.layout.kernel.runtime;
+            assert_eq!(i.layout, k, "python {v}");
+            assert_ne!(i.layout.kernel.runtime, 0);
+        }
+    }
 }

@@ -1,0 +1,200 @@
+//! Call sites of outlier calls against real interpreters: CPython 3.9–3.13
+//! (pyenv) calling the CUDA-named test library through ctypes, from known
+//! functions and lines, nested and from several threads; a C program gets
+//! native frames only; a process that exits at once breaks nothing.
+
+mod fixtures;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{UInt32Type, UInt64Type};
+use fixtures::*;
+use ingero_proto::Table;
+
+const VERSIONS: [&str; 5] = ["3.9", "3.10", "3.11", "3.12", "3.13"];
+
+/// The pyenv interpreter of version `v`; CI installs them all, so a missing one fails.
+fn python(v: &str) -> PathBuf {
+    let root = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".into());
+    let dir = Path::new(&root).join("versions");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (pyenv's CPython 3.9-3.13 are required)", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(&format!("{v}.")))
+        .collect();
+    names.sort();
+    let name = names.pop().unwrap_or_else(|| panic!("CPython {v} is not installed in {}", dir.display()));
+    dir.join(name).join("bin").join(format!("python{v}"))
+}
+
+/// The training script: every call site's line is marked `# site:NAME`.
+/// The library is loaded once the process is in the traced cgroup, as a
+/// pod's process is from its start: the agent sees the dlopen.
+const SCRIPT: &str = r#"import ctypes, sys, threading
+sys.stdin.read(1)
+lib = ctypes.CDLL(sys.argv[1])
+
+def sync(us):
+    lib.cudaStreamSynchronize(ctypes.c_long(us))  # site:sync
+
+class Trainer:
+    def step(self):
+        sync(30000)  # site:step
+        lib.cudaDeviceSynchronize(ctypes.c_long(25000))  # site:device
+        lib.cudaDeviceSynchronize(ctypes.c_long(10))  # site:fast
+
+def loader():
+    for _ in range(2):
+        lib.cudaMemcpy(ctypes.c_long(20000))  # site:loader
+
+threads = [threading.Thread(target=loader) for _ in range(3)]
+for t in threads:
+    t.start()
+for _ in range(2):
+    Trainer().step()  # site:main
+for t in threads:
+    t.join()
+"#;
+
+fn site(name: &str) -> u32 {
+    let tag = format!("# site:{name}");
+    SCRIPT.lines().position(|l| l.ends_with(&tag)).unwrap() as u32 + 1
+}
+
+/// (op, python frames innermost first as (file, function, line), native frame count) per stall of `pid`.
+type Site = (String, Vec<(String, String, Option<u32>)>, usize);
+
+fn stalls_of(stalls: &[RecordBatch], stacks: &[RecordBatch], pid: u32) -> Vec<Site> {
+    /// (depth, kind, file, function, line)
+    type Row = (u32, String, String, String, Option<u32>);
+    let mut frames: BTreeMap<u64, Vec<Row>> = BTreeMap::new();
+    for b in stacks {
+        let col = |n: &str| b.column_by_name(n).unwrap().clone();
+        let (id, depth, kind, file, func, line) =
+            (col("stack_id"), col("depth"), col("kind"), col("file"), col("function"), col("line"));
+        for i in 0..b.num_rows() {
+            let l = line.as_primitive::<UInt32Type>();
+            frames.entry(id.as_primitive::<UInt64Type>().value(i)).or_default().push((
+                depth.as_primitive::<UInt32Type>().value(i),
+                kind.as_string::<i32>().value(i).to_string(),
+                file.as_string::<i32>().value(i).to_string(),
+                func.as_string::<i32>().value(i).to_string(),
+                (!l.is_null(i)).then(|| l.value(i)),
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    for b in stalls {
+        let p = b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>();
+        let op = b.column_by_name("op").unwrap().as_string::<i32>();
+        let sid = b.column_by_name("stack_id").unwrap().as_primitive::<UInt64Type>();
+        for i in (0..b.num_rows()).filter(|&i| p.value(i) == pid) {
+            let mut fs =
+                if sid.is_null(i) { Vec::new() } else { frames.get(&sid.value(i)).cloned().unwrap_or_default() };
+            fs.sort();
+            fs.dedup_by_key(|f| f.0); // a stack shipped in two windows
+            let py = fs.iter().filter(|f| f.1 == "python").map(|f| (f.2.clone(), f.3.clone(), f.4)).collect();
+            let native = fs.iter().filter(|f| f.1 == "native").count();
+            out.push((op.value(i).to_string(), py, native));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
+    if !can_trace() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cg = Cgroup::new(&format!("ingero-test-stacks-{}", std::process::id()));
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let script = dir.path().join("train.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let mut args = store_args(dir.path(), &cg);
+    args.push("--outlier-abs=8ms".into());
+    // Probed before any workload starts (the hold at dlopen then only has
+    // the interpreter to find).
+    args.push(format!("--lib={}", lib.display()));
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    agent.wait_log(&format!("library={}", lib.display()), std::time::Duration::from_secs(10));
+    // One after another: a thread held at its dlopen spins in the kernel
+    // until released; six held at once leave the agent little of two cores
+    // and its releases lag (each process's first calls would run unwalked).
+    let pythons: Vec<(&str, Workload)> = VERSIONS
+        .iter()
+        .map(|v| {
+            let mut cmd = Command::new(python(v));
+            cmd.arg(&script);
+            let w = Workload::start_with(cmd, &lib, &[], &cg);
+            agent.wait_log(&format!("Python frames on pid={}", w.pid()), std::time::Duration::from_secs(10));
+            (*v, w)
+        })
+        .collect();
+    // A C program: native frames only.
+    let c = Workload::start(&wl, &lib, &["open", "call:cudaStreamSynchronize:2:15000", "sleep:300"], &cg);
+    // Stalls and exits at once: its window must still ship.
+    let mut quick = Command::new(python("3.12"));
+    quick
+        .arg("-c")
+        .arg("import ctypes,sys; sys.stdin.read(1); l=ctypes.CDLL(sys.argv[1]); l.cudaMemcpy(ctypes.c_long(15000))");
+    let quick = Workload::start_with(quick, &lib, &[], &cg);
+    let pids: Vec<(&str, u32)> = pythons.iter().map(|(v, w)| (*v, w.pid())).collect();
+    let (cpid, qpid) = (c.pid(), quick.pid());
+    for (_, w) in pythons {
+        w.wait();
+    }
+    c.wait();
+    quick.wait();
+    let log = agent.stop();
+    if std::env::var_os("INGERO_TEST_LOG").is_some() {
+        eprintln!("{log}");
+    }
+    let stalls = rows(dir.path(), Table::StallEvents).await;
+    let stacks = rows(dir.path(), Table::Stacks).await;
+    let file = script.display().to_string();
+    for (v, pid) in pids {
+        let got = stalls_of(&stalls, &stacks, pid);
+        let qual = |name: &str| {
+            if v == "3.9" || v == "3.10" { name.rsplit('.').next().unwrap().to_string() } else { name.to_string() }
+        };
+        let at = |f: &str, s: &str| (file.clone(), qual(f), Some(site(s)));
+        // Each stall names exactly the line of its call, the functions
+        // around it and nothing else; every slow call is there. (The fast
+        // call may cross the threshold on a loaded machine: then it too must
+        // name its own line.)
+        let mut at_site: BTreeMap<&str, usize> = BTreeMap::new();
+        for (op, py, _) in &got {
+            let main = (file.clone(), "<module>".to_string(), Some(site("main")));
+            let (name, want): (&str, Vec<_>) = match op.as_str() {
+                "cudaStreamSynchronize" => ("sync", vec![at("sync", "sync"), at("Trainer.step", "step"), main]),
+                "cudaDeviceSynchronize" if py.first().map(|f| f.2) == Some(Some(site("fast"))) => {
+                    ("fast", vec![at("Trainer.step", "fast"), main])
+                }
+                "cudaDeviceSynchronize" => ("device", vec![at("Trainer.step", "device"), main]),
+                _ => ("loader", vec![at("loader", "loader")]),
+            };
+            *at_site.entry(name).or_default() += 1;
+            assert_eq!(&py[..want.len().min(py.len())], &want[..], "python {v}, {op}: {py:?}\n{got:?}\n{log}");
+            if op == "cudaMemcpy" {
+                // A thread's stack goes on into threading.py (run, _bootstrap_inner, _bootstrap).
+                assert!(py.len() > 1 && py[1..].iter().all(|f| f.0.ends_with("threading.py")), "python {v}: {py:?}");
+            } else {
+                assert_eq!(py.len(), want.len(), "python {v}, {op}: {py:?}");
+            }
+        }
+        at_site.remove("fast");
+        let want: BTreeMap<&str, usize> = [("device", 2), ("loader", 6), ("sync", 2)].into();
+        assert_eq!(at_site, want, "python {v}: one stall per slow call\n{got:?}\n{log}");
+    }
+    let native = stalls_of(&stalls, &stacks, cpid);
+    assert_eq!(native.len(), 2, "{native:?}\n{log}");
+    assert!(native.iter().all(|(_, py, n)| py.is_empty() && *n > 0), "a C program has native frames only: {native:?}");
+    let q = stalls_of(&stalls, &stacks, qpid);
+    assert_eq!(q.len(), 1, "the stall of a process that exited at once still ships: {q:?}\n{log}");
+}
