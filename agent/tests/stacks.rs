@@ -60,6 +60,10 @@ for t in threads:
     t.join()
 "#;
 
+fn site_line(name: &str) -> u32 {
+    site(name)
+}
+
 fn site(name: &str) -> u32 {
     let tag = format!("# site:{name}");
     SCRIPT.lines().position(|l| l.ends_with(&tag)).unwrap() as u32 + 1
@@ -146,6 +150,7 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
     let quick = Workload::start_with(quick, &lib, &[], &cg);
     let pids: Vec<(&str, u32)> = pythons.iter().map(|(v, w)| (*v, w.pid())).collect();
     let (cpid, qpid) = (c.pid(), quick.pid());
+    let py312 = pids.iter().find(|p| p.0 == "3.12").unwrap().1;
     for (_, w) in pythons {
         w.wait();
     }
@@ -197,4 +202,57 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
     assert!(native.iter().all(|(_, py, n)| py.is_empty() && *n > 0), "a C program has native frames only: {native:?}");
     let q = stalls_of(&stalls, &stacks, qpid);
     assert_eq!(q.len(), 1, "the stall of a process that exited at once still ships: {q:?}\n{log}");
+    let keep = dir.path().to_path_buf();
+    if std::env::var_os("INGERO_KEEP_REPORT").is_some() {
+        std::mem::forget(dir);
+    }
+    report_names_the_lines(&keep, py312, &file).await;
+}
+
+/// The `ingero` CLI, built with the workspace next to the agent.
+fn ingero(args: &[&str]) -> (String, String) {
+    let bin = Path::new(env!("CARGO_BIN_EXE_ingero-agent")).with_file_name("ingero");
+    let o = Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (cargo build --workspace)", bin.display()));
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string());
+    assert!(o.status.success(), "ingero {args:?}: {err}");
+    (out, err)
+}
+
+/// `ingero report --pid N --format json|text|html`: the call sites name the lines.
+async fn report_names_the_lines(dir: &Path, pid: u32, file: &str) {
+    let store = format!("--store=file://{}", dir.join("data").display());
+    let pid = pid.to_string();
+    let (json, _) = ingero(&["report", "--pid", &pid, &store, "--since=10m", "--format=json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let sites = v["call_sites"].as_array().unwrap();
+    let site = |op: &str, line: u32| {
+        sites
+            .iter()
+            .find(|s| s["op"] == op && s["frames"][0]["line"] == line)
+            .unwrap_or_else(|| panic!("no {op} at line {line}: {v:#}"))
+    };
+    let sync = site("cudaStreamSynchronize", site_line("sync"));
+    assert_eq!(sync["count"], 2);
+    assert_eq!(sync["frames"][0]["file"], file);
+    assert_eq!(sync["frames"][0]["function"], "sync");
+    assert_eq!(sync["frames"][1]["function"], "Trainer.step");
+    assert_eq!(sync["frames"][1]["line"], site_line("step"));
+    assert!(sync["p99_ns"].as_u64().unwrap() >= 30_000_000, "{sync}");
+    assert!(!sync["native"].as_array().unwrap().is_empty(), "native frames on demand: {sync}");
+    assert_eq!(site("cudaMemcpy", site_line("loader"))["count"], 6);
+    let (text, _) = ingero(&["report", "--pid", &pid, &store, "--since=10m"]);
+    let want = format!("train.py:{} sync → cudaStreamSynchronize: 2 stalls", site_line("sync"));
+    assert!(text.contains(&want), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+    let page = dir.join("report.html");
+    let out = format!("--out={}", page.display());
+    ingero(&["report", "--pid", &pid, &store, "--since=10m", "--format=html", &out]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Where the stalls were made") && html.contains("Stall time by stack"), "{html}");
+    if let Ok(keep) = std::env::var("INGERO_KEEP_REPORT") {
+        std::fs::copy(&page, keep).unwrap();
+    }
 }

@@ -126,7 +126,7 @@ impl Table {
                 "What each CUDA-using process is inside at the end of each window: the calls in flight and their age (hung ranks)"
             }
             Table::Stacks => {
-                "Frames of the stacks that stall_events rows name (stack_id): Python frames with file, function and line, then native frames; each stack once per window"
+                "Frames of the stacks that stall_events rows name (stack_id): Python frames with file, function and line, then native frames. Each stack is shipped once per window and node, under the first process that made it: join on node and stack_id, not on pid"
             }
         }
     }

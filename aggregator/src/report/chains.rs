@@ -27,6 +27,9 @@ pub struct Chain {
     pub effect: Vec<String>,
     pub contributing: Vec<String>,
     pub fixes: Vec<String>,
+    /// Where the stalls behind this cause were made, busiest first.
+    #[serde(default)]
+    pub call_sites: Vec<super::sites::CallSite>,
 }
 
 /// Headline numbers the chains are built from.
@@ -231,6 +234,7 @@ fn oom(d: &ReportData, s: &Summary) -> Option<Chain> {
         .map(|e| format!("{} at {}", e.detail.clone().unwrap_or(e.comm.clone()), e.time))
         .collect();
     Some(Chain {
+        call_sites: Vec::new(),
         explains: None,
         severity: Severity::High,
         cause: "oom".into(),
@@ -257,6 +261,7 @@ fn cpu_contention(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
     let mut effect = gpu_effects(d, s);
     effect.insert(0, "the GPU idles while the host cannot launch the next step".into());
     Some(Chain {
+call_sites: Vec::new(),
         explains: None,
         severity: if s.runq_share >= 0.2 || s.runq_share_sustained >= 0.25 { Severity::High } else { Severity::Medium },
         cause: "cpu_contention".into(),
@@ -291,6 +296,7 @@ fn io_stall(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
     effect
         .insert(0, format!("training threads blocked (off-CPU) {} of the time waiting for input", pct(s.offcpu_share)));
     Some(Chain {
+        call_sites: Vec::new(),
         explains: None,
         severity: if s.offcpu_share >= 0.2 { Severity::High } else { Severity::Medium },
         cause: "io_stall".into(),
@@ -313,6 +319,7 @@ fn memory_pressure(d: &ReportData, s: &Summary) -> Option<Chain> {
     let mut effect = gpu_effects(d, s);
     effect.insert(0, format!("threads blocked in reclaim/page faults: off-CPU {}", pct(s.offcpu_share)));
     Some(Chain {
+        call_sites: Vec::new(),
         explains: None,
         severity: Severity::Medium,
         cause: "memory_pressure".into(),
@@ -332,6 +339,7 @@ fn host_blocked(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
         return None;
     }
     Some(Chain {
+        call_sites: Vec::new(),
         explains: None,
         severity: Severity::Medium,
         cause: "host_blocked".into(),
@@ -360,6 +368,7 @@ fn gpu_or_link(d: &ReportData, s: &Summary) -> Vec<Chain> {
     let own_gpu = s.copy_share > peer_copy * 1.3 && s.copy_share - peer_copy > 0.03;
     if (own_gpu || s.wait_share < peer * 0.7) && s.stall_share < 0.1 {
         out.push(Chain {
+call_sites: Vec::new(),
             explains: None,
             severity: Severity::High,
             cause: "slow_gpu".into(),
@@ -380,6 +389,7 @@ fn gpu_or_link(d: &ReportData, s: &Summary) -> Vec<Chain> {
     }
     if !own_gpu && s.wait_share > peer * 1.3 && s.wait_share - peer > 0.05 && s.stall_share < 0.1 {
         out.push(Chain {
+            call_sites: Vec::new(),
             explains: None,
             severity: Severity::Medium,
             cause: "slow_network".into(),

@@ -68,6 +68,7 @@ pub(crate) fn chains(d: &ReportData, s: &Summary) -> Vec<Chain> {
         let mut root: Vec<String> = frees.iter().chain(allocs.iter()).filter(|o| o.count > 0).map(|o| lat(o)).collect();
         root.push("cudaFree synchronizes the whole device before it returns memory to the driver, and every block freed that way must be cudaMalloc'd again".into());
         out.push(Chain {
+call_sites: Vec::new(),
             explains: None,
             severity: if alloc_ns as f64 >= 0.05 * span_ns { Severity::High } else { Severity::Medium },
             cause: "allocator_churn".into(),
@@ -89,6 +90,7 @@ pub(crate) fn chains(d: &ReportData, s: &Summary) -> Vec<Chain> {
         d.ops.iter().filter(|o| is_copy(&o.op) && o.count >= 20 && ratio(o) >= 10.0 && o.p99_ns.unwrap_or(0) >= 100_000)
     {
         out.push(Chain {
+call_sites: Vec::new(),
             explains: None,
             severity: Severity::Medium,
             cause: "copy_waits".into(),
@@ -109,6 +111,7 @@ pub(crate) fn chains(d: &ReportData, s: &Summary) -> Vec<Chain> {
             contributing.push(format!("run-queue wait {:.0}% of the time", s.runq_share * 100.0));
         }
         out.push(Chain {
+call_sites: Vec::new(),
             explains: None,
             severity: if s.runq_share >= 0.1 || s.offcpu_share >= 0.25 { Severity::Medium } else { Severity::Low },
             cause: "launch_tail".into(),

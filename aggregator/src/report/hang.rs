@@ -81,6 +81,7 @@ fn rows(b: &RecordBatch, windows: &mut BTreeMap<i64, BTreeMap<String, Signals>>)
 fn hung_rank(job: &str, node: &str, c: &Culprit, since_us: i64, windows: usize) -> Chain {
     let pid = c.proc.pid;
     Chain {
+call_sites: Vec::new(),
         explains: None,
         severity: Severity::High,
         cause: "hung_rank".into(),

@@ -5,10 +5,12 @@ pub(crate) mod chains;
 pub(crate) mod collect;
 pub(crate) mod cuda;
 pub(crate) mod data;
+pub(crate) mod flame;
 pub mod fleet;
 pub(crate) mod hang;
 pub mod html;
 pub(crate) mod reference;
+pub mod sites;
 pub(crate) mod starved;
 pub mod text;
 
@@ -65,6 +67,9 @@ pub struct Report {
     /// For imported traces: the source product's own diagnoses and what we make of them.
     #[serde(default)]
     pub reference: Vec<reference::Verdict>,
+    /// Where the target's stalls were made (every op), busiest first.
+    #[serde(default)]
+    pub call_sites: Vec<sites::CallSite>,
 }
 
 pub async fn build(
@@ -88,6 +93,13 @@ pub async fn build(
         chains.insert(0, hung); // first among the high-severity ones
     }
     chains.sort_by_key(|c| c.severity);
+    let time = crate::query::time_predicate("window_start", start_us, end_us);
+    let nodes = d.nodes.iter().map(|n| crate::query::quote(n)).collect::<Vec<_>>().join(", ");
+    let (filter, node_filter) = (format!("{} AND {time}", target.filter()), format!("node IN ({nodes}) AND {time}"));
+    let call_sites = sites::collect(engine, &filter, &node_filter).await?;
+    for c in chains.iter_mut() {
+        c.call_sites = sites::for_cause(&c.cause, &c.title, &call_sites, 5);
+    }
     for c in chains.iter_mut().filter(|c| c.explains.is_none()) {
         c.explains = explains(c, &summary, &d);
     }
@@ -115,5 +127,6 @@ pub async fn build(
         series: d.series,
         ops: d.ops.into_iter().take(20).collect(),
         reference,
+        call_sites: call_sites.into_iter().take(20).collect(),
     })
 }

@@ -98,6 +98,7 @@ pub(crate) fn input_bound(d: &ReportData, s: &Summary, workers: &[Worker]) -> Op
         })
         .collect();
     Some(Chain {
+call_sites: Vec::new(),
         explains: None,
         severity: if s.host_offcpu_share >= 0.5 { Severity::High } else { Severity::Medium },
         cause: "input_bound".into(),

@@ -81,32 +81,72 @@ pub fn render(r: &Report) -> String {
             "No stall found: host stall, IO, memory and collective waits are all within normal ranges.",
         );
     }
+    chains(&mut o, r);
+    if !r.call_sites.is_empty() {
+        let _ = writeln!(o, "Call sites of the stalls");
+        let _ = writeln!(o, "{}", "━".repeat(WIDTH));
+        sites(&mut o, &r.call_sites[..r.call_sites.len().min(5)], "");
+        let _ = writeln!(o);
+    }
+    reference(&mut o, r);
+    o
+}
+
+/// Each chain: cause → effect → fix, and where its stalls were made.
+fn chains(o: &mut String, r: &Report) {
     for c in &r.chains {
         let sev = match c.severity {
             Severity::High => "HIGH",
             Severity::Medium => "MEDIUM",
             Severity::Low => "LOW",
         };
-        wrap(&mut o, "", "  ", &format!("{sev} {}", c.title));
+        wrap(o, "", "  ", &format!("{sev} {}", c.title));
         if let Some(x) = c.explains {
             let _ = writeln!(o, "  Explains: {} of the time", super::chains::pct(x));
         }
         for x in &c.root_cause {
-            wrap(&mut o, "  Root: ", "        ", x);
+            wrap(o, "  Root: ", "        ", x);
         }
         for x in &c.effect {
-            wrap(&mut o, "  Effect: ", "          ", x);
+            wrap(o, "  Effect: ", "          ", x);
         }
         for x in &c.contributing {
-            wrap(&mut o, "  Contributing: ", "                ", x);
+            wrap(o, "  Contributing: ", "                ", x);
         }
         for x in &c.fixes {
-            wrap(&mut o, "  Fix: ", "       ", x);
+            wrap(o, "  Fix: ", "       ", x);
+        }
+        if !c.call_sites.is_empty() {
+            let _ = writeln!(o, "  Where:");
+            sites(o, &c.call_sites[..c.call_sites.len().min(3)], "    ");
         }
         let _ = writeln!(o);
     }
-    reference(&mut o, r);
-    o
+}
+
+/// `train.py:57 train_step → cudaStreamSynchronize: 212 stalls, p99 48ms`,
+/// then the frames around it (callers), innermost first.
+fn sites(o: &mut String, sites: &[super::sites::CallSite], indent: &str) {
+    for s in sites {
+        let head = format!(
+            "{} → {}: {} stall{}, p99 {}, total {}",
+            s.label(),
+            s.op,
+            s.count,
+            if s.count == 1 { "" } else { "s" },
+            fmt_ns(s.p99_ns),
+            fmt_ns(s.total_ns)
+        );
+        wrap(o, indent, &format!("{indent}  "), &head);
+        for f in s.frames.iter().skip(1).take(4) {
+            let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+            let at = f.line.map_or(String::new(), |l| format!(":{l}"));
+            wrap(o, &format!("{indent}  ↳ "), &format!("{indent}    "), &format!("{file}{at} {}", f.function));
+        }
+        if s.frames.len() > 5 {
+            let _ = writeln!(o, "{indent}  ↳ … {} more", s.frames.len() - 5);
+        }
+    }
 }
 
 /// The source product's stored diagnoses, one line per distinct one.
