@@ -92,12 +92,28 @@ fn main() {
     probes.attach_found(&Found::at_path(&measured, Lib::Cudart)).unwrap();
     let ingero_launch = per_call("cudaLaunchKernel");
     let ingero_sync = per_call("cudaStreamSynchronize");
+    // Every sync an outlier: the stack capture (native frames; Python
+    // frames are walked only for registered interpreters) on every call.
+    let set_thresholds = |probes: &mut Probes, ns: u64| {
+        let mut t: aya::maps::Array<&mut aya::maps::MapData, u64> =
+            ingero_agent::probes::load::map(&mut probes.ebpf, "thresholds").unwrap();
+        for op in 0..256 {
+            t.set(op, ns, 0).unwrap();
+        }
+    };
+    set_thresholds(&mut probes, 1);
+    let outlier_sync = per_call("cudaStreamSynchronize");
+    set_thresholds(&mut probes, 0);
     println!("per call (median of 5 x {n} calls, same run):");
     println!(
         "  cudaLaunchKernel      no probe {none_launch:>7.1} ns | bare uprobe {bare_launch:>7.1} ns | ingero {ingero_launch:>7.1} ns | ingero/bare = {:.3}x",
         ingero_launch / bare_launch
     );
     println!("  cudaStreamSynchronize no probe {none_sync:>7.1} ns | ingero entry+return {ingero_sync:>7.1} ns");
+    println!(
+        "  cudaStreamSynchronize as an outlier (stack captured, event sent or counted dropped) {outlier_sync:>7.1} ns: +{:.1} ns per captured stack",
+        outlier_sync - ingero_sync
+    );
 
     // Paced workloads: each launch follows `work` µs of host work.
     for (rate, work, steps) in [(10_000u64, 100.0, 30_000u64), (100_000, 10.0, 200_000)] {
