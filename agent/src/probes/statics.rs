@@ -6,9 +6,9 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
+use object::read::ReadCache;
 use object::{Object, ObjectSymbol};
 
 use super::libs::Found;
@@ -78,47 +78,13 @@ fn is_system_library(name: &str) -> bool {
         .any(|p| name.starts_with(p))
 }
 
-/// A read-only private mapping of a whole file.
-pub(crate) struct Mapped {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-impl Mapped {
-    pub(crate) fn open(path: &Path) -> std::io::Result<Mapped> {
-        let f = File::open(path)?;
-        let len = f.metadata()?.len() as usize;
-        if len == 0 {
-            return Err(std::io::Error::other("empty file"));
-        }
-        // SAFETY: a fresh read-only private mapping of an open fd; the fd may
-        // be closed afterwards (the mapping keeps the file).
-        let ptr =
-            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0) };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Mapped { ptr, len })
-    }
-
-    pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: ptr/len describe a live read-only mapping owned by self.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the region mmap returned.
-        unsafe { libc::munmap(self.ptr, self.len) };
-    }
-}
-
 /// True when the ELF file defines `symbol` (dynamic or static symbol table).
+/// Read with read(2), not mmap(2): an mmap waits while a thread is held at
+/// its dlopen (a sleepable uprobe), and this runs during such holds.
 pub(crate) fn has_symbol(path: &Path, symbol: &str) -> std::io::Result<bool> {
-    let m = Mapped::open(path)?;
-    let Ok(obj) = object::File::parse(m.bytes()) else { return Ok(false) };
-    let defines = |s: object::Symbol<'_, '_>| !s.is_undefined() && s.name() == Ok(symbol);
+    let cache = ReadCache::new(File::open(path)?);
+    let Ok(obj) = object::File::parse(&cache) else { return Ok(false) };
+    let defines = |s: object::Symbol<'_, '_, &ReadCache<File>>| !s.is_undefined() && s.name() == Ok(symbol);
     Ok(obj.dynamic_symbols().any(defines) || obj.symbols().any(defines))
 }
 
