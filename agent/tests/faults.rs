@@ -65,7 +65,9 @@ fn kill9(c: &mut Child) {
 /// (node, window_start) of the node_windows row of every batch in a spool.
 fn spooled_windows(spool: &Path) -> BTreeSet<(String, i64)> {
     let mut out = BTreeSet::new();
-    for f in std::fs::read_dir(spool).unwrap().flatten() {
+    // Committed batches only: a `.tmp` the agent was writing when killed
+    // was never in the spool.
+    for f in std::fs::read_dir(spool).unwrap().flatten().filter(|f| f.file_name().to_string_lossy().ends_with(".pb")) {
         let Ok(bytes) = std::fs::read(f.path()) else { continue };
         let Ok(req) = ingero_proto::pb::PushRequest::decode(bytes.as_slice()) else { continue };
         for t in req.tables.iter().filter(|t| t.table == "node_windows") {

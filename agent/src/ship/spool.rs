@@ -25,6 +25,13 @@ fn err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 impl Spool {
     pub(crate) fn open(dir: &Path, max_bytes: u64) -> Result<Spool> {
         fs::create_dir_all(dir).map_err(err(dir))?;
+        // A batch a killed agent was writing was never committed (renamed):
+        // it was not sent either, so it is dropped, not left to pile up.
+        for e in fs::read_dir(dir).map_err(err(dir))?.flatten() {
+            if e.file_name().to_string_lossy().ends_with(".tmp") {
+                let _ = fs::remove_file(e.path());
+            }
+        }
         Ok(Spool { dir: dir.to_path_buf(), max_bytes, dropped: 0 })
     }
 
@@ -102,6 +109,15 @@ mod tests {
             sequence: seq,
             tables: vec![ingero_proto::pb::TableBatch { table: "x".into(), arrow_ipc: vec![1u8; size].into() }],
         }
+    }
+
+    #[test]
+    fn an_uncommitted_batch_is_cleared_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("00000000000000000007.tmp"), b"half").unwrap();
+        let s = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert!(s.files().is_empty());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
