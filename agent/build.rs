@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Compiles the C eBPF programs in ../ebpf with clang (CO-RE, BTF), once per
 //! supported architecture: the object for the target is embedded in the
 //! agent, the other is kept so tests check that it builds and relocates

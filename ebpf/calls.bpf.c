@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* CUDA runtime, driver and NCCL calls: one entry and one return program,
  * attached to every traced symbol with the op id as the attach cookie.
  * Calls are aggregated in shared maps with atomic adds (count, errors, sum,

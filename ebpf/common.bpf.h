@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Shared helpers and maps of the Ingero eBPF programs. */
 #ifndef INGERO_COMMON_BPF_H
 #define INGERO_COMMON_BPF_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* A CUDA/NCCL library dlopen'd and called at once (vLLM's pynccl: dlopen,
  * then ncclCommInitRank within milliseconds) would run its first calls
  * before userspace has found and probed it. The loader's `dlopen` in libc is

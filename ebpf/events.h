@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Layout shared by the eBPF programs and the agent (agent/src/probes/abi.rs
  * mirrors every struct with size/offset assertions so they cannot drift). */
 #ifndef INGERO_EVENTS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Block IO latency (issue → complete) per process, device and op. */
 #include "common.bpf.h"
 

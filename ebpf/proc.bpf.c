@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Process lifecycle (exec, exit, fork) and OOM victims: rare events, sent
  * individually so userspace rescans new processes at once and forgets
  * processes that are gone. Userspace polls the ring every few ms, so no

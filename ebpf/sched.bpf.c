@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Scheduler: per-thread off-CPU and run-queue time of tracked processes,
  * summed per process (tgid), split by whether the thread was inside a
  * traced CUDA/NCCL call (waiting for the device or its peers) or not (a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Where an outlier call was made: the native user stack (frame pointers,
  * by the kernel) and, in a CPython process, the Python frames of the
  * calling thread. Runs only for outliers, never on the per-call path.

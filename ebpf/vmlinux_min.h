@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* The few kernel types the programs read, with CO-RE relocation: field
  * offsets are resolved against the running kernel's BTF at load time, so
  * this header need not match any kernel's layout (no generated vmlinux.h). */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end on a real (kind) cluster, for anyone with Docker, kind, kubectl
 # and helm:
 #   1. create a 3-node cluster with tracefs and a shared barrier directory,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Compiles `ingero.proto` and the kubelet's `podresources.proto` with the pure-Rust `protox` (no protoc binary needed).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=ingero.proto");

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Time from injection to flag, recall per fault kind and false flags, with a
 # release `ingero serve` and `ingero simulate` on this machine.
 #   scripts/bench-flag.sh [NODES...]        (default: 16 256 1000)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # History ranking over what ingest really writes, timed against DuckDB on the
 # same files in the same run.
 #   scripts/bench-history.sh NODES DURATION [INJECT]

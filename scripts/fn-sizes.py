@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Lists functions longer than a limit in non-test Rust code (CONTRIBUTING.md).
 
 Usage: scripts/fn-sizes.py [LIMIT]   (default 80 lines)

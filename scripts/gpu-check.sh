@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The agent against a real PyTorch training loop on a real NVIDIA GPU:
 # libcudart, libcuda and libnccl as PyTorch ships them. Compares the calls
 # the agent counted per op with torch.profiler's CUDA runtime events for the

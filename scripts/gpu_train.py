@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A small real PyTorch training loop for scripts/gpu-check.sh: an MLP on the
 GPU, a DataLoader with worker processes, a NCCL all-reduce (world size 1)
 every step, a loss.item() device-to-host sync. The whole run is recorded by

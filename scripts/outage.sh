@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Long-outage drill (RELIABILITY.md): an agent traces a workload while the
 # aggregator is down for OUTAGE seconds (default 600); then the aggregator
 # comes back and the agent drains its spool. Checks: every call counted once,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Per-call cost of Ingero's probe on NVIDIA's real libcudart, side by side in
 # one run with no probe and with a bare empty uprobe (bpftrace `{}`), using
 # the agent binary as deployed (not a test harness). Rounds are interleaved so

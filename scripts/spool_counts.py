@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Per-op call counts from an ingero-agent spool, with nothing but pyarrow.
 
 The agent writes every window to its spool (`SPOOL/batches/*.pb`) before it

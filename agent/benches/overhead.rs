@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Probe overhead on this machine (root): ns per call with no probe, with a
 //! bare empty uprobe, and with Ingero's probes; paced workload slowdown at
 //! 10k and 100k launches/s; agent CPU and peak RSS.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! A running agent: the probe thread (probe → window → attribute) and the
 //! shipper on a small async runtime, started from one [`AgentConfig`] the
 //! way `ingero serve` starts from a `ServeConfig`.

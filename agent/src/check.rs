@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero-agent check`: can this host run the agent? Read-only (it mounts
 //! and changes nothing); each finding says how to fix it. Features are
 //! probed (the programs are loaded and the tracepoints attached, then

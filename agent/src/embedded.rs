@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `run --store`: single-node use with no server to run. An aggregator is
 //! embedded on loopback and writes the Parquet dataset itself. It links
 //! the aggregator (Parquet, object_store, DataFusion), so it is a cargo

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The agent's error type.
 
 use aya::maps::MapError;

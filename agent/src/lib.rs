@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Ingero agent: eBPF probes (probe) → kernel windows (window) → process and
 //! pod attribution (attribution) → shipping with a disk spool (ship).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero-agent`: per-node eBPF tracing of CUDA, NCCL and the scheduler.
 
 use std::path::PathBuf;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Agent metrics on `--metrics-addr` (Prometheus text).
 
 use std::sync::Arc;

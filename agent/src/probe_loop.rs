@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The probe loop (probe → window → attribute) on its own thread: process
 //! events as they come, a drained window every `--window`, tables to the
 //! shipper on the async runtime.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! What each CUDA process is inside at the end of a window: the calls its
 //! threads are in (from the kernel's `thread_calls`) and how long they have
 //! been there. A rank hung in a sync shows here while the call has not

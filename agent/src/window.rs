@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Kernel aggregates of one window → Arrow batches in the shared schema.
 
 use std::collections::HashMap;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The hermetic end-to-end test: the whole product on one machine, no Docker,
 //! no cluster. Three "nodes", each a real `ingero-agent` scoped with
 //! --cgroup-root to its own kubelet-shaped cgroup subtree; one data-parallel

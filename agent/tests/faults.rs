@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Delivery under fault injection, with the real agent and the real server
 //! processes: three agents ship 100-ms windows (1,000+ batches) while
 //! `ingero serve` is SIGKILLed at random points and restarted; one agent is

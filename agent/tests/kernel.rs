@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The agent against the real kernel: real uprobes on real processes, real
 //! cgroups, real scheduler contention. Needs root (CI runs as root).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The agent on the shapes real GPU nodes have: several containers started
 //! from one image (overlayfs), a pid namespace (a kind node), a node with
 //! hundreds of CPUs (kernel map memory), processes and threads that come and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Pod attribution end to end: workloads in kubelet-shaped cgroups (systemd and
 //! cgroupfs drivers; containerd and CRI-O), a fake API server driving the real
 //! kube-rs watcher (410 Gone, outage), a fake kubelet PodResources socket.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Call sites of outlier calls against real interpreters: CPython 3.9–3.13
 //! (pyenv) calling the CUDA-named test library through ctypes, from known
 //! functions and lines, nested and from several threads; a C program gets

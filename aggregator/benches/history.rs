@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! History ranking over 1,000 nodes × 1 h of 1-s windows, from the signal
 //! tiers and from the raw tables side by side in one run:
 //! `cargo bench -p ingero-aggregator --bench history`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! End-to-end ingest throughput (gRPC → WAL fsync → Parquet on local disk)
 //! and bytes on the wire per row against JSON of the same rows.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The aggregator library's error type.
 
 #[derive(Debug, thiserror::Error)]

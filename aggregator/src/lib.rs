@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Ingero aggregator: ingest, persistence, ranking, queries and reports.
 //!
 //! Data flows one way: [`server`] (authenticate, validate) → [`store`]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Prometheus metrics of the aggregator (served on `/metrics`).
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};

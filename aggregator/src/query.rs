@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! DataFusion over the Parquet store: read-only SQL with a timeout and a
 //! memory limit, and the time-pruned scans the history commands use.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Authentication over real gRPC on loopback: bearer tokens, TLS and mutual
 //! TLS (rustls, certificates made by rcgen), the HTTP data API, and requests
 //! written by hand (garbage bytes, HTTP/1 to the gRPC port). Refused calls

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The `ingero` binary as a user runs it: demo, history, SQL, reports (the
 //! HTML one opened in headless Chromium), and refusals with exit code 2.
 

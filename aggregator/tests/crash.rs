@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero serve` SIGKILLed right after acknowledging batches: after restart
 //! every acknowledged row is stored, none twice.
 

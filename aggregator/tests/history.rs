@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Fleet history as a user gets it: `ingero simulate --backfill` through the
 //! real gRPC ingest path, the signal tiers it writes, history ranking from
 //! them (same answer as from the raw tables), and the fleet page in Chromium.

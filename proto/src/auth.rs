@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Client-side authentication: a bearer token read from a file (a mounted
 //! Kubernetes Secret) and TLS / mutual TLS (rustls) from PEM files.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Ingest client used by the agent and the tools: encodes tables, assigns
 //! sequences, and retries with exponential backoff until the aggregator
 //! acknowledges or refuses for good.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Log-linear latency histogram shared by the eBPF programs, the agent, the
 //! simulator and the reports.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Arrow IPC stream encoding (zstd buffer compression) and the validation the
 //! aggregator applies to every incoming table.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Ingero's one definition of the wire protocol and the tables.
 //!
 //! - [`pb`]: gRPC messages and services generated from `ingero.proto`.

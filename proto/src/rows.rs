@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Row-at-a-time builders for the tables in [`crate::schema`].
 //!
 //! Producers (agent, simulator, importer) describe a row as values in schema

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The Arrow schema of every table Ingero writes, defined once.
 //!
 //! Agents build batches with these schemas, the aggregator validates incoming

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! One definition per table: each row struct below generates its table's
 //! column list (name, Arrow type from the field's Rust type, nullability
 //! from `Option`, unit, meaning) and the values of a row, in column order.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Human sizes on the command line (`64MiB`), shared by every binary.
 
 /// Parses `123`, `64KiB`, `256MiB`, `2GiB` (also `k`, `MB`, …, powers of 1024).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Value checks on decoded rows: what no real agent can produce is refused
 //! with the row and column named, before anything is stored. Only invariants
 //! that hold for every window are checked: a window drained late carries more

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Inputs the fuzzer found (fuzz/fuzz_targets/ingest_decode.rs): each must be
 //! refused with an error, never a panic or an abort.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero simulate --backfill`: the fleet model over a past time range,
 //! pushed through the real ingest path as fast as the server takes it.
 //! History benchmarks use it, so what they read is what ingest writes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Injectable faults and noise: `KIND@NODE:AT[+FOR]`.
 
 use std::time::Duration;

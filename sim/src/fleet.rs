@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero simulate`: virtual agents speaking the real ingest protocol, one
 //! per node, each one rank of a data-parallel job, with injected faults; it
 //! measures the time from each injection to the server's flag.

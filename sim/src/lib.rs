@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Ingero's synthetic producers and shared test support.
 //!
 //! - [`fleet`], [`model`], [`faults`]: `ingero simulate`, virtual agents that

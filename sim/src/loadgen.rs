@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Synthetic load: many nodes pushing realistic call and scheduler windows
 //! through the real ingest protocol. Used by `ingero load`, the benchmarks
 //! and the tests.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The data-parallel job model: each rank's step time and the rows an agent
 //! would ship for it, on real CUDA/NCCL semantics: launches and collectives
 //! enqueue and return at once; a rank waits for its own GPU in a blocking

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Pod metadata from the Kubernetes API: a kube-rs reflector over the pods of
 //! this node only (`spec.nodeName=<node>`). The watcher owns re-listing after
 //! 410 Gone and reconnecting after disconnects (with backoff); the store keeps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! cgroup path → container id and pod UID, for both kubelet cgroup drivers,
 //! containerd, CRI-O and docker, cgroup v1 and v2, every QoS class.
 

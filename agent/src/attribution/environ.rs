@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Job identity from the process environment (torchrun/DDP variables).
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

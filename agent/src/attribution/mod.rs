@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Who a process is: name, cgroup, container, pod, job.
 
 pub(crate) mod apiserver;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! GPU → pod from the kubelet PodResources API (gRPC v1 `List` on a unix
 //! socket). Polled: the kubelet has no watch for it, and allocations change
 //! only when pods start or stop.

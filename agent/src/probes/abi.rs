@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Rust mirrors of `ebpf/events.h`, with size and offset assertions so the
 //! two layouts cannot drift.
 

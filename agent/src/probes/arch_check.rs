@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Checks, without an arm64 machine, that the eBPF object built for aarch64
 //! reads arguments the arm64 way: its CO-RE relocations must name the
 //! fields of `struct user_pt_regs` (regs[]) and the x86-64 object those

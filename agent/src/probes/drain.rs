@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Reads the kernel's aggregates once per window (flip A/B, then drain the
 //! idle half, so no increment is lost) and the event ring buffers.
 

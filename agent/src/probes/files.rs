@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Which file a uprobe really lands on. The kernel places a uprobe on the
 //! inode that holds the data: for a file in an overlayfs mount that is the
 //! inode of the layer beneath (`d_real_inode`), shared by every container

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Finds CUDA/NCCL libraries mapped by processes, through /proc/PID/maps,
 //! opened via /proc/PID/root so libraries inside containers are found.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Loads the eBPF object, attaches the scheduler/IO/process tracepoints and,
 //! per discovered library file, the call probes.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Kernel memory held by the agent's BPF maps, read the way the kernel
 //! charges it: `memlock` of every `anon_inode:bpf-map` fd in
 //! `/proc/PID/fdinfo` (since Linux 5.11 charged to the memory cgroup of the

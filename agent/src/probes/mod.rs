@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The kernel side: load and attach (load), find libraries (libs), read
 //! aggregates and events (drain), identify probed files (files), and the
 //! shared layouts (abi, ops).

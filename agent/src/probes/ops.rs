@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The traced functions: which library, which symbol, whether the return is
 //! probed (only where a duration is needed).
 

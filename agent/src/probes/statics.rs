@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The CUDA runtime linked statically (`nvcc`'s default, `-cudart static`):
 //! no libcudart.so is mapped, its functions live in the executable or in
 //! another library. Such a process still maps the driver (libcuda.so.1,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Shipping windows to the aggregator: spool first, send in order, retry.
 
 pub(crate) mod spool;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! On-disk spool: every batch is written here before it is sent and removed
 //! once acknowledged, so an unreachable aggregator or an agent restart loses
 //! nothing. Bounded: when full, the oldest batches are dropped and counted.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Mapped files of a process and their ELF symbols: the address of a
 //! symbol in a process (`_PyRuntime`), and the symbol a return address
 //! falls in (native frames).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The line a CPython frame is executing, from its code object's line
 //! table: the instruction offset decoded with the format of the
 //! interpreter's version (`co_lnotab` in 3.9, PEP 626's `co_linetable` in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Where outlier calls are made (probe → **stacks** → window): the kernel
 //! captures return addresses and, for CPython threads, (code object,
 //! instruction) pairs; this stage turns them into file / function / line

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Reading a live CPython process's objects through /proc/PID/mem: the
 //! code object of a captured frame (file, qualified name, line table) and
 //! the strs and bytes it points to. Every read is bounded and checked: a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Finding a CPython interpreter in a process and where its version keeps
 //! threads, frames and code objects. 3.9–3.12: offsets per version (taken
 //! from each version's own headers; a test recompiles them against every

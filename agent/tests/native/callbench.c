@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Per-call cost and paced throughput of a CUDA-named function:
  *   callbench LIB SYMBOL N            -> ns per call (tight loop)
  *   callbench LIB SYMBOL N WORK_US    -> seconds for N steps of (WORK_US spin + 1 call) */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A stand-in for libcudart/libnccl with the real symbol names: the agent
  * probes it exactly as it would the real libraries. Built as
  * libcudart.so.12 and libnccl.so.2 by the tests, next to the stand-in

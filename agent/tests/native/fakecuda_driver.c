@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A stand-in for the CUDA driver (libcuda.so.1) with the real symbol names:
  * the agent probes it exactly as it would the real driver. Built with the
  * soname libcuda.so.1 by the tests; the stand-in runtime (fakecuda.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A CUDA program as nvcc builds it by default (-cudart static): the runtime's
  * functions are part of the executable, and only the driver (libcuda.so.1)
  * is loaded dynamically.

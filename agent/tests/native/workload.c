@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Calls CUDA-named functions in a pattern given on the command line:
  *   workload LIB [wait] [sleep:MS] [call:SYMBOL:N:US] [spin:MS]
  *                [work:MS] (MS of CPU time: takes longer when the CPU is shared)

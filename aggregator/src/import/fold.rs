@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Raw events + minute aggregates of a reference trace → our window tables.
 //!
 //! The source stores every event of its first seconds and a sample after

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero import`: traces recorded by the Go reference product (SQLite) →
 //! our tables, written as Parquet into a store.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Reading a trace recorded by the Go reference product (an SQLite file,
 //! schema_info version ≤ 0.10), validated before anything is written.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Robust straggler detection: each node against its job's other nodes,
 //! window by window, with K-consecutive flagging and hysteresis.
 

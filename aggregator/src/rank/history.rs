@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Straggler ranking over stored history: the same detector, replayed over
 //! node-windows aggregated by DataFusion at a resolution fitting the range.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Live straggler ranking: signals from every accepted batch feed a
 //! detector; the current standings are served over gRPC, HTTP and metrics.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Per-node, per-window signals computed from call, scheduler, IO and host
 //! rows: the inputs of the straggler detector.
 

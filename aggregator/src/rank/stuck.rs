@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Hung ranks. When a job stops progressing, every rank but one waits in a
 //! device sync or a collective for its peers, while the one they wait for
 //! is elsewhere: blocked in host code with no call in flight, inside a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Diagnosis: cause → effect → contributing factors → fixes, from the data.
 
 use ingero_proto::hist::Histogram;

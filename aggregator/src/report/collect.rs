@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Everything a report needs, read from the store with a few time-pruned
 //! queries: the target's own series, its node's other cgroups, its job's
 //! peers. One step per query, each filling its part of [`ReportData`].

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Chains read from the CUDA calls themselves: allocator churn, copies that
 //! wait, launch latency tails. (Host time waiting in synchronize is not a
 //! chain: a healthy GPU-bound job spends most of its time there.) They name the op, its

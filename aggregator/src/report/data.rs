@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! What a report is about and the raw material it is built from (read by
 //! [`super::collect`]).
 

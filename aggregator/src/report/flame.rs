@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Call sites in the HTML report: a table per chain and for the whole
 //! target, and a flame graph of stall time by stack (self-contained SVG:
 //! callers at the bottom, the CUDA/NCCL call on top).

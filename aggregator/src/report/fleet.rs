@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The fleet view: per job, a heatmap of nodes × time coloured by how far
 //! each node deviated from its peers, flagged spans outlined, the ranking
 //! beside it and a detail section per deviating node. One self-contained

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The hung-rank chain: from the stored `progress_windows` of the target's
 //! job, the windows in which the others waited for a rank on the target's
 //! node (the same judgement as the live detector's `stuck`).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! One self-contained HTML page (inline CSS and SVG, no scripts, no fetches).
 
 use std::fmt::Write;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Per-pod / per-node / per-process stall reports: cause → effect → fix, as
 //! text, JSON and a self-contained HTML page.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Our diagnosis next to the one the source product stored with an imported
 //! trace: for each of its causal chains, do we confirm, refine or disagree —
 //! and why, in numbers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Where stalls are made: outlier calls (`stall_events`) grouped by their
 //! call site, the frames of the stack the agent captured (`stacks`):
 //! Python frames innermost first (file, function, line being executed),

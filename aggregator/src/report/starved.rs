@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The input-bound (starved GPU) chain: the GPU is mostly idle — the
 //! training process waits little on the device — while the process waits
 //! in host code for its input and its data-loading workers (the child

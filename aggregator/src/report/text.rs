@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Terminal rendering, wrapped to 80 columns.
 
 use std::fmt::Write;

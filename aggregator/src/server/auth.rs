@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Server-side authentication: bearer token on every gRPC call and on the
 //! HTTP data API, TLS / mutual TLS (rustls) for the gRPC listener.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! gRPC `Query` service: live/history stragglers, read-only SQL, reports.
 
 use ingero_proto::ipc;

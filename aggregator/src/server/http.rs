@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! HTTP side of `ingero serve`: Prometheus metrics, health, readiness and the
 //! JSON API.
 

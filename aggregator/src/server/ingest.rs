@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! gRPC `Ingest` service: validate a pushed batch, hand it to the committer,
 //! acknowledge once durable.
 

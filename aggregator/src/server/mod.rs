@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero serve`: wires the ingest service, the committer and the HTTP
 //! endpoints together, and shuts down without losing buffered rows.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Per-node token buckets on ingested rows: one misbehaving (or compromised)
 //! agent cannot crowd out the fleet. Over the limit the batch is answered
 //! UNAVAILABLE, so a real agent keeps it in its spool and retries later.

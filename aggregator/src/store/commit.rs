@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! The durable ingest pipeline: group-commit to the WAL, acknowledge, buffer,
 //! and flush sealed segments to Parquet in order.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! An opened store: the object store behind a [`StoreUrl`], its key prefix,
 //! and durable writes.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Where things live in the store: hive partitions by table, date and hour.
 
 use chrono::{DateTime, Datelike, Timelike, Utc};

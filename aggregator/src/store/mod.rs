@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Persistence: object-store selection, WAL, commit pipeline, Parquet layout.
 
 pub mod commit;

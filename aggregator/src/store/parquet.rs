@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Buffered rows → sorted, hour-partitioned, zstd Parquet files.
 
 use std::collections::BTreeMap;

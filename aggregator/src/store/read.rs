@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Plain reads of a table straight from the store (tools and tests; the
 //! query engine uses DataFusion over the same files).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Commit state kept in the store: the last flushed WAL segment and the
 //! highest sequence stored per node. Written after a segment's Parquet files,
 //! so it never claims data that is not there.

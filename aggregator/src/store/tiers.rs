@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Signal tiers: the detector's per-node, per-window inputs, written at every
 //! flush next to the raw tables, at the agents' own windows and rolled up to
 //! 10 s and 60 s. History ranking reads the tier that fits its range (a day

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Object-store selection by URL: `file:///path` (or a plain path), `s3://`,
 //! `gs://`, `az://`; [`super::Store`] opens one.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Write-ahead log: a batch is acknowledged once its bytes are fsynced here.
 //!
 //! The log is a directory of numbered segments. A segment is sealed at each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! Argument types shared by the `ingero` subcommands.
 
 use std::net::SocketAddr;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero`: the aggregator and the command-line tools.
 
 mod cli;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero demo`: an in-process aggregator, a simulated fleet with one
 //! straggler, the time to flag, the ranking and the affected pod's report.
 

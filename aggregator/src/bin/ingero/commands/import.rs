@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero import`: bring traces recorded by Ingero (Go) into a store.
 
 use std::path::PathBuf;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero` subcommands other than `serve`: each reads from a running server
 //! (`--server`) or straight from a store (`--store`).
 

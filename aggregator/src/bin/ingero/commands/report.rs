@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero report`: cause → effect → fix for a pod, node or process.
 
 use std::path::PathBuf;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero simulate`: a fleet of virtual agents with injected faults.
 
 use std::time::Duration;

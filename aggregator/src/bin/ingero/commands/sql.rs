@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero sql`: read-only SQL over the dataset.
 
 use clap::Args;

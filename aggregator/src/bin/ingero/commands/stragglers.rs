@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 //! `ingero stragglers`: the ranking, live from a server or from history.
 
 use clap::{Args, ValueEnum};
