@@ -96,17 +96,21 @@ pub(crate) struct Elf {
     symbols: Vec<(u64, u64, String)>,
 }
 
+/// PT_LOAD segments: file range and virtual address of each.
+fn load_segments<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> Vec<Load> {
+    obj.segments()
+        .map(|s| {
+            let (offset, filesz) = s.file_range();
+            Load { offset, vaddr: s.address(), filesz }
+        })
+        .collect()
+}
+
 impl Elf {
     pub(crate) fn open(path: &Path) -> std::io::Result<Elf> {
         let cache = ReadCache::new(std::fs::File::open(path)?);
         let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
-        let loads = obj
-            .segments()
-            .map(|s| {
-                let (offset, filesz) = s.file_range();
-                Load { offset, vaddr: s.address(), filesz }
-            })
-            .collect();
+        let loads = load_segments(&obj);
         let mut symbols: Vec<(u64, u64, String)> = obj
             .symbols()
             .chain(obj.dynamic_symbols())
@@ -124,13 +128,7 @@ impl Elf {
     pub(crate) fn open_for(path: &Path, names: &[&str]) -> std::io::Result<(Elf, Vec<Option<u64>>)> {
         let cache = ReadCache::new(std::fs::File::open(path)?);
         let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
-        let loads = obj
-            .segments()
-            .map(|s| {
-                let (offset, filesz) = s.file_range();
-                Load { offset, vaddr: s.address(), filesz }
-            })
-            .collect();
+        let loads = load_segments(&obj);
         let mut found = vec![None; names.len()];
         for s in obj.dynamic_symbols().chain(obj.symbols()) {
             if s.is_undefined() {
