@@ -19,7 +19,6 @@ use ingero_proto::Table;
 use ingero_proto::auth::ClientAuth;
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
 use ingero_sim::loadgen::synth_tables;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tonic::Code;
 
 const TOKEN: &str = "7f3c9a1e5b2d4f608a1c3e5b7d9f1a2c";
@@ -151,19 +150,6 @@ struct Pki {
     /// A client certificate from a CA the server does not trust.
     rogue_cert: PathBuf,
     rogue_key: PathBuf,
-}
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.distinguished_name.push(DnType::CommonName, name);
-    CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap()
-}
-
-fn leaf(issuer: &CertifiedIssuer<'static, KeyPair>, names: &[&str]) -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    (p.signed_by(&key, issuer).unwrap().pem(), key.serialize_pem())
 }
 
 fn pki(dir: &Path) -> Pki {

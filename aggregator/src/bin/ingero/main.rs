@@ -43,6 +43,9 @@ enum Command {
     Simulate(Box<commands::simulate::SimulateArgs>),
     /// Everything in one minute: in-process server, simulated fleet, one straggler, its report.
     Demo(Box<commands::demo::DemoArgs>),
+    /// Answer an AI assistant over MCP (stdio, or streamable HTTP with --http):
+    /// stragglers, stall reports, SQL, names seen, table schemas.
+    Mcp(Box<commands::mcp::McpArgs>),
     /// Import SQLite traces recorded by Ingero (Go) into a store, as one node.
     Import(Box<commands::import::ImportArgs>),
     /// Push synthetic windows from many nodes as fast as possible (load test).
@@ -113,6 +116,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Simulate(a) => commands::simulate::run(*a).await,
         Command::Demo(a) => commands::demo::run(*a).await,
         Command::Import(a) => commands::import::run(*a).await,
+        Command::Mcp(a) => commands::mcp::run(*a).await,
         Command::Load(args) => {
             if args.nodes == 0 || args.batches == 0 || args.rows == 0 {
                 return Err(Failure::Usage("--nodes, --batches and --rows must be > 0".into()));
@@ -138,7 +142,7 @@ async fn run(cli: Cli) -> CmdResult {
     }
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

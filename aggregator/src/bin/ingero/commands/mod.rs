@@ -4,6 +4,7 @@
 
 pub(crate) mod demo;
 pub(crate) mod import;
+pub(crate) mod mcp;
 pub(crate) mod report;
 pub(crate) mod simulate;
 pub(crate) mod sql;

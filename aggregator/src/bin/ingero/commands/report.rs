@@ -48,21 +48,13 @@ pub(crate) async fn run(a: ReportArgs) -> CmdResult {
         (_, _, Some(p)) => ("pid", p.as_str()),
         _ => return Err(Failure::Usage("one of --pod, --node or --pid is required".into())),
     };
-    let target = Target::parse(kind, t).map_err(Failure::Usage)?;
+    Target::parse(kind, t).map_err(Failure::Usage)?;
     if let Some(out) = &a.out
         && out.is_dir()
     {
         return Err(Failure::Usage(format!("--out {} is a directory; give a file name", out.display())));
     }
-    let rep: Report = if let Some(mut c) = a.source.client().await? {
-        let (since_secs, start_us) = a.since.wire();
-        let req = ingero_proto::pb::ReportRequest { target: t.to_string(), kind: kind.into(), since_secs, start_us };
-        serde_json::from_str(&c.report(req).await.map_err(status_failure)?.into_inner().json)?
-    } else {
-        let engine = a.source.engine().await?;
-        let end = chrono::Utc::now().timestamp_micros() + 1;
-        report::build(&engine, &target, a.since.start_us(), end, a.rank.detector()).await.map_err(Failure::lib)?
-    };
+    let rep = fetch(&a.source, kind, t, a.since, a.rank.detector()).await?;
     let body = render(&rep, a.format)?;
     match &a.out {
         Some(path) => {
@@ -72,6 +64,26 @@ pub(crate) async fn run(a: ReportArgs) -> CmdResult {
         None => print!("{body}"),
     }
     Ok(())
+}
+
+/// The report of one target (`kind` is pod, node or pid), from `--server` or the store.
+pub(crate) async fn fetch(
+    source: &SourceArgs,
+    kind: &str,
+    target: &str,
+    since: Since,
+    cfg: ingero_aggregator::rank::detector::DetectorConfig,
+) -> CmdResult<Report> {
+    let parsed = Target::parse(kind, target).map_err(Failure::Usage)?;
+    if let Some(mut c) = source.client().await? {
+        let (since_secs, start_us) = since.wire();
+        let req =
+            ingero_proto::pb::ReportRequest { target: target.to_string(), kind: kind.into(), since_secs, start_us };
+        return Ok(serde_json::from_str(&c.report(req).await.map_err(status_failure)?.into_inner().json)?);
+    }
+    let engine = source.engine().await?;
+    let end = chrono::Utc::now().timestamp_micros() + 1;
+    report::build(&engine, &parsed, since.start_us(), end, cfg).await.map_err(Failure::lib)
 }
 
 pub(crate) fn render(rep: &Report, f: Format) -> CmdResult<String> {

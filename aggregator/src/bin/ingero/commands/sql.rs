@@ -19,19 +19,7 @@ pub(crate) struct SqlArgs {
 }
 
 pub(crate) async fn run(a: SqlArgs) -> CmdResult {
-    ingero_aggregator::query::check_read_only(&a.query).map_err(|e| Failure::Usage(e.to_string()))?;
-    let batches = if let Some(mut c) = a.source.client().await? {
-        let resp =
-            c.sql(ingero_proto::pb::SqlRequest { query: a.query.clone() }).await.map_err(status_failure)?.into_inner();
-        if resp.arrow_ipc.is_empty() {
-            vec![]
-        } else {
-            arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(resp.arrow_ipc.to_vec()), None)?
-                .collect::<Result<Vec<_>, _>>()?
-        }
-    } else {
-        a.source.engine().await?.sql(&a.query).await.map_err(Failure::lib)?
-    };
+    let batches = batches(&a.source, &a.query).await?;
     match a.format.as_str() {
         "json" => {
             let mut w = arrow::json::ArrayWriter::new(std::io::stdout());
@@ -48,4 +36,22 @@ pub(crate) async fn run(a: SqlArgs) -> CmdResult {
         _ => println!("{}", arrow::util::pretty::pretty_format_batches(&batches)?),
     }
     Ok(())
+}
+
+/// Runs one read-only query on `--server` or on the store.
+pub(crate) async fn batches(source: &SourceArgs, query: &str) -> CmdResult<Vec<arrow::array::RecordBatch>> {
+    ingero_aggregator::query::check_read_only(query).map_err(|e| Failure::Usage(e.to_string()))?;
+    if let Some(mut c) = source.client().await? {
+        let resp = c
+            .sql(ingero_proto::pb::SqlRequest { query: query.to_string() })
+            .await
+            .map_err(status_failure)?
+            .into_inner();
+        if resp.arrow_ipc.is_empty() {
+            return Ok(vec![]);
+        }
+        let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(resp.arrow_ipc.to_vec()), None)?;
+        return Ok(reader.collect::<Result<Vec<_>, _>>()?);
+    }
+    source.engine().await?.sql(query).await.map_err(Failure::lib)
 }

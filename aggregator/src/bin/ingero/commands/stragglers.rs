@@ -48,24 +48,7 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
     // The fleet view is history: without --since it covers the last hour.
     let since = a.since.or(html.then_some(Since::Ago(std::time::Duration::from_secs(3600))));
     let end_us = chrono::Utc::now().timestamp_micros() + 1;
-    let ranking: serde_json::Value = if let Some(mut c) = a.source.client().await? {
-        let (since_secs, start_us) = since.map_or((0, 0), |s| s.wire());
-        let req = ingero_proto::pb::StragglersRequest {
-            job: a.job.clone().unwrap_or_default(),
-            since_secs,
-            start_us,
-            timeline: html,
-        };
-        let json = c.stragglers(req).await.map_err(status_failure)?.into_inner().json;
-        serde_json::from_str(&json)?
-    } else {
-        let engine = a.source.engine().await?;
-        let start_us = since.unwrap_or(Since::Ago(std::time::Duration::from_secs(3600))).start_us();
-        let req = HistoryRequest { start_us, end_us, job: a.job.clone(), resolution: None };
-        let cfg = DetectorConfig { timeline: html, ..a.rank.detector() };
-        let r: Ranking = history::rank(&engine, &req, cfg).await.map_err(Failure::lib)?;
-        serde_json::to_value(r)?
-    };
+    let ranking = fetch(&a.source, a.job.clone(), since, html, a.rank.detector()).await?;
     let body = match a.format {
         Format::Json => serde_json::to_string_pretty(&ranking)? + "\n",
         Format::Table => table(&ranking, chrono::Utc::now()),
@@ -84,6 +67,29 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
         None => print!("{body}"),
     }
     Ok(())
+}
+
+/// The ranking as JSON: live from `--server` (history when `since` is set),
+/// else over the store's history (the last hour without `since`).
+pub(crate) async fn fetch(
+    source: &SourceArgs,
+    job: Option<String>,
+    since: Option<Since>,
+    timeline: bool,
+    cfg: DetectorConfig,
+) -> CmdResult<serde_json::Value> {
+    if let Some(mut c) = source.client().await? {
+        let (since_secs, start_us) = since.map_or((0, 0), |s| s.wire());
+        let req = ingero_proto::pb::StragglersRequest { job: job.unwrap_or_default(), since_secs, start_us, timeline };
+        let json = c.stragglers(req).await.map_err(status_failure)?.into_inner().json;
+        return Ok(serde_json::from_str(&json)?);
+    }
+    let engine = source.engine().await?;
+    let start_us = since.unwrap_or(Since::Ago(std::time::Duration::from_secs(3600))).start_us();
+    let end_us = chrono::Utc::now().timestamp_micros() + 1;
+    let req = HistoryRequest { start_us, end_us, job, resolution: None };
+    let r: Ranking = history::rank(&engine, &req, DetectorConfig { timeline, ..cfg }).await.map_err(Failure::lib)?;
+    Ok(serde_json::to_value(r)?)
 }
 
 /// An 80-column table: most deviant first.

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `ingero mcp`: a Model Context Protocol server an AI assistant can question
+//! (stragglers, stall reports, SQL, names seen, schemas), over stdio (an
+//! assistant starts it) or streamable HTTP (a shared deployment, with the
+//! bearer token and TLS the API uses).
+
+mod http;
+mod rows;
+mod schema;
+mod tools;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use rmcp::ServiceExt;
+
+use super::{CmdResult, Failure, SourceArgs};
+
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Serve streamable HTTP at http(s)://ADDR/mcp instead of stdio.
+    #[arg(long, env = "INGERO_MCP_HTTP")]
+    pub http: Option<SocketAddr>,
+    /// With --http: require `Authorization: Bearer <token>` (the token read from this file).
+    #[arg(long, env = "INGERO_MCP_TOKEN_FILE", requires = "http")]
+    pub http_token_file: Option<PathBuf>,
+    /// With --http: serve HTTPS with this certificate chain (PEM), with --http-tls-key.
+    #[arg(long, env = "INGERO_MCP_TLS_CERT", requires_all = ["http", "http_tls_key"])]
+    pub http_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) for --http-tls-cert.
+    #[arg(long, env = "INGERO_MCP_TLS_KEY", requires = "http_tls_cert")]
+    pub http_tls_key: Option<PathBuf>,
+    /// With --http: Host names clients may use (DNS-rebinding protection).
+    /// Default: loopback names only, or any host when a token is required.
+    #[arg(long = "allowed-host", env = "INGERO_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Most rows one `sql` or `list_targets` call returns.
+    #[arg(long, env = "INGERO_MCP_MAX_ROWS", default_value_t = 1000)]
+    pub max_rows: usize,
+    #[command(flatten)]
+    pub rank: crate::cli::RankArgs,
+}
+
+pub(crate) async fn run(a: McpArgs) -> CmdResult {
+    if a.max_rows == 0 {
+        return Err(Failure::Usage("--max-rows must be > 0".into()));
+    }
+    // Fail at start, not at the first tool call: a bad store URL or an
+    // unreadable credential file is a usage error now.
+    if a.source.server.is_some() {
+        a.source.client().await?;
+    } else {
+        a.source.engine().await?;
+    }
+    let tools = tools::Ingero::new(a.source.clone(), a.rank.detector(), a.max_rows);
+    match a.http {
+        None => {
+            let running = tools
+                .serve(rmcp::transport::stdio())
+                .await
+                .map_err(|e| Failure::Run(anyhow::anyhow!("MCP over stdio: {e}")))?;
+            running.waiting().await.map_err(|e| Failure::Run(e.into()))?;
+            Ok(())
+        }
+        Some(addr) => {
+            let cfg = http::HttpConfig::from_args(&a).map_err(Failure::Usage)?;
+            http::serve(tools, addr, cfg).await
+        }
+    }
+}
