@@ -355,18 +355,25 @@ fn check_names_the_namespace_and_the_kernel_memory_and_mounts_nothing() {
     assert_eq!(mounts_before, mounts_after, "check mounts nothing");
 }
 
-/// A Prometheus gauge from the agent's /metrics.
-fn metric(addr: &str, name: &str) -> u64 {
+/// The agent's /metrics (with the HTTP head).
+fn metrics(addr: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// A Prometheus gauge from the agent's /metrics.
+fn metric(addr: &str, name: &str) -> u64 {
+    let body = metrics(addr);
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or_else(|| panic!("{name} not in:\n{body}"))
 }
 
+/// Also: the dashboard's agent panels query only metrics the agent exports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_churn_leaves_the_agent_state_flat() {
     if !can_trace() {
@@ -388,8 +395,33 @@ async fn exec_churn_leaves_the_agent_state_flat() {
     assert!(st.success());
     std::thread::sleep(Duration::from_millis(2500));
     let cached = metric(&addr, "ingero_agent_cached_processes");
+    let exported = metrics(&addr);
     let log = agent.stop();
     assert!(cached < 50, "{cached} processes still cached after 2,000 exited\n{log}");
+    dashboard_queries_only(&exported);
+}
+
+/// Every agent metric the Grafana dashboard (deploy/grafana/ingero.json)
+/// queries is in the agent's real /metrics (the aggregator's are checked by
+/// aggregator/tests/dashboard.rs).
+fn dashboard_queries_only(exported: &str) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/ingero.json");
+    let d: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut queried = std::collections::BTreeSet::new();
+    for t in d["panels"].as_array().unwrap().iter().flat_map(|p| p["targets"].as_array().into_iter().flatten()) {
+        let mut rest = t["expr"].as_str().unwrap();
+        while let Some(i) = rest.find("ingero_agent_") {
+            let name: String =
+                rest[i..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+            rest = &rest[i + name.len()..];
+            queried.insert(name);
+        }
+    }
+    assert!(queried.len() >= 8, "the dashboard shows agent health: {queried:?}");
+    let samples: std::collections::BTreeSet<&str> =
+        exported.lines().filter(|l| l.starts_with("ingero_agent_")).filter_map(|l| l.split(['{', ' ']).next()).collect();
+    let missing: Vec<&String> = queried.iter().filter(|n| !samples.contains(n.as_str())).collect();
+    assert!(missing.is_empty(), "the dashboard queries {missing:?}, not in the agent's /metrics:\n{exported}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

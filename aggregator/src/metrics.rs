@@ -31,6 +31,10 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Why a batch is refused (`ingero_ingest_rejects_total{reason}`).
+pub(crate) const REJECT_REASONS: [&str; 6] =
+    ["invalid_argument", "too_large", "rate_limited", "unauthenticated", "bad_token", "wal_unavailable"];
+
 #[derive(Debug)]
 pub struct Metrics {
     pub registry: Registry,
@@ -72,12 +76,21 @@ impl Default for Metrics {
         registry.register("flush_seconds", "Time to write one segment to the store", m.flush_seconds.clone());
         registry.register("wal_sync_seconds", "Write + fsync time of one WAL group commit", m.wal_sync_seconds.clone());
         registry.register("parquet_files_written", "Parquet files written", m.files_written.clone());
+        // Every outcome and refusal reason exists at 0 from the start, so
+        // rate() and the dashboard's panels have a series before the first one.
+        for outcome in [Outcome::stored, Outcome::duplicate, Outcome::rejected] {
+            let _ = m.batches.get_or_create(&OutcomeLabel { outcome });
+        }
+        for reason in REJECT_REASONS {
+            let _ = m.rejects.get_or_create(&ReasonLabel { reason: reason.to_string() });
+        }
         Metrics { registry, ..m }
     }
 }
 
 impl Metrics {
-    pub fn reject(&self, reason: &str) {
+    pub fn reject(&self, reason: &'static str) {
+        debug_assert!(REJECT_REASONS.contains(&reason), "undeclared reject reason {reason}");
         self.batches.get_or_create(&OutcomeLabel { outcome: Outcome::rejected }).inc();
         self.rejects.get_or_create(&ReasonLabel { reason: reason.to_string() }).inc();
     }
