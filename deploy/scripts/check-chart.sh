@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Chart checks run by CI: helm lint, helm template with default / S3 / all-on
-# values, Kubernetes schema validation (kubernetes-validate, strict), yamllint,
-# and the deploy/manifests drift check.
+# / TLS values, refusals of values that cannot work, the Grafana ConfigMap,
+# Kubernetes schema validation (kubernetes-validate, strict), yamllint, and
+# the deploy/manifests drift check.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 chart=deploy/helm/ingero
@@ -17,20 +18,48 @@ echo "helm template: default, S3, everything on"
 helm template ingero "$chart" --namespace ingero >"$tmp/default.yaml"
 helm template ingero "$chart" --namespace ingero -f deploy/helm/ci/s3-values.yaml >"$tmp/s3.yaml"
 helm template ingero "$chart" --namespace ingero -f deploy/helm/ci/all-values.yaml >"$tmp/all.yaml"
+# TLS without client certificates, and a NetworkPolicy with ingress rules only.
+helm template ingero "$chart" --namespace ingero --set tls.enabled=true --set networkPolicy.enabled=true \
+  --set auth.existingSecret=my-token --set auth.secretKey=bearer >"$tmp/tls.yaml"
+grep -q 'value: "https://ingero-aggregator.ingero.svc:7070"' "$tmp/tls.yaml"
+grep -q 'value: /etc/ingero/token/bearer' "$tmp/tls.yaml"
+if grep -q 'INGERO_TLS_CLIENT_CA\|policyTypes: \[Ingress, Egress\]' "$tmp/tls.yaml"; then
+  echo "mutual TLS or agent egress rendered without being asked for" >&2; exit 1
+fi
+grep -q 'INGERO_TLS_CLIENT_CA' "$tmp/all.yaml"
+grep -q 'policyTypes: \[Ingress, Egress\]' "$tmp/all.yaml"
+
+echo "the chart's Grafana dashboard is deploy/grafana/ingero.json"
+python3 - "$tmp/all.yaml" <<'PY'
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "ConfigMap"]
+cm = [d for d in docs if d["metadata"]["name"].endswith("-dashboard")]
+assert len(cm) == 1 and cm[0]["metadata"]["labels"].get("grafana_dashboard") == "1", cm
+assert json.loads(cm[0]["data"]["ingero.json"]) == json.load(open("deploy/grafana/ingero.json"))
+PY
 
 echo "bad values are refused"
 if helm template ingero "$chart" --set aggregator.storage.type=gcs >/dev/null 2>"$tmp/err"; then
   echo "storage.type=gcs was accepted" >&2; exit 1
 fi
 grep -q "storage/type" "$tmp/err"
+if helm template ingero "$chart" --set tls.mutual.enabled=true >/dev/null 2>"$tmp/err"; then
+  echo "mutual TLS without TLS was accepted" >&2; exit 1
+fi
+grep -q "needs tls.enabled" "$tmp/err"
+if helm template ingero "$chart" --set networkPolicy.enabled=true --set networkPolicy.agentEgress.enabled=true \
+  >/dev/null 2>"$tmp/err"; then
+  echo "agent egress without the API server's addresses was accepted" >&2; exit 1
+fi
+grep -q "apiServerCIDRs" "$tmp/err"
 
 echo "kubernetes-validate (strict)"
-for f in default s3 all; do
+for f in default s3 all tls; do
   kubernetes-validate --strict --quiet "$tmp/$f.yaml"
 done
 
 echo "yamllint"
-yamllint -c deploy/.yamllint.yaml "$tmp/default.yaml" "$tmp/s3.yaml" "$tmp/all.yaml" \
+yamllint -c deploy/.yamllint.yaml "$tmp/default.yaml" "$tmp/s3.yaml" "$tmp/all.yaml" "$tmp/tls.yaml" \
   "$chart/values.yaml" "$chart/Chart.yaml" deploy/helm/ci deploy/manifests
 
 echo "manifests drift"

@@ -51,3 +51,20 @@ app.kubernetes.io/component: aggregator
 {{- $name := index . 1 -}}
 {{- printf "%s/%s:%s" $root.Values.image.repository $name (default $root.Chart.AppVersion $root.Values.image.tag) }}
 {{- end }}
+
+{{/* Refuses TLS settings that cannot work. */}}
+{{- define "ingero.tls.check" -}}
+{{- if and .Values.tls.mutual.enabled (not .Values.tls.enabled) }}
+{{- fail "tls.mutual.enabled needs tls.enabled (mutual TLS is TLS with client certificates)" }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret with the CA the agents trust for the aggregator's certificate. */}}
+{{- define "ingero.tls.caSecret" -}}
+{{- default .Values.tls.serverSecret .Values.tls.caSecret -}}
+{{- end }}
+
+{{/* The Secret with the CA the aggregator trusts for agents' certificates. */}}
+{{- define "ingero.tls.clientCASecret" -}}
+{{- default .Values.tls.mutual.agentSecret .Values.tls.mutual.clientCASecret -}}
+{{- end }}
