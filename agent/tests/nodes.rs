@@ -418,8 +418,11 @@ fn dashboard_queries_only(exported: &str) {
         }
     }
     assert!(queried.len() >= 8, "the dashboard shows agent health: {queried:?}");
-    let samples: std::collections::BTreeSet<&str> =
-        exported.lines().filter(|l| l.starts_with("ingero_agent_")).filter_map(|l| l.split(['{', ' ']).next()).collect();
+    let samples: std::collections::BTreeSet<&str> = exported
+        .lines()
+        .filter(|l| l.starts_with("ingero_agent_"))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
     let missing: Vec<&String> = queried.iter().filter(|n| !samples.contains(n.as_str())).collect();
     assert!(missing.is_empty(), "the dashboard queries {missing:?}, not in the agent's /metrics:\n{exported}");
 }

@@ -169,7 +169,7 @@ pub fn check_read_only(query: &str) -> Result<()> {
 }
 
 /// A string as an SQL literal.
-pub(crate) fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 

@@ -120,7 +120,9 @@ async fn every_aggregator_metric_the_dashboard_queries_is_exported() {
     assert!(missing.is_empty(), "the dashboard queries {missing:?}, not in /metrics:\n{metrics}");
     // The labels the panels group by and the variables read.
     assert!(metrics.contains("ingero_straggler_score{training_job=\"train\",node=\"node-2\"}"), "{metrics}");
-    assert!(metrics.contains("ingero_straggler_signal_z{training_job=\"train\",node=\"node-2\",signal=\"runq_share\"}"));
+    assert!(
+        metrics.contains("ingero_straggler_signal_z{training_job=\"train\",node=\"node-2\",signal=\"runq_share\"}")
+    );
     assert!(metrics.contains("ingero_ingest_rejects_total{reason=\"rate_limited\"} 0"), "{metrics}");
     server.shutdown().await.unwrap();
 }

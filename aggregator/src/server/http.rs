@@ -64,7 +64,9 @@ fn ranking_metrics(ranking: &crate::rank::Ranking, dropped: u64) -> String {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         lines.for_each(|l| o.push_str(&l));
     };
-    let node = |st: &crate::rank::detector::Standing| format!("training_job=\"{}\",node=\"{}\"", label(&st.job), label(&st.node));
+    let node = |st: &crate::rank::detector::Standing| {
+        format!("training_job=\"{}\",node=\"{}\"", label(&st.job), label(&st.node))
+    };
     let list = &ranking.stragglers;
     family(
         "ingero_straggler_score",
@@ -79,7 +81,9 @@ fn ranking_metrics(ranking: &crate::rank::Ranking, dropped: u64) -> String {
         &mut list.iter().map(|st| format!("ingero_straggler_flagged{{{}}} {}\n", node(st), st.flagged as u8)),
     );
     let signals = || {
-        list.iter().flat_map(move |st| st.signals.iter().map(move |d| (format!("{},signal=\"{}\"", node(st), label(&d.signal)), d)))
+        list.iter().flat_map(move |st| {
+            st.signals.iter().map(move |d| (format!("{},signal=\"{}\"", node(st), label(&d.signal)), d))
+        })
     };
     family(
         "ingero_straggler_signal_z",

@@ -43,6 +43,9 @@ enum Command {
     Simulate(Box<commands::simulate::SimulateArgs>),
     /// Everything in one minute: in-process server, simulated fleet, one straggler, its report.
     Demo(Box<commands::demo::DemoArgs>),
+    /// Export a time range as a Perfetto trace: nodes side by side, processes,
+    /// threads, outlier calls, scheduler counters, straggler spans.
+    Export(Box<commands::export::ExportArgs>),
     /// Answer an AI assistant over MCP (stdio, or streamable HTTP with --http):
     /// stragglers, stall reports, SQL, names seen, table schemas.
     Mcp(Box<commands::mcp::McpArgs>),
@@ -117,6 +120,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Demo(a) => commands::demo::run(*a).await,
         Command::Import(a) => commands::import::run(*a).await,
         Command::Mcp(a) => commands::mcp::run(*a).await,
+        Command::Export(a) => commands::export::run(*a).await,
         Command::Load(args) => {
             if args.nodes == 0 || args.batches == 0 || args.rows == 0 {
                 return Err(Failure::Usage("--nodes, --batches and --rows must be > 0".into()));

@@ -3,6 +3,7 @@
 //! (`--server`) or straight from a store (`--store`).
 
 pub(crate) mod demo;
+pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod mcp;
 pub(crate) mod report;
