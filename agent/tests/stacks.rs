@@ -208,6 +208,59 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
         std::mem::forget(dir);
     }
     report_names_the_lines(&keep, py312, &file).await;
+    export_draws_each_thread(&keep, py312);
+}
+
+/// `ingero export --format perfetto`, read with Perfetto's own protos: the
+/// process's threads each get a track with their own outlier calls.
+fn export_draws_each_thread(dir: &Path, pid: u32) {
+    let ok = Command::new("python3")
+        .args(["-c", "from perfetto.protos.perfetto.trace import perfetto_trace_pb2"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI needs PyPI perfetto (.ci/run installs it)");
+        return eprintln!("SKIP: PyPI perfetto is not installed");
+    }
+    let (store, trace) = (format!("--store=file://{}", dir.join("data").display()), dir.join("t.pftrace"));
+    ingero(&["export", "--format=perfetto", "--since=10m", &store, &format!("--out={}", trace.display())]);
+    let reader = concat!(env!("CARGO_MANIFEST_DIR"), "/../aggregator/tests/perfetto_read.py");
+    let o = Command::new("python3").arg(reader).arg(&trace).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tracks: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let in_process = |t: &&serde_json::Value| t["path"][1].as_str().is_some_and(|p| p.contains(&format!(" {pid}")));
+    let threads: Vec<&serde_json::Value> = tracks
+        .iter()
+        .filter(in_process)
+        .filter(|t| t["path"].as_array().unwrap().len() == 3 && t["path"][2].as_str().unwrap().starts_with("thread "))
+        .collect();
+    let runtime_calls = |t: &serde_json::Value| -> Vec<(String, u64)> {
+        let s = t["slices"].as_array().unwrap().iter().filter(|s| s["depth"] == 0 && s["categories"][0] == "cudart");
+        s.map(|s| (s["name"].as_str().unwrap().to_string(), s["dur"].as_u64().unwrap())).collect()
+    };
+    let main = threads.iter().find(|t| t["path"][2].as_str().unwrap().ends_with("(main)")).expect("no main thread");
+    let main_calls = runtime_calls(main);
+    let syncs = main_calls.iter().filter(|(op, d)| op == "cudaStreamSynchronize" && *d >= 30_000_000).count();
+    assert_eq!(syncs, 2, "the main thread's two 30 ms syncs: {main_calls:?}");
+    let loaders: Vec<Vec<(String, u64)>> = threads
+        .iter()
+        .filter(|t| !t["path"][2].as_str().unwrap().ends_with("(main)"))
+        .map(|t| runtime_calls(t))
+        .collect();
+    assert_eq!(loaders.len(), 3, "one track per loader thread: {loaders:?}");
+    for l in &loaders {
+        assert_eq!(l.len(), 2, "each loader thread made two slow copies: {l:?}");
+        assert!(l.iter().all(|(op, d)| op == "cudaMemcpy" && *d >= 20_000_000), "{l:?}");
+    }
+    let with_stack =
+        threads.iter().flat_map(|t| t["slices"].as_array().unwrap()).filter(|s| s["args"]["stack_id"].is_string());
+    assert!(with_stack.count() >= 10, "outlier calls carry their stack id");
+    assert!(
+        tracks
+            .iter()
+            .filter(in_process)
+            .any(|t| t["counter_unit"] == "threads" && !t["counters"].as_array().unwrap().is_empty())
+    );
 }
 
 /// The `ingero` CLI, built with the workspace next to the agent.

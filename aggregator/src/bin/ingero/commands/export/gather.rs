@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::datatypes::{DataType, Int64Type, UInt64Type};
 
 use crate::commands::{CmdResult, SourceArgs, sql};
 use ingero_aggregator::query::{quote, time_predicate};
@@ -63,7 +63,7 @@ pub(crate) struct Stall {
     pub op: String,
     pub threshold_ns: i64,
     pub reason: String,
-    pub stack_id: Option<i64>,
+    pub stack_id: Option<u64>,
 }
 
 /// Everything by node, then pid.
@@ -71,10 +71,18 @@ pub(crate) type Nodes = BTreeMap<String, BTreeMap<i64, Process>>;
 
 fn ints(b: &RecordBatch, col: &str) -> Vec<Option<i64>> {
     let Some(c) = b.column_by_name(col) else { return vec![None; b.num_rows()] };
-    // Timestamps cast to their raw µs; unsigned values beyond i64 wrap (ids only).
+    // Timestamps cast to their raw µs.
     let c = arrow::compute::cast(c, &DataType::Int64)
         .unwrap_or_else(|_| arrow::array::new_null_array(&DataType::Int64, b.num_rows()));
     let a = c.as_primitive::<Int64Type>();
+    (0..a.len()).map(|i| a.is_valid(i).then(|| a.value(i))).collect()
+}
+
+/// Unsigned 64-bit ids (stack ids use the whole range: a cast to i64 would null half of them).
+fn u64s(b: &RecordBatch, col: &str) -> Vec<Option<u64>> {
+    let Some(c) = b.column_by_name(col) else { return vec![None; b.num_rows()] };
+    let Ok(c) = arrow::compute::cast(c, &DataType::UInt64) else { return vec![None; b.num_rows()] };
+    let a = c.as_primitive::<UInt64Type>();
     (0..a.len()).map(|i| a.is_valid(i).then(|| a.value(i))).collect()
 }
 
@@ -187,7 +195,7 @@ pub(crate) async fn stalls(
             ints(&b, "event_time"),
             ints(&b, "duration_ns"),
             ints(&b, "threshold_ns"),
-            ints(&b, "stack_id"),
+            u64s(&b, "stack_id"),
         );
         let (lib, op, reason) = (strs(&b, "library"), strs(&b, "op"), strs(&b, "reason"));
         for i in 0..b.num_rows() {

@@ -161,7 +161,7 @@ fn process_tracks(l: &mut Layout, node_track: u64, pid: i64, p: &Process) {
                     arg("library", s.library.as_str()),
                 ];
                 if let Some(id) = s.stack_id {
-                    args.push(arg("stack_id", format!("{:016x}", id as u64)));
+                    args.push(arg("stack_id", format!("{id:016x}")));
                 }
                 let start = ns(s.start_us);
                 Slice {
