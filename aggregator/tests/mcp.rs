@@ -175,7 +175,7 @@ fn mcp_http(args: &[String]) -> (Child, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streamable_http_needs_the_token_and_speaks_tls_in_front_of_a_server() {
+async fn streamable_http_needs_the_token_and_speaks_tls_and_mutual_tls() {
     if !sdk_present() {
         return;
     }
@@ -229,6 +229,45 @@ async fn streamable_http_needs_the_token_and_speaks_tls_in_front_of_a_server() {
         assert!(out["session_error"].is_string() && out.get("calls").is_none(), "token {bad}: a session opened: {out}");
     }
 
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // Mutual TLS, over the store: only a client certificate from the CA gets in.
+    let (client_cert, client_key) = leaf(&authority, &["assistant"]);
+    let (rogue_cert, rogue_key) = leaf(&ca("someone else's CA"), &["assistant"]);
+    let files = [
+        w("client.pem", &client_cert),
+        w("client.key", &client_key),
+        w("rogue.pem", &rogue_cert),
+        w("rogue.key", &rogue_key),
+    ];
+    let args = vec![
+        format!("--store={store}"),
+        "--http=127.0.0.1:0".into(),
+        format!("--http-tls-cert={}", dir.path().join("cert.pem").display()),
+        format!("--http-tls-key={}", dir.path().join("key.pem").display()),
+        format!("--http-tls-client-ca={ca_pem}"),
+    ];
+    let (mut child, url) = tokio::task::spawn_blocking(move || mcp_http(&args)).await.unwrap();
+    let mtls = |cert: &str, key: &str| {
+        let (url, ca_pem, cert, key) = (url.clone(), ca_pem.clone(), cert.to_string(), key.to_string());
+        tokio::task::spawn_blocking(move || {
+            let mut a = vec!["http", &url, "-", &ca_pem];
+            if !cert.is_empty() {
+                a.extend([cert.as_str(), key.as_str()]);
+            }
+            client(&a, &json!([["list_targets", {"kind": "nodes"}]]))
+        })
+    };
+    let (ok_run, out, err) = mtls(&files[0], &files[1]).await.unwrap();
+    let out = out.unwrap_or_else(|| panic!("client failed: {err}"));
+    assert!(ok_run && out.get("connect_error").is_none(), "{out}");
+    assert_eq!(ok(&calls(&out)[0])["row_count"], 6);
+    for (cert, key, who) in [("", "", "no certificate"), (files[2].as_str(), files[3].as_str(), "a rogue CA's")] {
+        let (_, out, err) = mtls(cert, key).await.unwrap();
+        let out = out.unwrap_or_else(|| panic!("client failed: {err}"));
+        assert!(out["connect_error"].is_string(), "{who}: let in: {out}");
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     server.shutdown().await.unwrap();

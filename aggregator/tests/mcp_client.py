@@ -2,7 +2,7 @@
 """Drives `ingero mcp` with the official MCP Python SDK (PyPI `mcp`).
 
 usage: mcp_client.py stdio CALLS_JSON INGERO_BIN ARG...
-       mcp_client.py http  CALLS_JSON URL TOKEN|- CA_PEM|-
+       mcp_client.py http  CALLS_JSON URL TOKEN|- CA_PEM|- [CLIENT_CERT CLIENT_KEY]
 
 CALLS_JSON is a list of [tool, arguments]. Prints one JSON object: the tools
 listed and, per call, whether it was a tool error, its structured content and
@@ -53,19 +53,25 @@ async def main():
         url, token, ca = sys.argv[3], sys.argv[4], sys.argv[5]
         headers = {} if token == "-" else {"Authorization": f"Bearer {token}"}
         verify = ssl.create_default_context(cafile=ca) if ca != "-" else True
+        if len(sys.argv) > 7:
+            verify.load_cert_chain(sys.argv[6], sys.argv[7])
         async with httpx2.AsyncClient(headers=headers, verify=verify, timeout=120) as http:
             # The status a plain request gets (the SDK does not surface a 401).
-            probe = await http.post(
-                url,
-                json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
-                headers={"Accept": "application/json, text/event-stream"},
-            )
+            try:
+                probe = (await http.post(
+                    url,
+                    json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
+                    headers={"Accept": "application/json, text/event-stream"},
+                )).status_code
+            except Exception as e:  # refused in the TLS handshake
+                print(json.dumps({"connect_error": repr(e)}))
+                return
             try:
                 async with Client(streamable_http_client(url, http_client=http)) as client:
                     result = await drive(client, calls)
             except Exception as e:
                 result = {"session_error": repr(e)}
-            result["http_status"] = probe.status_code
+            result["http_status"] = probe
     print(json.dumps(result))
 
 

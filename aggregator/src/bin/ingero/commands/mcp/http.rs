@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Streamable HTTP for `ingero mcp --http`: the MCP service at `/mcp`, the
-//! same bearer-token check as the aggregator's `/api/v1`, optional TLS.
+//! same bearer-token check as the aggregator's `/api/v1`, optional TLS and
+//! mutual TLS (as `ingero serve`'s gRPC).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,14 +33,34 @@ impl HttpConfig {
         let token = a.http_token_file.as_deref().map(ingero_proto::auth::read_token).transpose();
         let token = token.map_err(|e| format!("--http-token-file: {e}"))?.map(Arc::from);
         let tls = match (&a.http_tls_cert, &a.http_tls_key) {
-            (Some(c), Some(k)) => Some(Arc::new(tls_config(c, k)?)),
+            (Some(c), Some(k)) => Some(Arc::new(tls_config(c, k, a.http_tls_client_ca.as_deref())?)),
             _ => None,
         };
         Ok(HttpConfig { token, tls, allowed_hosts: a.allowed_hosts.clone() })
     }
 }
 
-fn tls_config(cert: &std::path::Path, key: &std::path::Path) -> Result<rustls::ServerConfig, String> {
+/// Clients whose certificate `ca` signed, and no others.
+fn client_verifier(
+    ca: &std::path::Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, String> {
+    let what = |e: &dyn std::fmt::Display| format!("--http-tls-client-ca {}: {e}", ca.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).map_err(|e| what(&e))? {
+        roots.add(c.map_err(|e| what(&e))?).map_err(|e| what(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(what(&"no certificate in the file"));
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build().map_err(|e| what(&e))
+}
+
+fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    client_ca: Option<&std::path::Path>,
+) -> Result<rustls::ServerConfig, String> {
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|i| i.collect::<Result<Vec<_>, _>>())
         .map_err(|e| format!("--http-tls-cert {}: {e}", cert.display()))?;
@@ -48,10 +69,14 @@ fn tls_config(cert: &std::path::Path, key: &std::path::Path) -> Result<rustls::S
     }
     let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("--http-tls-key {}: {e}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut c = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
-        .map_err(|e| format!("--http-tls-cert/--http-tls-key: {e}"))?;
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = match client_ca {
+        Some(ca) => builder.with_client_cert_verifier(client_verifier(ca, provider)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut c = builder.with_single_cert(certs, key).map_err(|e| format!("--http-tls-cert/--http-tls-key: {e}"))?;
     c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(c)
 }

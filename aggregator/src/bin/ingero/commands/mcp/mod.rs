@@ -33,6 +33,9 @@ pub(crate) struct McpArgs {
     /// Private key (PEM) for --http-tls-cert.
     #[arg(long, env = "INGERO_MCP_TLS_KEY", requires = "http_tls_cert")]
     pub http_tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must present a certificate signed by this CA (PEM).
+    #[arg(long, env = "INGERO_MCP_TLS_CLIENT_CA", requires = "http_tls_cert")]
+    pub http_tls_client_ca: Option<PathBuf>,
     /// With --http: Host names clients may use (DNS-rebinding protection).
     /// Default: loopback names only, or any host when a token is required.
     #[arg(long = "allowed-host", env = "INGERO_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
