@@ -61,6 +61,12 @@ pub(crate) async fn run(a: McpArgs) -> CmdResult {
     let tools = tools::Ingero::new(a.source.clone(), a.rank.detector(), a.max_rows);
     match a.http {
         None => {
+            if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                eprintln!(
+                    "ingero mcp: speaking MCP (JSON-RPC) on stdin/stdout for an assistant that starts it; \
+                     --http ADDR serves it over HTTP instead (Ctrl-D ends)"
+                );
+            }
             let running = tools
                 .serve(rmcp::transport::stdio())
                 .await
