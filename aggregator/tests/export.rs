@@ -64,8 +64,16 @@ fn nodes_side_by_side_with_straggler_spans_counters_and_real_outlier_calls() {
     }
     let dir = tempfile::tempdir().unwrap();
     let keep = dir.path().join("ds");
-    let o =
-        ingero(&["demo", "--nodes=6", "--duration=12s", "--inject=cpu@2:4s", &format!("--keep={}", keep.display())]);
+    // The demo's page goes to the temp dir, not the working directory.
+    let html = format!("--html={}", dir.path().join("demo.html").display());
+    let o = ingero(&[
+        "demo",
+        "--nodes=6",
+        "--duration=12s",
+        "--inject=cpu@2:4s",
+        &html,
+        &format!("--keep={}", keep.display()),
+    ]);
     assert!(o.status.success(), "demo: {}", String::from_utf8_lossy(&o.stderr));
     let store = format!("file://{}", keep.join("data").display());
     let o = ingero(&["import", REAL_TRACE, "--node=rtx4090", &format!("--store={store}")]);

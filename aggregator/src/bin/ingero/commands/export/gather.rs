@@ -21,8 +21,10 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    fn filter(&self) -> String {
-        let mut f = time_predicate("window_start", self.start_us, self.end_us);
+    /// Rows of the range whose time is in `col` (window_start, or event_time
+    /// for stall_events), in the job and on the nodes asked for.
+    fn filter(&self, col: &str) -> String {
+        let mut f = time_predicate(col, self.start_us, self.end_us);
         if let Some(j) = &self.job {
             f.push_str(&format!(" AND job = {}", quote(j)));
         }
@@ -31,12 +33,6 @@ impl Scope {
             f.push_str(&format!(" AND node IN ({})", list.join(", ")));
         }
         f
-    }
-
-    /// stall_events and host_events are stamped with event_time; their
-    /// partitions still follow window_start's hour.
-    fn event_filter(&self) -> String {
-        self.filter().replacen("window_start >=", "event_time >=", 1).replacen("window_start <", "event_time <", 1)
     }
 }
 
@@ -137,13 +133,12 @@ impl Cols {
 const COMMON: &str = "node, pid, comm, namespace, pod, job, rank";
 
 /// Scheduler windows and call counts of every process in scope.
-pub(crate) async fn windows(source: &SourceArgs, scope: &Scope, nodes: &mut Nodes) -> CmdResult<usize> {
-    let f = scope.filter();
+pub(crate) async fn windows(source: &SourceArgs, scope: &Scope, nodes: &mut Nodes) -> CmdResult {
+    let f = scope.filter("window_start");
     let q = format!(
         "SELECT {COMMON}, window_start, window_us, on_cpu_ns, off_cpu_ns, off_cpu_in_call_ns, runq_wait_ns \
          FROM sched_windows WHERE pid <> 0 AND {f} ORDER BY window_start"
     );
-    let mut rows = 0;
     for b in sql::batches(source, &q).await? {
         let cols = Cols::of(&b);
         let v: Vec<Vec<Option<i64>>> =
@@ -154,7 +149,6 @@ pub(crate) async fn windows(source: &SourceArgs, scope: &Scope, nodes: &mut Node
         let windows: Vec<[i64; 6]> = (0..b.num_rows()).map(|i| std::array::from_fn(|k| v[k][i].unwrap_or(0))).collect();
         for (i, row) in windows.into_iter().enumerate() {
             process(nodes, i, &cols).sched.push(row);
-            rows += 1;
         }
     }
     let q = format!(
@@ -167,10 +161,9 @@ pub(crate) async fn windows(source: &SourceArgs, scope: &Scope, nodes: &mut Node
         for i in 0..b.num_rows() {
             let row = [t[i].unwrap_or(0), w[i].unwrap_or(0), n[i].unwrap_or(0)];
             process(nodes, i, &cols).calls.push(row);
-            rows += 1;
         }
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// The `max` longest outlier calls in scope; returns (kept, found).
@@ -180,7 +173,7 @@ pub(crate) async fn stalls(
     max: usize,
     nodes: &mut Nodes,
 ) -> CmdResult<(usize, usize)> {
-    let f = scope.event_filter();
+    let f = scope.filter("event_time");
     let total = sql::batches(source, &format!("SELECT count(*) AS n FROM stall_events WHERE {f}")).await?;
     let found = total.first().and_then(|b| ints(b, "n").first().copied().flatten()).unwrap_or(0) as usize;
     let q = format!(
