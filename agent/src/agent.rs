@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ingero_proto::auth::ClientAuth;
-use ingero_proto::client::{IngestClient, RetryPolicy};
+use ingero_proto::client::RetryPolicy;
+use ingero_proto::routed::RoutedClient;
 
 use crate::attribution::KubeSources;
 use crate::embedded::Embedded;
@@ -85,8 +86,9 @@ impl Agent {
             }
         };
         let policy = RetryPolicy { give_up_after: Duration::from_secs(2), ..Default::default() };
+        let urls: Vec<String> = url.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
         let client =
-            IngestClient::with_auth(&url, &cfg.probe.node, policy, &auth).map_err(|e| Error::Config(e.to_string()))?;
+            RoutedClient::new(&urls, &cfg.probe.node, policy, &auth).map_err(|e| Error::Config(e.to_string()))?;
         let spool = Spool::open(&cfg.spool_dir.join("batches"), cfg.spool_max)?;
         let ship_stats = Arc::new(ShipStats::default());
         let loop_stats = Arc::new(LoopStats::default());

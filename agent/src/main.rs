@@ -36,7 +36,10 @@ fn parse_bytes(s: &str) -> Result<usize, String> {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// Aggregator gRPC address (e.g. http://ingero:7070).
+    /// Aggregator gRPC address (e.g. http://ingero:7070). With several
+    /// aggregator replicas: every replica's address, comma-separated, as their
+    /// --replicas lists them; this node sends to the one its name hashes to and
+    /// moves to the next if that one stops answering.
     #[arg(long, env = "INGERO_AGGREGATOR", conflicts_with = "store", required_unless_present = "store")]
     aggregator: Option<String>,
     /// Single-node use: write the Parquet dataset here, no server needed (file://, s3://, …).

@@ -292,12 +292,19 @@ async fn windows_spooled_while_the_aggregator_is_away_are_delivered_in_order() {
     let b = Workload::start(&wl, &lib, &["open", "sleep:600", "call:cudaLaunchKernel:222:0", "sleep:1500"], &cg);
     let pb = b.pid();
     b.wait();
-    let spooled = std::fs::read_dir(dir.path().join("spool/batches")).unwrap().count();
+    // Not yet sent (`.pb`); acknowledged ones wait for their commit as `.ack`.
+    let unsent = || {
+        std::fs::read_dir(dir.path().join("spool/batches"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "pb"))
+            .count()
+    };
+    let spooled = unsent();
     assert!(spooled >= 2, "expected spooled batches while the aggregator was down, found {spooled}");
     let server = Server::start(cfg()).await.unwrap();
     // Drained in order once it is back.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::fs::read_dir(dir.path().join("spool/batches")).unwrap().count() > 1 {
+    while unsent() > 1 {
         assert!(std::time::Instant::now() < deadline, "spool not drained");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }

@@ -15,8 +15,8 @@ use arrow::array::RecordBatch;
 use ingero_aggregator::query::QueryEngine;
 use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::rank::history::{self, HistoryRequest};
+use ingero_aggregator::store::flush;
 use ingero_aggregator::store::{Store, StoreUrl};
-use ingero_aggregator::store::{parquet, tiers};
 use ingero_proto::Table;
 use ingero_proto::rows::{BatchBuilder, TimestampUs};
 use ingero_proto::tables::{CallRow, Common, SchedRow};
@@ -120,25 +120,8 @@ fn main() {
                 buffered.entry(t).or_default().push(b.finish().unwrap());
             }
             if (w + 1) % 300 == 0 || w + 1 == secs {
-                // The signal tiers, as the flush writes them.
-                let name = format!("part-{segment:020}");
-                for (tier, hour, b) in tiers::build(&buffered).unwrap() {
-                    store
-                        .put_durable(&tiers::file_key(tier, hour, &name), tiers::encode(&b).unwrap().into())
-                        .await
-                        .unwrap();
-                }
-                for (t, batches) in std::mem::take(&mut buffered) {
-                    for (part, batch) in parquet::partition(t, &batches).unwrap() {
-                        for (chunk, off) in (0..batch.num_rows()).step_by(parquet::FILE_ROWS).enumerate() {
-                            let slice = batch.slice(off, parquet::FILE_ROWS.min(batch.num_rows() - off));
-                            store
-                                .put_durable(&part.file(segment, chunk), parquet::encode(&slice).unwrap().into())
-                                .await
-                                .unwrap();
-                        }
-                    }
-                }
+                // One committed segment, as the flush writes it (tiers included).
+                flush::write_segment(&store, "bench", segment, std::mem::take(&mut buffered)).await.unwrap();
                 segment += 1;
                 eprintln!(
                     "generated {}/{secs} s of {nodes} nodes ({rows_total} rows, {:.0?})",

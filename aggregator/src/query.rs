@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! DataFusion over the Parquet store: read-only SQL with a timeout and a
+//! DataFusion over the store's Delta tables (each at its snapshot): read-only SQL with a timeout and a
 //! memory limit, and the time-pruned scans the history commands use.
 
 use std::sync::Arc;
@@ -19,6 +19,9 @@ use url::Url;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
+use crate::store::delta::log::current;
+use crate::store::delta::visible::Visible;
+use crate::store::state::{BATCHES_TABLE, batches_schema};
 use crate::store::tiers::{self, Tier};
 
 #[derive(Debug, Clone)]
@@ -57,11 +60,28 @@ impl QueryEngine {
             .with_parquet_pruning(true)
             .with_collect_statistics(false);
         let ctx = SessionContext::new_with_config_rt(config, runtime);
+        // Each table reads its Delta snapshot: the live files, nothing else.
+        let mut tables: Vec<(&str, arrow::datatypes::SchemaRef, bool)> = Vec::new();
+        let mut live = Vec::new();
+        let names = Table::ALL
+            .iter()
+            .map(|t| (t.name(), t.schema()))
+            .chain(Tier::ALL.iter().map(|t| (t.name(), tiers::schema())));
+        for (name, schema) in names.chain([(BATCHES_TABLE, batches_schema())]) {
+            let snap = current(store, name).await?;
+            live.extend(snap.keys());
+            tables.push((name, schema, snap.files.is_empty()));
+        }
         let base = match &store.local_dir {
             Some(dir) => {
+                let live = live
+                    .iter()
+                    .map(|k| object_store::path::Path::from_absolute_path(dir.join(k)).map(|p| p.to_string()))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|e| Error::Engine(e.to_string()))?;
                 ctx.register_object_store(
                     &Url::parse("file://").expect("static URL"),
-                    Arc::new(LocalFileSystem::new()),
+                    Arc::new(Visible::new(Arc::new(LocalFileSystem::new()), live)),
                 );
                 Url::from_directory_path(dir).map_err(|_| Error::Engine(format!("bad store dir {}", dir.display())))?
             }
@@ -69,7 +89,8 @@ impl QueryEngine {
                 let u = Url::parse(store.url.as_str()).map_err(|e| Error::Engine(e.to_string()))?;
                 let root = Url::parse(&format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()))
                     .map_err(|e| Error::Engine(e.to_string()))?;
-                ctx.register_object_store(&root, store.object_store.clone());
+                let live = live.iter().map(|k| store.key(k).to_string()).collect();
+                ctx.register_object_store(&root, Arc::new(Visible::new(store.object_store.clone(), live)));
                 let mut s = u.to_string();
                 if !s.ends_with('/') {
                     s.push('/');
@@ -77,15 +98,6 @@ impl QueryEngine {
                 Url::parse(&s).map_err(|e| Error::Engine(e.to_string()))?
             }
         };
-        let mut tables: Vec<(&str, arrow::datatypes::SchemaRef, bool)> = Vec::new();
-        for table in Table::ALL {
-            let empty = crate::store::read::list_files(store, table).await?.is_empty();
-            tables.push((table.name(), table.schema(), empty));
-        }
-        for tier in Tier::ALL {
-            let empty = crate::store::read::list_prefix(store, tier.name()).await?.is_empty();
-            tables.push((tier.name(), tiers::schema(), empty));
-        }
         for (name, schema, empty) in tables {
             register(&ctx, &base, name, schema, empty)?;
         }

@@ -29,6 +29,17 @@ fi
 grep -q 'INGERO_TLS_CLIENT_CA' "$tmp/all.yaml"
 grep -q 'policyTypes: \[Ingress, Egress\]' "$tmp/all.yaml"
 
+# Three replicas on S3: each knows the set and itself, agents get the same list.
+urls="http://ingero-aggregator-0.ingero-aggregator-headless.ingero.svc:7070"
+urls="$urls,http://ingero-aggregator-1.ingero-aggregator-headless.ingero.svc:7070"
+urls="$urls,http://ingero-aggregator-2.ingero-aggregator-headless.ingero.svc:7070"
+[ "$(grep -c "value: \"$urls\"" "$tmp/s3.yaml")" = 2 ] || { echo "replica list not rendered for both sides" >&2; exit 1; }
+grep -q 'http://$(POD_NAME).ingero-aggregator-headless.ingero.svc:7070' "$tmp/s3.yaml"
+grep -q 'clusterIP: None' "$tmp/s3.yaml"
+if grep -q 'INGERO_REPLICAS' "$tmp/default.yaml"; then
+  echo "one aggregator rendered as a replica set" >&2; exit 1
+fi
+
 echo "the chart's Grafana dashboard is deploy/grafana/ingero.json"
 python3 - "$tmp/all.yaml" <<'PY'
 import json, sys, yaml
@@ -52,6 +63,11 @@ if helm template ingero "$chart" --set networkPolicy.enabled=true --set networkP
   echo "agent egress without the API server's addresses was accepted" >&2; exit 1
 fi
 grep -q "apiServerCIDRs" "$tmp/err"
+
+if helm template ingero "$chart" --set aggregator.replicas=2 >/dev/null 2>"$tmp/err"; then
+  echo "two replicas on per-pod PVCs were accepted" >&2; exit 1
+fi
+grep -q "needs aggregator.storage.type=s3" "$tmp/err"
 
 echo "kubernetes-validate (strict)"
 for f in default s3 all tls; do

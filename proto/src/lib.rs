@@ -14,6 +14,8 @@ pub mod auth;
 pub mod client;
 pub mod hist;
 pub mod ipc;
+pub mod route;
+pub mod routed;
 pub mod rows;
 pub mod schema;
 pub mod tables;

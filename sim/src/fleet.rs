@@ -7,9 +7,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ingero_proto::client::{IngestClient, RetryPolicy, SendError, channel};
+use ingero_proto::client::{RetryPolicy, SendError, channel};
+use ingero_proto::pb::PushRequest;
 use ingero_proto::pb::StragglersRequest;
 use ingero_proto::pb::query_client::QueryClient;
+use ingero_proto::routed::{Move, RoutedClient};
 use serde::Serialize;
 use tokio::task::JoinSet;
 
@@ -18,6 +20,8 @@ use crate::model::{RankId, Rng, rows, step_job};
 
 #[derive(Debug, Clone)]
 pub struct SimConfig {
+    /// One aggregator, or every replica's URL comma-separated (nodes are
+    /// routed as agents route them).
     pub server: String,
     pub nodes: usize,
     pub jobs: usize,
@@ -46,6 +50,21 @@ pub struct SimReport {
     pub injections: Vec<InjectionResult>,
     /// Nodes flagged without a straggler fault of their own.
     pub false_flags: Vec<String>,
+    /// Nodes that moved to another replica: seconds from their first
+    /// unanswered push to the first batch the new replica acknowledged.
+    pub failovers: Vec<Failover>,
+    /// Batches the aggregators acknowledged (a batch sent again after a
+    /// failover counts once).
+    pub acknowledged: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Failover {
+    pub node: String,
+    pub to: String,
+    pub secs: f64,
+    /// Acknowledged-but-uncommitted batches sent again to the new replica.
+    pub resent: usize,
 }
 
 pub fn node_name(i: usize) -> String {
@@ -56,9 +75,15 @@ type Flags = Arc<Mutex<HashMap<String, (Instant, Vec<String>)>>>;
 
 /// Runs the fleet in real time; `progress` gets one line per window.
 pub async fn run(cfg: &SimConfig, mut progress: impl FnMut(&str)) -> Result<SimReport, SendError> {
-    let ch = channel(&cfg.server)?;
-    let mut fleet = Fleet::new(cfg, ch.clone());
-    let (flags, poller) = poll_flags(QueryClient::new(ch));
+    let replicas: Vec<(String, tonic::transport::Channel)> = cfg
+        .server
+        .split(',')
+        .map(|u| u.trim())
+        .filter(|u| !u.is_empty())
+        .map(|u| Ok((u.to_string(), channel(u)?)))
+        .collect::<Result<_, SendError>>()?;
+    let mut fleet = Fleet::new(cfg, &replicas);
+    let (flags, poller) = poll_flags(replicas.iter().map(|(_, ch)| QueryClient::new(ch.clone())).collect());
     let windows = cfg.duration.as_secs().max(1);
     let mut report = SimReport { nodes: cfg.nodes, ..Default::default() };
     for w in 0..windows {
@@ -66,7 +91,8 @@ pub async fn run(cfg: &SimConfig, mut progress: impl FnMut(&str)) -> Result<SimR
         tokio::time::sleep_until((fleet.start + Duration::from_secs(w + 1)).into()).await;
         let t0 = Instant::now();
         let (ok, failed) = fleet.push_window(w).await?;
-        report.batches += ok;
+        report.batches += ok + failed as u64;
+        report.acknowledged += ok;
         report.windows += 1;
         let flagged: Vec<String> = flags.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         progress(&format!(
@@ -83,6 +109,7 @@ pub async fn run(cfg: &SimConfig, mut progress: impl FnMut(&str)) -> Result<SimR
     poller.abort();
     let flags = flags.lock().unwrap_or_else(|p| p.into_inner()).clone();
     score(cfg, &flags, fleet.start, &mut report);
+    report.failovers = std::mem::take(&mut fleet.failovers);
     Ok(report)
 }
 
@@ -95,28 +122,82 @@ pub(crate) fn job_layout(cfg: &SimConfig) -> (Vec<Vec<usize>>, Vec<String>) {
     (members, names)
 }
 
+/// One virtual agent's link: its routed client and the batches the
+/// aggregator acknowledged but has not reported committed (an agent's spool
+/// keeps them the same way, to send again after a failover).
+#[derive(Debug, Clone)]
+struct Link {
+    client: RoutedClient,
+    pending: Vec<PushRequest>,
+    unanswered_since: Option<Instant>,
+}
+
+/// Pushes one batch as an agent would; on a failover, re-sends what the
+/// replica left behind had not committed, then the batch. The failover,
+/// if any, is returned with the time it took.
+async fn push_routed(mut l: Link, req: PushRequest) -> (Link, Result<(), SendError>, Option<Failover>) {
+    let mut moved = None;
+    let mut resent_total = 0;
+    let mut queue = vec![req];
+    let mut res = Ok(());
+    while let Some(r) = queue.first().cloned() {
+        let attempt = Instant::now();
+        match l.client.push(&r).await {
+            Ok(resp) => {
+                queue.remove(0);
+                let node = r.node.clone();
+                if resp.reports_commits {
+                    l.pending.push(r);
+                    l.pending.retain(|p| p.sequence > resp.committed_sequence);
+                }
+                if let Some(t) = l.unanswered_since.take() {
+                    let (to, secs) = (l.client.current().into(), t.elapsed().as_secs_f64());
+                    moved = Some(Failover { node, to, secs, resent: resent_total });
+                }
+            }
+            Err(e) => {
+                if l.client.take_move() != Some(Move::Failover) {
+                    res = Err(e);
+                    break;
+                }
+                l.unanswered_since.get_or_insert(attempt);
+                let resent = std::mem::take(&mut l.pending);
+                resent_total += resent.len();
+                queue.splice(0..0, resent);
+            }
+        }
+    }
+    (l, res, moved)
+}
+
 /// Virtual agents: one client per node, nodes dealt round-robin into jobs.
 struct Fleet<'a> {
     cfg: &'a SimConfig,
-    clients: Vec<IngestClient>,
+    links: Vec<Option<Link>>,
     members: Vec<Vec<usize>>,
     job_names: Vec<String>,
     start_us: i64,
     /// When window 0 starts (on a whole second).
     start: Instant,
     rng: Rng,
+    failovers: Vec<Failover>,
 }
 
 impl<'a> Fleet<'a> {
-    fn new(cfg: &'a SimConfig, ch: tonic::transport::Channel) -> Fleet<'a> {
-        let policy = RetryPolicy { give_up_after: Duration::from_secs(5), ..Default::default() };
-        let clients =
-            (0..cfg.nodes).map(|i| IngestClient::with_channel(ch.clone(), &node_name(i), policy.clone())).collect();
+    fn new(cfg: &'a SimConfig, replicas: &[(String, tonic::transport::Channel)]) -> Fleet<'a> {
+        // Short: a replica that does not answer within 2 s is left (agents do the same).
+        let policy = RetryPolicy { give_up_after: Duration::from_secs(2), ..Default::default() };
+        let links = (0..cfg.nodes)
+            .map(|i| {
+                let client = RoutedClient::with_channels(replicas, &node_name(i), policy.clone());
+                Some(Link { client, pending: Vec::new(), unanswered_since: None })
+            })
+            .collect();
         let (members, job_names) = job_layout(cfg);
         let now_us = chrono::Utc::now().timestamp_micros();
         let start_us = now_us - now_us % 1_000_000 + 1_000_000;
         let start = Instant::now() + Duration::from_micros((start_us - now_us) as u64);
-        Fleet { cfg, clients, members, job_names, start_us, start, rng: Rng::new(cfg.seed) }
+        Fleet { cfg, links, members, job_names, start_us, start, rng: Rng::new(cfg.seed), failovers: Vec::new() }
     }
 
     /// Every node's batch for window `w`, pushed concurrently; (acked, failed).
@@ -135,16 +216,23 @@ impl<'a> Fleet<'a> {
                     window_start_us: self.start_us + w as i64 * 1_000_000,
                 };
                 let tables = rows(&id, r, w == 0, &mut self.rng);
-                let mut c = self.clients[node].clone();
-                let req = c.request(&tables)?;
-                set.spawn(async move { c.push(&req).await.map(|_| ()) });
+                // A node whose previous push is still retrying skips this window.
+                let Some(mut link) = self.links[node].take() else { continue };
+                let req = link.client.request(&tables)?;
+                set.spawn(async move { (node, push_routed(link, req).await) });
             }
         }
         let (mut ok, mut failed) = (0, 0);
         while let Some(r) = set.join_next().await {
-            match r {
-                Ok(Ok(())) => ok += 1,
-                _ => failed += 1,
+            let Ok((node, (link, res, moved))) = r else {
+                failed += 1;
+                continue;
+            };
+            self.links[node] = Some(link);
+            self.failovers.extend(moved);
+            match res {
+                Ok(()) => ok += 1,
+                Err(_) => failed += 1,
             }
         }
         Ok((ok, failed))
@@ -152,12 +240,22 @@ impl<'a> Fleet<'a> {
 }
 
 /// Flags seen by polling the server every 100 ms (as a user's alerting would).
-fn poll_flags(mut q: QueryClient<tonic::transport::Channel>) -> (Flags, tokio::task::JoinHandle<()>) {
+/// With replicas, any one answers for all: the first that answers is used.
+fn poll_flags(mut qs: Vec<QueryClient<tonic::transport::Channel>>) -> (Flags, tokio::task::JoinHandle<()>) {
     let flags: Flags = Arc::default();
     let seen = flags.clone();
     let poller = tokio::spawn(async move {
         loop {
-            if let Ok(r) = q.stragglers(StragglersRequest::default()).await
+            let mut answer = None;
+            for q in qs.iter_mut() {
+                let mut req = tonic::Request::new(StragglersRequest::default());
+                req.set_timeout(Duration::from_secs(1));
+                if let Ok(r) = q.stragglers(req).await {
+                    answer = Some(r);
+                    break;
+                }
+            }
+            if let Some(r) = answer
                 && let Ok(v) = serde_json::from_str::<serde_json::Value>(&r.into_inner().json)
             {
                 let now = Instant::now();

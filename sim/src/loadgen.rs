@@ -6,9 +6,10 @@
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
+use ingero_proto::client::{RetryPolicy, SendError};
 use ingero_proto::hist::Histogram;
 use ingero_proto::pb::PushRequest;
+use ingero_proto::routed::RoutedClient;
 use ingero_proto::rows::{BatchBuilder, TimestampUs};
 use ingero_proto::tables::{CallRow, Common, SchedRow};
 use ingero_proto::{Table, Tables};
@@ -135,7 +136,9 @@ pub async fn run(cfg: &LoadConfig) -> Result<LoadReport, SendError> {
     let mut per_node = Vec::new();
     for n in 0..cfg.nodes {
         let node = format!("node-{n}");
-        let mut client = IngestClient::new(&cfg.server, &node, RetryPolicy::default())?;
+        // With several replicas (comma-separated) each node goes to its own, as agents do.
+        let urls: Vec<String> = cfg.server.split(',').map(|u| u.trim().to_string()).collect();
+        let mut client = RoutedClient::new(&urls, &node, RetryPolicy::default(), &Default::default())?;
         let mut reqs: Vec<PushRequest> = Vec::with_capacity(cfg.batches_per_node);
         for b in 0..cfg.batches_per_node {
             let tables = synth_tables(&node, window0 + b as i64 * 1_000_000, cfg.rows_per_batch, (n * 7919 + b) as u64);

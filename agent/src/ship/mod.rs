@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ingero_proto::Tables;
-use ingero_proto::client::{IngestClient, SendError};
-use ingero_proto::pb::PushRequest;
+use ingero_proto::client::SendError;
+use ingero_proto::pb::{PushRequest, PushResponse};
+use ingero_proto::routed::{Move, RoutedClient};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Code;
@@ -31,7 +32,7 @@ pub(crate) struct ShipStats {
 /// is retrying goes to disk at once.
 pub(crate) struct Shipper {
     rx: mpsc::Receiver<Tables>,
-    client: IngestClient,
+    client: RoutedClient,
     spool: Spool,
     stats: Arc<ShipStats>,
     /// After the probe loop stops, how long to keep trying to empty the spool.
@@ -45,7 +46,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 impl Shipper {
     pub(crate) fn new(
         rx: mpsc::Receiver<Tables>,
-        mut client: IngestClient,
+        mut client: RoutedClient,
         spool: Spool,
         stats: Arc<ShipStats>,
         drain_timeout: Duration,
@@ -62,9 +63,19 @@ impl Shipper {
             self.stats.spooled.store(self.spool.files().len() as u64, Ordering::Relaxed);
             let Some((path, req)) = self.spool.oldest() else { continue };
             let pushed = self.push_accepting(&req).await;
+            if self.client.take_move() == Some(Move::Failover) {
+                // The replica left behind may never commit what it acknowledged.
+                let n = self.spool.requeue_acked();
+                tracing::warn!(to = %self.client.current(), resent = n, "sending uncommitted batches to the next replica");
+            }
             match pushed {
-                Ok(_) => {
-                    self.spool.remove(&path);
+                Ok(resp) => {
+                    if resp.reports_commits {
+                        self.spool.mark_acked(&path);
+                        self.spool.forget_committed(resp.committed_sequence);
+                    } else {
+                        self.spool.remove(&path);
+                    }
                     self.stats.sent.fetch_add(1, Ordering::Relaxed);
                     self.backoff = FIRST_BACKOFF;
                 }
@@ -134,16 +145,20 @@ impl Shipper {
 
     /// Sends one batch; windows that arrive meanwhile go to the spool, so an
     /// agent killed during an outage loses nothing it had drained.
-    async fn push_accepting(&mut self, req: &PushRequest) -> Result<(), SendError> {
+    async fn push_accepting(&mut self, req: &PushRequest) -> Result<PushResponse, SendError> {
         let mut pusher = self.client.clone();
-        let push = pusher.push(req);
-        tokio::pin!(push);
-        loop {
-            tokio::select! {
-                r = &mut push => return r.map(|_| ()),
-                t = self.rx.recv(), if self.closing.is_none() => self.on_recv(t),
+        let res = {
+            let push = pusher.push(req);
+            tokio::pin!(push);
+            loop {
+                tokio::select! {
+                    r = &mut push => break r,
+                    t = self.rx.recv(), if self.closing.is_none() => self.on_recv(t),
+                }
             }
-        }
+        };
+        self.client.adopt_route(&pusher);
+        res
     }
 
     async fn wait_backoff(&mut self, e: SendError) {
@@ -167,7 +182,7 @@ fn credentials_refused(s: &tonic::Status) -> bool {
 }
 
 /// Encodes a window's tables with the next sequence and writes them to the spool.
-fn to_spool(client: &mut IngestClient, spool: &mut Spool, tables: &Tables) {
+fn to_spool(client: &mut RoutedClient, spool: &mut Spool, tables: &Tables) {
     match client.request(tables) {
         Ok(req) => {
             if let Err(e) = spool.push(&req) {

@@ -2,6 +2,10 @@
 //! On-disk spool: every batch is written here before it is sent and removed
 //! once acknowledged, so an unreachable aggregator or an agent restart loses
 //! nothing. Bounded: when full, the oldest batches are dropped and counted.
+//!
+//! A batch acknowledged by an aggregator that reports commits stays as
+//! `<seq>.ack` until the aggregator says it is in the store: if that replica
+//! dies first, the batch is sent again to the next one.
 
 use std::fs;
 use std::io::Write;
@@ -19,6 +23,10 @@ pub(crate) struct Spool {
     pub dropped: u64,
 }
 
+fn seq_of(p: &Path) -> Option<u64> {
+    p.file_stem()?.to_str()?.parse().ok()
+}
+
 fn err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Spool { path: path.display().to_string(), source }
 }
@@ -33,21 +41,51 @@ impl Spool {
                 let _ = fs::remove_file(e.path());
             }
         }
-        Ok(Spool { dir: dir.to_path_buf(), max_bytes, dropped: 0 })
+        let s = Spool { dir: dir.to_path_buf(), max_bytes, dropped: 0 };
+        // Not known to be stored: send again (a duplicate is acknowledged, not stored).
+        s.requeue_acked();
+        Ok(s)
     }
 
-    /// Spooled files, oldest (lowest sequence) first, with sizes.
-    pub(crate) fn files(&self) -> Vec<(PathBuf, u64)> {
+    fn listed(&self, ext: &str) -> Vec<(PathBuf, u64)> {
         let mut v: Vec<(PathBuf, u64)> = fs::read_dir(&self.dir)
             .map(|d| {
                 d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().ends_with(".pb"))
+                    .filter(|e| e.path().extension().is_some_and(|x| x == ext))
                     .map(|e| (e.path(), e.metadata().map(|m| m.len()).unwrap_or(0)))
                     .collect()
             })
             .unwrap_or_default();
         v.sort();
         v
+    }
+
+    /// Acknowledged: kept until committed.
+    pub(crate) fn mark_acked(&self, path: &Path) {
+        let _ = fs::rename(path, path.with_extension("ack"));
+    }
+
+    /// Drops acknowledged batches the aggregator has committed.
+    pub(crate) fn forget_committed(&self, committed: u64) {
+        for (p, _) in self.listed("ack") {
+            if seq_of(&p).is_some_and(|s| s <= committed) {
+                let _ = fs::remove_file(p);
+            }
+        }
+    }
+
+    /// Every acknowledged-but-uncommitted batch goes back in the queue.
+    pub(crate) fn requeue_acked(&self) -> usize {
+        let acked = self.listed("ack");
+        for (p, _) in &acked {
+            let _ = fs::rename(p, p.with_extension("pb"));
+        }
+        acked.len()
+    }
+
+    /// Spooled files not yet acknowledged, oldest (lowest sequence) first, with sizes.
+    pub(crate) fn files(&self) -> Vec<(PathBuf, u64)> {
+        self.listed("pb")
     }
 
     #[cfg(test)]
@@ -57,7 +95,7 @@ impl Spool {
 
     /// Highest sequence in the spool (to keep new sequences above it).
     pub(crate) fn max_sequence(&self) -> u64 {
-        self.files().last().and_then(|(p, _)| p.file_stem()?.to_str()?.parse().ok()).unwrap_or(0)
+        self.files().iter().chain(self.listed("ack").iter()).filter_map(|(p, _)| seq_of(p)).max().unwrap_or(0)
     }
 
     /// Writes a batch (atomically: temp file + rename), then enforces the cap.
@@ -68,7 +106,8 @@ impl Spool {
         f.write_all(&req.encode_to_vec()).map_err(err(&tmp))?;
         f.sync_data().map_err(err(&tmp))?;
         fs::rename(&tmp, &path).map_err(err(&path))?;
-        let mut files = self.files();
+        let mut files = self.listed("ack");
+        files.extend(self.files());
         let mut total: u64 = files.iter().map(|f| f.1).sum();
         while total > self.max_bytes && files.len() > 1 {
             let (oldest, size) = files.remove(0);
@@ -138,5 +177,30 @@ mod tests {
         // A restarted agent finds the same queue.
         let mut again = Spool::open(dir.path(), 3_500).unwrap();
         assert_eq!(again.oldest().unwrap().1.sequence, 4);
+    }
+
+    #[test]
+    fn acknowledged_batches_wait_for_their_commit_and_are_resent_after_a_failover() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spool::open(dir.path(), 1 << 20).unwrap();
+        for seq in 1..=4 {
+            s.push(&req(seq, 10)).unwrap();
+        }
+        for _ in 0..3 {
+            let (p, _) = s.oldest().unwrap();
+            s.mark_acked(&p);
+        }
+        assert_eq!(s.oldest().unwrap().1.sequence, 4, "acknowledged batches are not sent again");
+        s.forget_committed(1);
+        assert_eq!(s.max_sequence(), 4);
+        // The replica holding 2 and 3 dies: they go back in the queue, before 4.
+        assert_eq!(s.requeue_acked(), 2);
+        assert_eq!(s.oldest().unwrap().1.sequence, 2);
+        let (p, _) = s.oldest().unwrap();
+        s.mark_acked(&p);
+        // A restarted agent does not know what was committed: it sends again.
+        let mut again = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(again.oldest().unwrap().1.sequence, 2);
+        assert_eq!(again.files().len(), 3);
     }
 }

@@ -69,7 +69,9 @@ impl Stack {
             eat(&f.line.unwrap_or(0).to_le_bytes());
             eat(&f.offset.unwrap_or(0).to_le_bytes());
         }
-        Stack { id: h, frames }
+        // 63 bits: Delta Lake and the engines reading it have no unsigned
+        // 64-bit type, so ids are stored as signed longs (never negative).
+        Stack { id: h & (i64::MAX as u64), frames }
     }
 }
 

@@ -4,8 +4,8 @@
 //!
 //! Every file is read, validated and folded before the first byte is
 //! written, so a bad file leaves the store untouched. File names are a pure
-//! function of the trace and node, so importing the same file again
-//! overwrites instead of duplicating.
+//! function of the trace and node, and every commit carries the trace's
+//! fingerprint as a Delta transaction, so importing a file again adds nothing.
 
 pub(crate) mod fold;
 pub(crate) mod source;
@@ -16,6 +16,8 @@ use std::path::Path;
 use ingero_proto::{Table, Tables};
 
 use crate::error::Result;
+use crate::store::delta::action::Txn;
+use crate::store::flush::{Encoded, EncodedFile, Logs};
 use crate::store::layout::Partition;
 use crate::store::{Store, parquet, tiers};
 
@@ -78,23 +80,34 @@ pub fn fold_file(
     Ok(out)
 }
 
-/// Writes folded files into the store's hive layout.
+/// Writes folded files into the store and commits them to each table's
+/// Delta log. Each file's commits carry `import-<fingerprint>` as a
+/// transaction, so importing the same trace again adds nothing.
 pub async fn write(store: &Store, folded: &[Folded]) -> Result<usize> {
     let mut files = 0;
+    let mut logs = Logs::new("import".into());
     for f in folded {
+        let guard = Txn { app_id: format!("import-{:016x}", f.fingerprint), version: 1, last_updated: None };
+        let mut out = Vec::new();
         for (table, batch) in &f.tables {
+            let mut enc = Vec::new();
             for (part, b) in parquet::partition(*table, std::slice::from_ref(batch))? {
-                let rel = import_file(&part, f.fingerprint);
-                store.put_durable(&rel, parquet::encode(&b)?.into()).await?;
-                files += 1;
+                let key = import_file(&part, f.fingerprint);
+                enc.push(EncodedFile { key, bytes: parquet::encode(&b)?, rows: b.num_rows() });
             }
+            out.push(Encoded { name: table.name().to_string(), schema: table.schema(), files: enc });
         }
         let tables: Vec<(Table, Vec<arrow::array::RecordBatch>)> =
             f.tables.iter().map(|(t, b)| (*t, vec![b.clone()])).collect();
+        let mut tier_files = Vec::new();
         for (tier, hour, b) in tiers::build(tables.iter().map(|(t, b)| (t, b)))? {
-            let rel = tiers::file_key(tier, hour, &format!("import-{:016x}", f.fingerprint));
-            store.put_durable(&rel, tiers::encode(&b)?.into()).await?;
-            files += 1;
+            let key = tiers::file_key(tier, hour, &format!("import-{:016x}", f.fingerprint));
+            tier_files.push((tier, EncodedFile { key, bytes: tiers::encode(&b)?, rows: b.num_rows() }));
+        }
+        out.extend(Encoded::tiers(tier_files));
+        for t in out {
+            let info = serde_json::json!({"import": f.file, "node": f.node});
+            files += logs.commit_table(store, t, &guard, info).await? as usize;
         }
     }
     Ok(files)

@@ -17,6 +17,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use detector::{Detector, DetectorConfig, Standing};
+use signals::{NodeWindowKey, Signals};
 
 /// The JSON document of `/api/v1/stragglers` and `ingero stragglers --format json`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -28,6 +29,17 @@ pub struct Ranking {
     /// Every node's score per bin (history with the detector's `timeline` on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+    /// With several replicas: each one and whether it answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaAnswer>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct ReplicaAnswer {
+    pub replica: String,
+    pub answered: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Nodes × time: the fleet view's heatmap.
@@ -86,31 +98,53 @@ impl Ranking {
             jobs: d.jobs(),
             stragglers: d.standings(job, 1.0),
             timeline: None,
+            replicas: Vec::new(),
         }
     }
 }
 
 /// Handle shared by the ingest path (feeds) and the API (reads).
+/// Decides which window signals this replica ranks itself (the jobs it
+/// owns) and sends the rest to their owners.
+pub trait SignalRouter: Send + Sync + std::fmt::Debug {
+    /// Takes the signals of accepted batches; returns those ranked here.
+    fn route(&self, sigs: Vec<(NodeWindowKey, Signals)>) -> Vec<(NodeWindowKey, Signals)>;
+}
+
+enum Feed {
+    Tables(Vec<(Table, Vec<RecordBatch>)>),
+    /// Already routed here (forwarded by another replica, or re-routed).
+    Signals(Vec<(NodeWindowKey, Signals)>),
+}
+
 #[derive(Debug, Clone)]
 pub struct LiveRanker {
-    tx: mpsc::Sender<Vec<(Table, Vec<RecordBatch>)>>,
+    tx: mpsc::Sender<Feed>,
     pub detector: Arc<Mutex<Detector>>,
     pub dropped: Arc<std::sync::atomic::AtomicU64>,
+    router: Arc<std::sync::OnceLock<Arc<dyn SignalRouter>>>,
 }
 
 impl LiveRanker {
     /// Starts the ranking task; windows are judged when complete or after `grace`.
     pub fn start(cfg: DetectorConfig, grace: Duration) -> LiveRanker {
-        let (tx, mut rx) = mpsc::channel::<Vec<(Table, Vec<RecordBatch>)>>(8192);
+        let (tx, mut rx) = mpsc::channel::<Feed>(8192);
         let detector = Arc::new(Mutex::new(Detector::new(cfg)));
-        let d = detector.clone();
+        let router: Arc<std::sync::OnceLock<Arc<dyn SignalRouter>>> = Default::default();
+        let (d, r) = (detector.clone(), router.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
                 tokio::select! {
                     msg = rx.recv() => {
-                        let Some(tables) = msg else { break };
-                        let sigs = signals::from_tables(tables.iter().map(|(t, b)| (t, b)));
+                        let sigs = match msg {
+                            None => break,
+                            Some(Feed::Signals(s)) => s,
+                            Some(Feed::Tables(tables)) => {
+                                let sigs = signals::from_tables(tables.iter().map(|(t, b)| (t, b))).into_iter().collect();
+                                match r.get() { Some(router) => router.route(sigs), None => sigs }
+                            }
+                        };
                         let mut det = d.lock().unwrap_or_else(|p| p.into_inner());
                         for (k, s) in sigs {
                             det.add(k, &s);
@@ -124,12 +158,24 @@ impl LiveRanker {
                 }
             }
         });
-        LiveRanker { tx, detector, dropped: Default::default() }
+        LiveRanker { tx, detector, dropped: Default::default(), router }
+    }
+
+    /// Sends the signals of jobs other replicas own to them (set once, at start).
+    pub fn set_router(&self, router: Arc<dyn SignalRouter>) {
+        let _ = self.router.set(router);
     }
 
     /// Feeds an accepted batch; never blocks ingest (a full queue drops and counts).
     pub fn feed(&self, tables: Vec<(Table, Vec<RecordBatch>)>) {
-        if self.tx.try_send(tables).is_err() {
+        if self.tx.try_send(Feed::Tables(tables)).is_err() {
+            self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Feeds signals routed to this replica.
+    pub fn feed_signals(&self, sigs: Vec<(NodeWindowKey, Signals)>) {
+        if self.tx.try_send(Feed::Signals(sigs)).is_err() {
             self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }

@@ -128,7 +128,7 @@ pub(crate) const DEVICE_WAIT_HIGH: SignalSpec = SignalSpec {
 };
 
 /// Signals of one node in one window.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Signals {
     pub runq_ns: f64,
     pub offcpu_ns: f64,
@@ -184,7 +184,7 @@ impl Signals {
 }
 
 /// Key of a node-window.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct NodeWindowKey {
     pub job: String,
     pub node: String,

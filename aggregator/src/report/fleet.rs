@@ -354,6 +354,7 @@ mod tests {
             jobs: 1,
             stragglers: vec![standing],
             timeline: Some(tl),
+            replicas: Vec::new(),
         }
     }
 

@@ -25,6 +25,7 @@ pub(crate) struct QueryService {
     /// flag must include the windows that caused it).
     pub committer: Committer,
     pub last_flush: tokio::sync::Mutex<Option<std::time::Instant>>,
+    pub replicas: Option<std::sync::Arc<crate::server::replicas::Replicas>>,
 }
 
 /// Queries within this long of a flush reuse it (no file per query).
@@ -55,6 +56,7 @@ impl QueryService {
             detector: cfg.detector.clone(),
             committer: committer.clone(),
             last_flush: Default::default(),
+            replicas: None,
         }
     }
 
@@ -89,7 +91,10 @@ impl Query for QueryService {
         let r = request.into_inner();
         let job = (!r.job.is_empty()).then_some(r.job.as_str());
         let ranking = if r.since_secs == 0 && r.start_us == 0 {
-            self.ranker.ranking(job)
+            match &self.replicas {
+                Some(set) if !r.local_only => set.fleet_ranking(job).await,
+                _ => self.ranker.ranking(job),
+            }
         } else {
             let (start_us, end_us) = range(r.since_secs, r.start_us);
             let req = HistoryRequest { start_us, end_us, job: job.map(String::from), resolution: None };

@@ -21,11 +21,15 @@ pub(crate) struct HttpState {
     /// Set once the WAL is replayed and the gRPC listener is up.
     pub ready: AtomicBool,
     pub ranker: LiveRanker,
+    pub replicas: Option<Arc<crate::server::replicas::Replicas>>,
 }
 
 #[derive(Debug, Deserialize)]
 struct StragglerQuery {
     job: Option<String>,
+    /// With replicas: only this replica's jobs.
+    #[serde(default)]
+    local_only: bool,
 }
 
 /// Probes and metrics are open; the data API needs the bearer token when one is set.
@@ -112,7 +116,10 @@ fn label(v: &str) -> String {
 }
 
 async fn stragglers(State(s): State<Arc<HttpState>>, Query(q): Query<StragglerQuery>) -> impl IntoResponse {
-    Json(s.ranker.ranking(q.job.as_deref()))
+    match &s.replicas {
+        Some(r) if !q.local_only => Json(r.fleet_ranking(q.job.as_deref()).await),
+        _ => Json(s.ranker.ranking(q.job.as_deref())),
+    }
 }
 
 async fn readyz(State(s): State<Arc<HttpState>>) -> impl IntoResponse {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use ingero_proto::pb::ingest_server::Ingest;
-use ingero_proto::pb::{PushRequest, PushResponse};
+use ingero_proto::pb::{ForwardRequest, ForwardResponse, PushRequest, PushResponse};
 use ingero_proto::{Table, ipc};
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -78,6 +78,7 @@ impl Ingest for IngestService {
                 accepted.node, self.limits.node_rows_per_sec
             )));
         }
+        let node = accepted.node.clone();
         // Batches share their column buffers: the copy for ranking is cheap.
         let for_ranking = self.ranker.as_ref().map(|_| accepted.tables.clone());
         match self.committer.push(accepted).await {
@@ -85,11 +86,28 @@ impl Ingest for IngestService {
                 if let (Some(r), Some(t), false) = (&self.ranker, for_ranking, ack.duplicate) {
                     r.feed(t);
                 }
-                Ok(Response::new(PushResponse { duplicate: ack.duplicate, rows: ack.rows }))
+                Ok(Response::new(PushResponse {
+                    duplicate: ack.duplicate,
+                    rows: ack.rows,
+                    committed_sequence: self.committer.committed(&node),
+                    reports_commits: true,
+                }))
             }
             Err(e @ Error::ShuttingDown) => Err(Status::unavailable(e.to_string())),
             Err(e) => Err(Status::unavailable(format!("batch not stored, retry later: {e}"))),
         }
+    }
+
+    async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<ForwardResponse>, Status> {
+        let req = request.into_inner();
+        let sigs = crate::server::replicas::decode(&req.signals_json).map_err(Status::invalid_argument)?;
+        let n = sigs.len() as u64;
+        match &self.ranker {
+            Some(r) => r.feed_signals(sigs),
+            None => return Err(Status::unimplemented("this server does not rank")),
+        }
+        tracing::trace!(from = %req.from, signals = n, "forwarded signals");
+        Ok(Response::new(ForwardResponse { accepted: n }))
     }
 }
 

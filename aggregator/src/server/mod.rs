@@ -12,6 +12,7 @@ pub(crate) mod grpc_query;
 pub(crate) mod http;
 pub mod ingest;
 pub(crate) mod ratelimit;
+pub mod replicas;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use crate::rank::LiveRanker;
 use crate::rank::detector::DetectorConfig;
 use crate::server::http::{HttpState, router};
 use crate::server::ingest::{IngestService, Limits};
+use crate::server::replicas::{ReplicaConfig, Replicas};
 use crate::store::commit::{CommitConfig, Committer};
 use crate::store::{Store, StoreOptions, StoreUrl};
 #[cfg(feature = "query")]
@@ -52,6 +54,12 @@ pub struct ServeConfig {
     /// How long a window waits for late nodes before it is judged anyway.
     pub grace: std::time::Duration,
     pub auth: crate::server::auth::ServerAuth,
+    /// Several replicas as one aggregator (`--replicas`); None for one.
+    pub replicas: Option<ReplicaConfig>,
+    /// Compact and vacuum the tables this often (None: never).
+    pub maintain_every: Option<std::time::Duration>,
+    /// Vacuum deletes files removed (or never committed) longer ago than this.
+    pub vacuum_retention: std::time::Duration,
 }
 
 /// A running aggregator.
@@ -63,6 +71,7 @@ pub struct Server {
     pub metrics: Arc<Metrics>,
     pub store: Store,
     pub ranker: LiveRanker,
+    pub replicas: Option<Arc<Replicas>>,
     stop: Option<oneshot::Sender<()>>,
     done: JoinHandle<Result<()>>,
 }
@@ -79,39 +88,21 @@ impl Server {
         let http_addr = http.local_addr().ctx(|| "local address".into())?;
 
         let ranker = LiveRanker::start(cfg.detector.clone(), cfg.grace);
-        let state = Arc::new(HttpState { metrics: metrics.clone(), ready: false.into(), ranker: ranker.clone() });
+        let replicas = cfg.replicas.clone().map(|r| Replicas::start(r, &ranker)).transpose()?;
+        let state = Arc::new(HttpState {
+            metrics: metrics.clone(),
+            ready: false.into(),
+            ranker: ranker.clone(),
+            replicas: replicas.clone(),
+        });
         let http_task = tokio::spawn({
             let app = router(state.clone(), cfg.auth.token.clone());
             async move { axum::serve(http, app).await }
         });
 
         let (committer, pipeline) = Committer::start(store.clone(), cfg.commit.clone(), metrics.clone()).await?;
-        let rate = Arc::new(crate::server::ratelimit::RateLimiter::new(
-            cfg.limits.node_rows_per_sec,
-            cfg.limits.node_burst_secs,
-        ));
-        let service = IngestService {
-            rate,
-            committer: committer.clone(),
-            ranker: Some(ranker.clone()),
-            limits: cfg.limits.clone(),
-            metrics: metrics.clone(),
-        };
-        // tonic enforces the size limit while decoding; allow a little framing slack
-        // so the handler's own check (which names the flag) usually answers first.
-        let ingest = IngestServer::new(service)
-            .max_decoding_message_size(cfg.limits.max_message_bytes + 1024)
-            .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
-            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let check = crate::server::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
-        #[allow(unused_mut)] // without the `query` feature only ingest is served
-        let mut routes = tonic::service::Routes::new(InterceptedService::new(ingest, check.clone()));
-        #[cfg(feature = "query")]
-        {
-            let query = crate::server::grpc_query::QueryService::new(&store, &ranker, &cfg, &committer);
-            routes = routes.add_service(InterceptedService::new(QueryServer::new(query), check));
-        }
+        let routes = grpc_routes(&cfg, &store, &committer, &ranker, &replicas, &metrics);
         let mut builder = tonic::transport::Server::builder();
         if let Some(tls) = cfg.auth.tls_config() {
             builder = builder.tls_config(tls).map_err(|e| Error::Config(format!("TLS: {e}")))?;
@@ -129,6 +120,9 @@ impl Server {
         state.ready.store(true, Ordering::Release);
         tracing::info!(grpc = %grpc_addr, http = %http_addr, store = %cfg.store, "ingero serve ready");
 
+        let upkeep = cfg
+            .maintain_every
+            .map(|every| tokio::spawn(maintain(store.clone(), every, cfg.vacuum_retention, replicas.clone())));
         let flush = committer.clone();
         let done = tokio::spawn(async move {
             let res = grpc_server.await;
@@ -138,10 +132,13 @@ impl Server {
             drop(flush);
             let _ = pipeline.await;
             http_task.abort();
+            if let Some(u) = upkeep {
+                u.abort();
+            }
             res.map_err(|e| Error::State(format!("gRPC server: {e}")))?;
             flushed
         });
-        Ok(Server { grpc_addr, http_addr, committer, metrics, store, ranker, stop: Some(stop_tx), done })
+        Ok(Server { grpc_addr, http_addr, committer, metrics, store, ranker, replicas, stop: Some(stop_tx), done })
     }
 
     pub fn grpc_url(&self) -> String {
@@ -165,6 +162,45 @@ impl Server {
     }
 }
 
+/// The gRPC services behind the token check: ingest always, query with the
+/// `query` feature.
+fn grpc_routes(
+    cfg: &ServeConfig,
+    store: &Store,
+    committer: &Committer,
+    ranker: &LiveRanker,
+    replicas: &Option<Arc<Replicas>>,
+    metrics: &Arc<Metrics>,
+) -> tonic::service::Routes {
+    let rate =
+        Arc::new(crate::server::ratelimit::RateLimiter::new(cfg.limits.node_rows_per_sec, cfg.limits.node_burst_secs));
+    let service = IngestService {
+        rate,
+        committer: committer.clone(),
+        ranker: Some(ranker.clone()),
+        limits: cfg.limits.clone(),
+        metrics: metrics.clone(),
+    };
+    // tonic enforces the size limit while decoding; allow a little framing slack
+    // so the handler's own check (which names the flag) usually answers first.
+    let ingest = IngestServer::new(service)
+        .max_decoding_message_size(cfg.limits.max_message_bytes + 1024)
+        .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let check = crate::server::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
+    #[allow(unused_mut)] // without the `query` feature only ingest is served
+    let mut routes = tonic::service::Routes::new(InterceptedService::new(ingest, check.clone()));
+    #[cfg(feature = "query")]
+    {
+        let mut query = crate::server::grpc_query::QueryService::new(store, ranker, cfg, committer);
+        query.replicas = replicas.clone();
+        routes = routes.add_service(InterceptedService::new(QueryServer::new(query), check));
+    }
+    #[cfg(not(feature = "query"))]
+    let _ = (store, replicas);
+    routes
+}
+
 /// tonic answers an over-limit message with OUT_OF_RANGE; gRPC convention
 /// (and our contract) is RESOURCE_EXHAUSTED.
 fn remap_too_large<B>(mut resp: ::http::Response<B>) -> ::http::Response<B> {
@@ -179,6 +215,32 @@ fn remap_too_large<B>(mut resp: ::http::Response<B>) -> ::http::Response<B> {
         }
     }
     resp
+}
+
+/// Compacts and vacuums every `every` the tables this replica looks after
+/// (all of them when it is the only one).
+async fn maintain(
+    store: Store,
+    every: std::time::Duration,
+    retention: std::time::Duration,
+    set: Option<Arc<Replicas>>,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let mine = |t: &str| set.as_ref().is_none_or(|s| s.owns(t));
+        match crate::store::upkeep::run(&store, retention, mine).await {
+            Ok(u) if u == Default::default() => {}
+            Ok(u) => tracing::info!(
+                compacted = u.compacted_files,
+                written = u.written_files,
+                vacuumed = u.deleted_files,
+                "table upkeep"
+            ),
+            Err(e) => tracing::warn!(error = %e, "table upkeep failed; next try in {every:?}"),
+        }
+    }
 }
 
 impl ServeConfig {
@@ -197,6 +259,9 @@ impl ServeConfig {
             detector: DetectorConfig::default(),
             grace: std::time::Duration::from_millis(1500),
             auth: Default::default(),
+            replicas: None,
+            maintain_every: Some(std::time::Duration::from_secs(600)),
+            vacuum_retention: std::time::Duration::from_secs(7 * 24 * 3600),
         }
     }
 }

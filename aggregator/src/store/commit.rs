@@ -19,9 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::Store;
-use super::parquet;
-use super::state::CommitState;
-use super::tiers;
+use super::flush::{self, Logs, NodeRange, Sealed};
+use super::state::{CommitState, SharedHighWater, writer_id};
 use super::wal::Wal;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Outcome, OutcomeLabel, TableLabel};
@@ -59,13 +58,6 @@ enum Cmd {
     Flush(oneshot::Sender<Result<()>>),
 }
 
-struct Sealed {
-    segment: u64,
-    tables: BTreeMap<Table, Vec<RecordBatch>>,
-    rows: usize,
-    high_water: BTreeMap<String, u64>,
-}
-
 enum FlushJob {
     Segment(Sealed),
     Barrier(oneshot::Sender<Result<()>>),
@@ -75,16 +67,24 @@ enum FlushJob {
 struct Buffer {
     tables: BTreeMap<Table, Vec<RecordBatch>>,
     rows: usize,
+    nodes: BTreeMap<String, NodeRange>,
     since: Option<Instant>,
 }
 
 impl Buffer {
-    fn add(&mut self, tables: Vec<(Table, Vec<RecordBatch>)>) {
+    fn add(&mut self, node: &str, seq: u64, tables: Vec<(Table, Vec<RecordBatch>)>) {
+        let mut rows = 0;
         for (t, batches) in tables {
-            self.rows += batches.iter().map(|b| b.num_rows()).sum::<usize>();
+            rows += batches.iter().map(|b| b.num_rows()).sum::<usize>();
             self.tables.entry(t).or_default().extend(batches);
         }
+        self.rows += rows;
+        NodeRange::add(&mut self.nodes, node, seq, rows as u64);
         self.since.get_or_insert_with(Instant::now);
+    }
+
+    fn seal(self, segment: u64) -> Sealed {
+        Sealed { segment, tables: self.tables, rows: self.rows, nodes: self.nodes }
     }
 }
 
@@ -92,12 +92,29 @@ impl Buffer {
 #[derive(Debug, Clone)]
 pub struct Committer {
     tx: mpsc::Sender<Cmd>,
+    committed: Committed,
+}
+
+/// Highest sequence per node known to be in the store (what agents may
+/// forget); shared by the flusher, which raises it, and the ingest service.
+pub(crate) type Committed = Arc<std::sync::RwLock<std::collections::HashMap<String, u64>>>;
+
+fn raise(committed: &Committed, nodes: &BTreeMap<String, NodeRange>) {
+    let mut c = committed.write().unwrap_or_else(|e| e.into_inner());
+    for (node, r) in nodes {
+        let v = c.entry(node.clone()).or_insert(0);
+        *v = (*v).max(r.last);
+    }
 }
 
 impl Committer {
     /// Replays the WAL into the store, then starts the pipeline tasks.
     pub async fn start(store: Store, cfg: CommitConfig, metrics: Arc<Metrics>) -> Result<(Committer, JoinHandle<()>)> {
-        let mut state = CommitState::load(&store).await?;
+        let dir = cfg.wal_dir.clone();
+        let writer =
+            tokio::task::spawn_blocking(move || writer_id(&dir)).await.map_err(|e| Error::State(e.to_string()))??;
+        let mut state = CommitState::load(&store, &writer).await?;
+        let mut logs = Logs::new(writer);
         let dir = cfg.wal_dir.clone();
         let committed = state.committed_segment;
         let (wal, replay) = tokio::task::spawn_blocking(move || Wal::open(&dir, committed))
@@ -115,27 +132,24 @@ impl Committer {
                 }
                 let tables = decode_tables(&req)?;
                 state.record(&req.node, req.sequence);
-                buf.add(tables);
+                buf.add(&req.node, req.sequence, tables);
             }
             tracing::info!(segment = seg.segment, rows = buf.rows, "replaying write-ahead log segment");
-            let sealed = Sealed {
-                segment: seg.segment,
-                tables: buf.tables,
-                rows: buf.rows,
-                high_water: state.high_water.clone(),
-            };
-            commit_segment(&store, &cfg.wal_dir, &mut state, sealed, &metrics).await?;
+            commit_segment(&store, &cfg.wal_dir, &mut logs, Arc::new(buf.seal(seg.segment)), &metrics).await?;
         }
 
+        let committed: Committed = Arc::new(std::sync::RwLock::new(state.high_water.clone().into_iter().collect()));
         let (tx, rx) = mpsc::channel(4096);
         let (ftx, frx) = mpsc::channel(2);
-        let flusher = tokio::spawn(flusher(store, cfg.wal_dir.clone(), state.clone(), frx, metrics.clone()));
-        let owner = tokio::spawn(wal_owner(wal, state.high_water, cfg, rx, ftx, metrics));
+        let flusher =
+            tokio::spawn(flusher(store.clone(), cfg.wal_dir.clone(), (logs, committed.clone()), frx, metrics.clone()));
+        let shared = SharedHighWater::new(store.clone());
+        let owner = tokio::spawn(wal_owner(wal, (state.high_water, shared), cfg, rx, ftx, metrics));
         let handle = tokio::spawn(async move {
             let _ = owner.await;
             let _ = flusher.await;
         });
-        Ok((Committer { tx }, handle))
+        Ok((Committer { tx, committed }, handle))
     }
 
     /// Makes a batch durable; resolves once it is fsynced (or found to be a duplicate).
@@ -143,6 +157,11 @@ impl Committer {
         let (tx, rx) = oneshot::channel();
         self.tx.send(Cmd::Push(Box::new(batch), tx)).await.map_err(|_| Error::ShuttingDown)?;
         rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Highest sequence of `node` in the store (0 when none).
+    pub fn committed(&self, node: &str) -> u64 {
+        self.committed.read().unwrap_or_else(|e| e.into_inner()).get(node).copied().unwrap_or(0)
     }
 
     /// Writes everything acknowledged so far to the store.
@@ -171,7 +190,7 @@ type Fresh = Vec<(Box<Accepted>, PushReply)>;
 /// and seals segments by size, by age and on request.
 async fn wal_owner(
     mut wal: Wal,
-    mut high_water: BTreeMap<String, u64>,
+    (mut high_water, mut shared): (BTreeMap<String, u64>, SharedHighWater),
     cfg: CommitConfig,
     mut rx: mpsc::Receiver<Cmd>,
     ftx: mpsc::Sender<FlushJob>,
@@ -185,12 +204,13 @@ async fn wal_owner(
             cmd = rx.recv() => match cmd { Some(c) => c, None => break },
             _ = tick.tick() => {
                 if buf.since.is_some_and(|s| s.elapsed() >= cfg.flush_age) {
-                    wal = seal(wal, &mut buf, &high_water, &ftx, &metrics).await;
+                    wal = seal(wal, &mut buf, &ftx, &metrics).await;
                 }
                 continue;
             }
         };
         let (pushes, flushes) = take_group(first, &mut rx);
+        shared.merge(pushes.iter().map(|(a, _)| a.node.as_str()), &mut high_water).await;
         let (mut fresh, dups) = split_duplicates(pushes, &high_water);
         let (w, res) = append(wal, &mut fresh, &metrics).await;
         wal = w;
@@ -198,7 +218,7 @@ async fn wal_owner(
         answer(res, fresh, dups, &mut high_water, &mut buf, &metrics, &wal_dir);
         metrics.buffered_rows.set(buf.rows as i64);
         if buf.rows >= cfg.flush_rows || (!flushes.is_empty() && buf.rows > 0) {
-            wal = seal(wal, &mut buf, &high_water, &ftx, &metrics).await;
+            wal = seal(wal, &mut buf, &ftx, &metrics).await;
         }
         for reply in flushes {
             let _ = ftx.send(FlushJob::Barrier(reply)).await;
@@ -206,7 +226,7 @@ async fn wal_owner(
     }
     // Channel closed: flush what is left so shutdown loses nothing buffered.
     if buf.rows > 0 {
-        let _ = seal(wal, &mut buf, &high_water, &ftx, &metrics).await;
+        let _ = seal(wal, &mut buf, &ftx, &metrics).await;
     }
 }
 
@@ -284,7 +304,7 @@ fn answer(
                 metrics.bytes.inc_by(a.ipc_bytes);
                 metrics.batches.get_or_create(&OutcomeLabel { outcome: Outcome::stored }).inc();
                 let rows = a.rows;
-                buf.add(a.tables);
+                buf.add(&a.node, a.sequence, a.tables);
                 let _ = reply.send(Ok(Ack { duplicate: false, rows }));
             }
             for reply in dups {
@@ -307,13 +327,7 @@ fn answer(
 }
 
 /// Seals the current segment and queues its rows for the store.
-async fn seal(
-    mut wal: Wal,
-    buf: &mut Buffer,
-    high_water: &BTreeMap<String, u64>,
-    ftx: &mpsc::Sender<FlushJob>,
-    metrics: &Metrics,
-) -> Wal {
+async fn seal(mut wal: Wal, buf: &mut Buffer, ftx: &mpsc::Sender<FlushJob>, metrics: &Metrics) -> Wal {
     if buf.rows == 0 {
         return wal;
     }
@@ -333,9 +347,8 @@ async fn seal(
             }
         }
     };
-    let b = std::mem::take(buf);
+    let sealed = std::mem::take(buf).seal(segment);
     metrics.buffered_rows.set(0);
-    let sealed = Sealed { segment, tables: b.tables, rows: b.rows, high_water: high_water.clone() };
     // Bounded: when the store falls behind, ingest waits here (back-pressure).
     let _ = ftx.send(FlushJob::Segment(sealed)).await;
     wal
@@ -344,7 +357,7 @@ async fn seal(
 async fn flusher(
     store: Store,
     wal_dir: PathBuf,
-    mut state: CommitState,
+    (mut logs, committed): (Logs, Committed),
     mut rx: mpsc::Receiver<FlushJob>,
     metrics: Arc<Metrics>,
 ) {
@@ -358,8 +371,11 @@ async fn flusher(
                 let segment = sealed.segment;
                 let sealed = Arc::new(sealed);
                 loop {
-                    match commit_segment_arc(&store, &wal_dir, &mut state, sealed.clone(), &metrics).await {
-                        Ok(()) => break,
+                    match commit_segment(&store, &wal_dir, &mut logs, sealed.clone(), &metrics).await {
+                        Ok(()) => {
+                            raise(&committed, &sealed.nodes);
+                            break;
+                        }
                         Err(e) => {
                             metrics.flush_errors.inc();
                             tracing::warn!(segment, error = %e, retry_in = ?backoff, "flush failed; data is safe in the WAL");
@@ -373,68 +389,17 @@ async fn flusher(
     }
 }
 
+/// Commits a sealed segment to the store, then drops its WAL file.
 async fn commit_segment(
     store: &Store,
     wal_dir: &std::path::Path,
-    state: &mut CommitState,
-    sealed: Sealed,
-    metrics: &Metrics,
-) -> Result<()> {
-    commit_segment_arc(store, wal_dir, state, Arc::new(sealed), metrics).await
-}
-
-/// Writes a sealed segment's files, then the state, then drops the WAL segment.
-async fn commit_segment_arc(
-    store: &Store,
-    wal_dir: &std::path::Path,
-    state: &mut CommitState,
+    logs: &mut Logs,
     sealed: Arc<Sealed>,
     metrics: &Metrics,
 ) -> Result<()> {
     let started = Instant::now();
-    // Partition on one thread per table, then encode chunks in parallel: a
-    // chunk is a file, so the names stay a pure function of the segment.
-    let mut parts = Vec::new();
-    for &table in sealed.tables.keys() {
-        let s = sealed.clone();
-        parts.push(tokio::task::spawn_blocking(move || parquet::partition(table, &s.tables[&table])));
-    }
-    let mut encodes = Vec::new();
-    for p in parts {
-        let p = p.await.map_err(|e| Error::State(format!("partitioner panicked: {e}")))??;
-        for (part, batch) in p {
-            let rows = batch.num_rows();
-            for (chunk, offset) in (0..rows).step_by(parquet::FILE_ROWS).enumerate() {
-                let slice = batch.slice(offset, parquet::FILE_ROWS.min(rows - offset));
-                let key = part.file(sealed.segment, chunk);
-                encodes.push(tokio::task::spawn_blocking(move || -> Result<Vec<(String, Vec<u8>)>> {
-                    Ok(vec![(key, parquet::encode(&slice)?)])
-                }));
-            }
-        }
-    }
-    // The detector's inputs at every tier, from the same rows (a replayed
-    // segment rewrites the same keys).
-    let s = sealed.clone();
-    encodes.push(tokio::task::spawn_blocking(move || -> Result<Vec<(String, Vec<u8>)>> {
-        let name = format!("part-{:020}", s.segment);
-        tiers::build(&s.tables)?
-            .into_iter()
-            .map(|(tier, hour, b)| Ok((tiers::file_key(tier, hour, &name), tiers::encode(&b)?)))
-            .collect()
-    }));
-    for e in encodes {
-        let files = e.await.map_err(|e| Error::State(format!("encoder panicked: {e}")))??;
-        for (key, bytes) in files {
-            store.put_durable(&key, bytes.into()).await?;
-            metrics.files_written.inc();
-        }
-    }
-    let mut next = state.clone();
-    next.committed_segment = sealed.segment;
-    next.high_water = sealed.high_water.clone();
-    next.save(store).await?;
-    *state = next;
+    let files = flush::commit(store, logs, sealed.clone()).await?;
+    metrics.files_written.inc_by(files);
     let dir = wal_dir.to_path_buf();
     let seg = sealed.segment;
     tokio::task::spawn_blocking(move || Wal::remove(&dir, seg)).await.map_err(|e| Error::State(e.to_string()))??;

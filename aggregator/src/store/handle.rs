@@ -10,7 +10,7 @@ use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode};
 
 use super::url::{StoreOptions, StoreUrl};
 use crate::error::{Error, IoContext, Result};
@@ -86,6 +86,25 @@ impl Store {
                 .map_err(|e| Error::State(e.to_string()))??;
         }
         Ok(())
+    }
+}
+
+impl Store {
+    /// Creates an object only if it does not exist yet (the Delta log's
+    /// commit protocol); `false` when another writer created it first.
+    pub async fn put_if_absent(&self, rel: &str, bytes: bytes::Bytes) -> Result<bool> {
+        match self.object_store.put_opts(&self.key(rel), bytes.into(), PutMode::Create.into()).await {
+            Ok(_) => {}
+            Err(object_store::Error::AlreadyExists { .. }) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(dir) = &self.local_dir {
+            let path = dir.join(rel);
+            tokio::task::spawn_blocking(move || fsync_file_and_dir(&path))
+                .await
+                .map_err(|e| Error::State(e.to_string()))??;
+        }
+        Ok(true)
     }
 }
 

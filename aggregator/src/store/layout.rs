@@ -30,16 +30,13 @@ impl Partition {
         hour_dir(self.table.name(), self.hour)
     }
 
-    /// File written for this partition by one WAL segment. The name is a pure
-    /// function of the segment, so replaying a segment after a crash
-    /// overwrites a half-finished flush instead of duplicating it.
-    pub fn file(&self, segment: u64, chunk: usize) -> String {
-        format!("{}/part-{segment:020}-{chunk:04}.parquet", self.dir())
+    /// File written for this partition by one writer's WAL segment. The
+    /// name is a pure function of writer and segment, so replaying a segment
+    /// after a crash overwrites a half-finished flush instead of adding one.
+    pub fn file(&self, writer: &str, segment: u64, chunk: usize) -> String {
+        format!("{}/part-{writer}-{segment:020}-{chunk:04}.parquet", self.dir())
     }
 }
-
-/// Key of the commit state object.
-pub(crate) const STATE_KEY: &str = "_ingero/state.json";
 
 #[cfg(test)]
 mod tests {
@@ -51,7 +48,10 @@ mod tests {
         let us = 1_795_242_600_000_000;
         let p = Partition { table: Table::CallWindows, hour: hour_of(us) };
         assert_eq!(p.dir(), "call_windows/date=2026-11-21/hour=06");
-        assert_eq!(p.file(7, 1), "call_windows/date=2026-11-21/hour=06/part-00000000000000000007-0001.parquet");
+        assert_eq!(
+            p.file("ab12", 7, 1),
+            "call_windows/date=2026-11-21/hour=06/part-ab12-00000000000000000007-0001.parquet"
+        );
         assert_eq!(hour_of(-1), -1);
     }
 }

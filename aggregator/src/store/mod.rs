@@ -2,12 +2,15 @@
 //! Persistence: object-store selection, WAL, commit pipeline, Parquet layout.
 
 pub mod commit;
+pub mod delta;
+pub mod flush;
 pub mod handle;
 pub(crate) mod layout;
 pub mod parquet;
 pub mod read;
-pub(crate) mod state;
+pub mod state;
 pub mod tiers;
+pub mod upkeep;
 pub mod url;
 pub(crate) mod wal;
 

@@ -68,7 +68,7 @@ pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Parti
 /// Encodes a partition as one zstd Parquet file with page statistics,
 /// sorted by (node, window_start, pid).
 pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let sorted = sort_if_needed(batch)?;
+    let sorted = super::delta::schema::to_storage(&sort_if_needed(batch)?)?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_statistics_enabled(EnabledStatistics::Page)
@@ -149,6 +149,7 @@ mod tests {
         let md = reader.metadata().clone();
         let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
         let back = concat_batches(&back[0].schema(), &back).unwrap();
+        let back = crate::store::delta::schema::to_logical(&back, &Table::CgroupWindows.schema()).unwrap();
         let pids = back.column(7).as_any().downcast_ref::<UInt32Array>().unwrap();
         let ts = back.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
         assert_eq!(pids.values().to_vec(), vec![1, 1, 2]);

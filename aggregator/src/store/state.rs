@@ -1,41 +1,82 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Commit state kept in the store: the last flushed WAL segment and the
-//! highest sequence stored per node. Written after a segment's Parquet files,
-//! so it never claims data that is not there.
+//! What the store already holds, for exactly-once ingest: the last WAL
+//! segment this writer committed and the highest batch sequence stored per
+//! node. Both are Delta transaction versions (`txn` actions) of the
+//! `ingest_batches` table, committed after a segment's data, so they never
+//! claim rows that are not there and every writer sharing the store sees
+//! what the others stored.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use object_store::ObjectStoreExt;
-use serde::{Deserialize, Serialize};
 
 use super::Store;
-use super::layout::STATE_KEY;
-use crate::error::{Error, Result};
+use super::delta::Snapshot;
+use crate::error::{Error, IoContext, Result};
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The Delta table listing every stored batch range (one row per node per
+/// segment): the audit trail of exactly-once, readable by any engine.
+pub const BATCHES_TABLE: &str = "ingest_batches";
+
+/// Left by stores written before the Delta layout.
+const OLD_STATE_KEY: &str = "_ingero/state.json";
+
+pub fn batches_schema() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| {
+        let u = |n: &str| Field::new(n, DataType::UInt64, false);
+        Arc::new(Schema::new(vec![
+            Field::new("writer", DataType::Utf8, false),
+            u("segment"),
+            Field::new("node", DataType::Utf8, false),
+            u("first_sequence"),
+            u("last_sequence"),
+            u("batches"),
+            u("rows"),
+            Field::new("committed_at", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        ]))
+    })
+    .clone()
+}
+
+/// Transaction app id of a writer (its WAL's segments are its versions).
+pub fn writer_app(writer: &str) -> String {
+    format!("ingero-writer-{writer}")
+}
+
+/// Transaction app id of a node (its batch sequences are its versions).
+pub fn node_app(node: &str) -> String {
+    format!("node:{node}")
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct CommitState {
-    /// Every WAL segment up to and including this one is in the store.
+    /// Every WAL segment of this writer up to this one is in the store.
     pub committed_segment: u64,
-    /// Highest batch sequence stored, per node.
+    /// Highest batch sequence stored, per node (by any writer).
     pub high_water: BTreeMap<String, u64>,
 }
 
 impl CommitState {
-    pub(crate) async fn load(store: &Store) -> Result<CommitState> {
-        match store.object_store.get(&store.key(STATE_KEY)).await {
-            Ok(r) => {
-                let bytes = r.bytes().await?;
-                serde_json::from_slice(&bytes)
-                    .map_err(|e| Error::State(format!("{STATE_KEY} in {} is corrupt: {e}", store.url)))
-            }
-            Err(object_store::Error::NotFound { .. }) => Ok(CommitState::default()),
-            Err(e) => Err(e.into()),
+    pub(crate) async fn load(store: &Store, writer: &str) -> Result<CommitState> {
+        let snap = Snapshot::load(store, BATCHES_TABLE).await?;
+        if snap.version.is_none() && store.object_store.head(&store.key(OLD_STATE_KEY)).await.is_ok() {
+            return Err(Error::State(format!(
+                "{} was written by an ingero before 0.2 (plain Parquet and {OLD_STATE_KEY}); \
+                 this version writes Delta Lake tables: give it a new store URL",
+                store.url
+            )));
         }
-    }
-
-    pub(crate) async fn save(&self, store: &Store) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| Error::State(e.to_string()))?;
-        store.put_durable(STATE_KEY, json.into()).await
+        let committed_segment = snap.txns.get(&writer_app(writer)).map_or(0, |&v| v.max(0) as u64);
+        let high_water = snap
+            .txns
+            .iter()
+            .filter_map(|(app, &v)| Some((app.strip_prefix("node:")?.to_string(), v.max(0) as u64)))
+            .collect();
+        Ok(CommitState { committed_segment, high_water })
     }
 
     /// True when `(node, seq)` is already stored or earlier than what is.
@@ -44,11 +85,79 @@ impl CommitState {
     }
 
     pub(crate) fn record(&mut self, node: &str, seq: u64) {
-        match self.high_water.get_mut(node) {
-            Some(hw) => *hw = (*hw).max(seq),
-            None => {
-                self.high_water.insert(node.to_string(), seq);
+        let hw = self.high_water.entry(node.to_string()).or_insert(seq);
+        *hw = (*hw).max(seq);
+    }
+}
+
+/// Brings a writer's in-memory high-waters up to what every writer has
+/// committed: a node that moved here from another replica must have the
+/// batches that one stored counted as duplicates when they are re-sent.
+#[derive(Debug)]
+pub(crate) struct SharedHighWater {
+    store: Store,
+    checked: Option<std::time::Instant>,
+    /// Nodes that have pushed here (a merge also learns of others' nodes,
+    /// so knowing a node's high-water does not mean it was seen here).
+    seen: std::collections::HashSet<String>,
+}
+
+impl SharedHighWater {
+    /// Longest a known node's store high-water may be stale.
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+    pub(crate) fn new(store: Store) -> SharedHighWater {
+        SharedHighWater { store, checked: None, seen: Default::default() }
+    }
+
+    /// Merges the store's node versions in when a node is new here or the
+    /// last look is older than [`Self::EVERY`]. A failed read keeps what is known.
+    pub(crate) async fn merge<'a>(
+        &mut self,
+        nodes: impl Iterator<Item = &'a str>,
+        high_water: &mut BTreeMap<String, u64>,
+    ) {
+        let mut unknown = false;
+        for n in nodes {
+            if !self.seen.contains(n) {
+                self.seen.insert(n.to_string());
+                unknown = true;
             }
         }
+        if !unknown && self.checked.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return;
+        }
+        self.checked = Some(std::time::Instant::now());
+        match super::delta::log::current(&self.store, BATCHES_TABLE).await {
+            Ok(snap) => {
+                for (app, &v) in &snap.txns {
+                    if let Some(node) = app.strip_prefix("node:") {
+                        let hw = high_water.entry(node.to_string()).or_insert(0);
+                        *hw = (*hw).max(v.max(0) as u64);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read other writers' high-waters; using this writer's"),
+        }
     }
+}
+
+/// This WAL's writer id: made once, kept in the WAL directory, so file
+/// names and transaction ids stay the same across restarts and differ
+/// between replicas sharing a store.
+pub(crate) fn writer_id(wal_dir: &Path) -> Result<String> {
+    let path = wal_dir.join("writer-id");
+    match std::fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).ctx(|| format!("reading {}", path.display())),
+    }
+    std::fs::create_dir_all(wal_dir).ctx(|| format!("creating {}", wal_dir.display()))?;
+    let id = format!("{:016x}", rand::random::<u64>());
+    let tmp = wal_dir.join("writer-id.tmp");
+    std::fs::write(&tmp, &id).ctx(|| format!("writing {}", tmp.display()))?;
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).ctx(|| format!("fsync {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).ctx(|| format!("renaming {}", path.display()))?;
+    Ok(id)
 }

@@ -16,7 +16,6 @@ use arrow::array::{
     UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimeUnit, UInt64Type};
-use futures::TryStreamExt;
 use ingero_proto::Table;
 use object_store::ObjectStoreExt;
 use parquet::arrow::ArrowWriter;
@@ -204,9 +203,10 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
         .set_statistics_enabled(EnabledStatistics::Chunk)
         .set_created_by(format!("ingero {}", env!("CARGO_PKG_VERSION")))
         .build();
+    let batch = super::delta::schema::to_storage(batch)?;
     let mut buf = Vec::new();
     let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props))?;
-    w.write(batch)?;
+    w.write(&batch)?;
     w.close()?;
     Ok(buf)
 }
@@ -217,37 +217,18 @@ pub fn file_key(tier: Tier, hour: i64, name: &str) -> String {
     format!("{}/{name}.parquet", hour_dir(tier.name(), hour))
 }
 
-/// Every file of a tier whose hour partition overlaps [start, end). Short
-/// ranges list day by day (a store keeps every day it ever saw); long ones
-/// list the tier once. Files are kept by their partition's hour.
+/// Every live file of a tier (its Delta snapshot) whose hour partition
+/// overlaps [start, end).
 pub async fn files_in_range(store: &Store, tier: Tier, start_us: i64, end_us: i64) -> Result<Vec<String>> {
     let (lo, hi) = (hour_of(start_us), hour_of(end_us.saturating_sub(1)));
-    let prefixes: Vec<String> = if hi - lo < 24 * 31 {
-        let mut days: Vec<String> = (lo..=hi).map(|h| day_dir(tier.name(), h)).collect();
-        days.dedup();
-        days
-    } else {
-        vec![tier.name().to_string()]
-    };
-    let mut files = Vec::new();
-    for p in prefixes {
-        let listed: Vec<String> =
-            store.object_store.list(Some(&store.key(&p))).map_ok(|m| m.location.to_string()).try_collect().await?;
-        files.extend(
-            listed
-                .into_iter()
-                .filter(|k| k.ends_with(".parquet"))
-                .filter(|k| partition_hour(k).is_some_and(|h| (lo..=hi).contains(&h))),
-        );
-    }
+    let snap = super::delta::log::current(store, tier.name()).await?;
+    let mut files: Vec<String> = snap
+        .keys()
+        .filter(|k| partition_hour(k).is_some_and(|h| (lo..=hi).contains(&h)))
+        .map(|k| store.key(&k).to_string())
+        .collect();
     files.sort();
     Ok(files)
-}
-
-/// `<tier>/date=YYYY-MM-DD` of an hour.
-fn day_dir(name: &str, hour: i64) -> String {
-    let d = hour_dir(name, hour);
-    d[..d.rfind('/').unwrap_or(d.len())].to_string()
 }
 
 /// Hours since the epoch of a key's `date=YYYY-MM-DD/hour=HH` partition.
@@ -273,7 +254,7 @@ pub async fn read(store: &Store, tier: Tier, start_us: i64, end_us: i64) -> Resu
                 let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.with_batch_size(64 * 1024).build()?;
                 let mut out = Vec::new();
                 for b in reader {
-                    out.push(b?);
+                    out.push(super::delta::schema::to_logical(&b?, &schema())?);
                 }
                 Ok(out)
             })
@@ -479,7 +460,6 @@ mod tests {
             let h = hour_of(us);
             let key = file_key(Tier::Minute, h, "part-1");
             assert_eq!(partition_hour(&format!("prefix/{key}")), Some(h), "{key}");
-            assert!(key.starts_with(&format!("{}/hour=", day_dir(Tier::Minute.name(), h))), "{key}");
         }
         assert_eq!(partition_hour("signal_windows/x.parquet"), None);
     }
@@ -507,7 +487,7 @@ mod tests {
             .unwrap()
             .build()
             .unwrap()
-            .map(|b| b.unwrap())
+            .map(|b| crate::store::delta::schema::to_logical(&b.unwrap(), &schema()).unwrap())
             .collect();
         let tb = TierBatch::new(&back[0]).unwrap();
         let nodes: Vec<&str> = (0..tb.len()).map(|i| tb.row(i).node).collect();

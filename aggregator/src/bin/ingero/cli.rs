@@ -11,6 +11,7 @@ use ingero_aggregator::query::QueryLimits;
 use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::server::ServeConfig;
 use ingero_aggregator::server::ingest::Limits;
+use ingero_aggregator::server::replicas::ReplicaConfig;
 use ingero_aggregator::store::commit::CommitConfig;
 use ingero_aggregator::store::url::DEFAULT_STORE;
 use ingero_aggregator::store::{StoreOptions, StoreUrl};
@@ -95,6 +96,27 @@ pub(crate) struct ServeArgs {
     /// Mutual TLS: clients must present a certificate signed by this CA (PEM).
     #[arg(long, env = "INGERO_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Several `ingero serve` as one aggregator: every replica's gRPC URL, the
+    /// same list in the same order on each replica and agent. Agents send each
+    /// node to one replica (rendezvous hash of the node name); each job's live
+    /// ranking runs on one replica; a live straggler query on any replica asks
+    /// all and names those that do not answer. All share --store.
+    #[arg(long, env = "INGERO_REPLICAS", value_delimiter = ',', requires = "replica_self")]
+    pub replicas: Vec<String>,
+    /// This replica's own URL as written in --replicas.
+    #[arg(long, env = "INGERO_REPLICA_SELF", requires = "replicas")]
+    pub replica_self: Option<String>,
+    /// CA bundle (PEM) of the other replicas' TLS certificates (https:// URLs).
+    #[arg(long, env = "INGERO_REPLICA_TLS_CA")]
+    pub replica_tls_ca: Option<PathBuf>,
+    /// Compact small files of settled hours and vacuum this often (0s: never).
+    /// With replicas, each table is looked after by one of them.
+    #[arg(long, env = "INGERO_MAINTAIN_EVERY", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub maintain_every: Duration,
+    /// Vacuum deletes files compacted away (or never committed) longer ago than
+    /// this; a query running longer than it could miss files.
+    #[arg(long, env = "INGERO_VACUUM_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
+    pub vacuum_retention: Duration,
     #[command(flatten)]
     pub rank: RankArgs,
 }
@@ -192,7 +214,26 @@ impl ServeArgs {
                 self.tls_client_ca.as_deref(),
             )
             .map_err(|e| e.to_string())?,
+            replicas: self.replica_config()?,
+            maintain_every: (!self.maintain_every.is_zero()).then_some(self.maintain_every),
+            vacuum_retention: self.vacuum_retention,
         })
+    }
+
+    fn replica_config(&self) -> Result<Option<ReplicaConfig>, String> {
+        let Some(me) = &self.replica_self else { return Ok(None) };
+        let auth = ingero_proto::auth::ClientAuth::from_files(
+            self.token_file.as_deref(),
+            self.replica_tls_ca.as_deref(),
+            None,
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = self.replicas.iter().find(|u| !seen.insert(u.as_str())) {
+            return Err(format!("--replicas names {dup} twice"));
+        }
+        ReplicaConfig::new(self.replicas.clone(), me, auth).map(Some).map_err(|e| e.to_string())
     }
 }
 

@@ -57,7 +57,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct LoadArgs {
-    /// Aggregator gRPC address.
+    /// Aggregator gRPC address; with replicas, every replica's, comma-separated.
     #[arg(long, env = "INGERO_SERVER", default_value = "http://127.0.0.1:7070")]
     server: String,
     /// Simulated nodes sending concurrently.

@@ -68,3 +68,33 @@ app.kubernetes.io/component: aggregator
 {{- define "ingero.tls.clientCASecret" -}}
 {{- default .Values.tls.mutual.agentSecret .Values.tls.mutual.clientCASecret -}}
 {{- end }}
+
+{{/* The headless Service that gives each aggregator replica a DNS name. */}}
+{{- define "ingero.aggregator.headless" -}}
+{{- printf "%s-headless" (include "ingero.aggregator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* gRPC scheme of the aggregator. */}}
+{{- define "ingero.aggregator.scheme" -}}
+{{- if .Values.tls.enabled }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/* Every aggregator replica's gRPC URL, comma-separated, in ordinal order
+(the same list for the replicas' --replicas and the agents' --aggregator). */}}
+{{- define "ingero.aggregator.replicaURLs" -}}
+{{- $urls := list }}
+{{- $full := include "ingero.aggregator.fullname" . }}
+{{- $headless := include "ingero.aggregator.headless" . }}
+{{- $scheme := include "ingero.aggregator.scheme" . }}
+{{- range $i := until (int .Values.aggregator.replicas) }}
+{{- $urls = append $urls (printf "%s://%s-%d.%s.%s.svc:%v" $scheme $full $i $headless $.Release.Namespace $.Values.aggregator.grpcPort) }}
+{{- end }}
+{{- join "," $urls }}
+{{- end }}
+
+{{/* Several replicas share one store: a PVC per pod cannot be shared. */}}
+{{- define "ingero.replicas.check" -}}
+{{- if and (gt (int .Values.aggregator.replicas) 1) (ne .Values.aggregator.storage.type "s3") }}
+{{- fail "aggregator.replicas > 1 needs aggregator.storage.type=s3: replicas share one store (each pod's PVC only holds its write-ahead log)" }}
+{{- end }}
+{{- end }}

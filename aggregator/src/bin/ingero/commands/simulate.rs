@@ -15,7 +15,8 @@ use ingero_sim::fleet::{self, SimConfig, SimReport};
 
 #[derive(Debug, Args)]
 pub(crate) struct SimulateArgs {
-    /// Aggregator gRPC address.
+    /// Aggregator gRPC URL; with replicas, every replica's URL comma-separated
+    /// (each simulated node is routed as an agent would be).
     #[arg(long, env = "INGERO_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
     /// Simulated nodes (named node-0 … node-N-1), one rank each.
@@ -104,6 +105,18 @@ pub(crate) fn print_report(r: &SimReport) {
         println!("false flags: none");
     } else {
         println!("false flags: {}", r.false_flags.join(", "));
+    }
+    println!("batches: {} sent, {} acknowledged", r.batches, r.acknowledged);
+    if !r.failovers.is_empty() {
+        let mut secs: Vec<f64> = r.failovers.iter().map(|f| f.secs).collect();
+        secs.sort_by(f64::total_cmp);
+        let resent: usize = r.failovers.iter().map(|f| f.resent).sum();
+        println!(
+            "failovers: {} nodes moved to another replica in {:.1}s median, {:.1}s max; {resent} uncommitted batches sent again",
+            secs.len(),
+            secs[secs.len() / 2],
+            secs[secs.len() - 1]
+        );
     }
 }
 

@@ -80,7 +80,13 @@ pub(crate) async fn fetch(
 ) -> CmdResult<serde_json::Value> {
     if let Some(mut c) = source.client().await? {
         let (since_secs, start_us) = since.map_or((0, 0), |s| s.wire());
-        let req = ingero_proto::pb::StragglersRequest { job: job.unwrap_or_default(), since_secs, start_us, timeline };
+        let req = ingero_proto::pb::StragglersRequest {
+            job: job.unwrap_or_default(),
+            since_secs,
+            start_us,
+            timeline,
+            ..Default::default()
+        };
         let json = c.stragglers(req).await.map_err(status_failure)?.into_inner().json;
         return Ok(serde_json::from_str(&json)?);
     }
@@ -121,6 +127,19 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
             if s["flagged"] == true { "YES" } else { "no" },
             since,
             cut(top, room.max(12))
+        ));
+    }
+    // Several replicas: say which answered; a silent one's jobs may be missing.
+    let replicas = r["replicas"].as_array().unwrap_or(&empty);
+    let down: Vec<&serde_json::Value> = replicas.iter().filter(|a| a["answered"] != true).collect();
+    if !replicas.is_empty() {
+        o.push_str(&format!("replicas: {} of {} answered\n", replicas.len() - down.len(), replicas.len()));
+    }
+    for d in down {
+        let why = cut(d["error"].as_str().unwrap_or("no answer"), 40);
+        o.push_str(&format!(
+            "  NOT ANSWERING {} ({why}): its jobs may be missing\n",
+            d["replica"].as_str().unwrap_or("?")
         ));
     }
     o

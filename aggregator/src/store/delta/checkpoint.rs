@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Delta checkpoints: the whole state of a table at one version in one
+//! Parquet file, so readers (ours and every other engine) stop replaying
+//! the log from version 0. A checkpoint row is an action; the Parquet
+//! columns are the actions' JSON fields, so rows are built from, and read
+//! back into, the same JSON lines the commits hold.
+
+use std::io::Cursor;
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+use object_store::ObjectStoreExt;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::action::{self, Action, Txn};
+use super::log::Snapshot;
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// A checkpoint every this many commits (Delta's own default).
+pub const EVERY: u64 = 100;
+
+fn checkpoint_key(table: &str, version: u64) -> String {
+    format!("{table}/_delta_log/{version:020}.checkpoint.parquet")
+}
+
+fn s(name: &str) -> Field {
+    Field::new(name, DataType::Utf8, true)
+}
+
+fn l(name: &str) -> Field {
+    Field::new(name, DataType::Int64, true)
+}
+
+fn map(name: &str) -> Field {
+    Field::new_map(name, "key_value", Field::new("key", DataType::Utf8, false), s("value"), false, true)
+}
+
+fn st(name: &str, fields: Vec<Field>) -> Field {
+    Field::new(name, DataType::Struct(Fields::from(fields)), true)
+}
+
+/// The checkpoint schema of the spec, for the actions this store writes.
+fn schema() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| {
+        Arc::new(Schema::new(vec![
+            st("txn", vec![s("appId"), l("version"), l("lastUpdated")]),
+            st(
+                "add",
+                vec![
+                    s("path"),
+                    map("partitionValues"),
+                    l("size"),
+                    l("modificationTime"),
+                    Field::new("dataChange", DataType::Boolean, true),
+                    s("stats"),
+                ],
+            ),
+            st("remove", vec![s("path"), l("deletionTimestamp"), Field::new("dataChange", DataType::Boolean, true)]),
+            st(
+                "metaData",
+                vec![
+                    s("id"),
+                    s("name"),
+                    s("description"),
+                    st("format", vec![s("provider"), map("options")]),
+                    s("schemaString"),
+                    Field::new_list("partitionColumns", Field::new_list_field(DataType::Utf8, true), true),
+                    map("configuration"),
+                    l("createdTime"),
+                ],
+            ),
+            st(
+                "protocol",
+                vec![
+                    Field::new("minReaderVersion", DataType::Int32, true),
+                    Field::new("minWriterVersion", DataType::Int32, true),
+                ],
+            ),
+        ]))
+    })
+    .clone()
+}
+
+/// The actions that rebuild `snap`.
+fn actions(snap: &Snapshot) -> Vec<Action> {
+    let mut out = Vec::new();
+    out.extend(snap.protocol.clone().map(Action::Protocol));
+    out.extend(snap.metadata.clone().map(Action::MetaData));
+    let mut txns: Vec<(&String, &i64)> = snap.txns.iter().collect();
+    txns.sort();
+    out.extend(
+        txns.into_iter().map(|(app, &version)| Action::Txn(Txn { app_id: app.clone(), version, last_updated: None })),
+    );
+    out.extend(snap.files.values().cloned().map(Action::Add));
+    // Tombstones a reader may still need (vacuum has not deleted them yet).
+    let keep_after = chrono::Utc::now().timestamp_millis() - TOMBSTONE_RETENTION_MS;
+    out.extend(snap.tombstones.iter().filter(|&(_, &t)| t >= keep_after).map(|(path, &t)| {
+        Action::Remove(super::action::Remove { path: path.clone(), deletion_timestamp: Some(t), data_change: false })
+    }));
+    out
+}
+
+/// How long removed files stay listed (and on disk): Delta's default, 7 days,
+/// so a reader on an older snapshot still finds its files.
+pub const TOMBSTONE_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// Writes the checkpoint of `snap` (at its version) and `_last_checkpoint`.
+pub async fn write(store: &Store, snap: &Snapshot) -> Result<()> {
+    let Some(version) = snap.version else { return Ok(()) };
+    let acts = actions(snap);
+    let body = action::encode(&acts);
+    let mut reader =
+        arrow::json::ReaderBuilder::new(schema()).with_batch_size(acts.len().max(1)).build(Cursor::new(body))?;
+    let mut buf = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut buf, schema(), None)?;
+    for b in reader.by_ref() {
+        w.write(&b?)?;
+    }
+    w.close()?;
+    store.put_durable(&checkpoint_key(&snap.table, version), buf.into()).await?;
+    let last = serde_json::json!({"version": version, "size": acts.len()}).to_string();
+    store.put_durable(&format!("{}/_delta_log/_last_checkpoint", snap.table), last.into_bytes().into()).await
+}
+
+/// The actions of a checkpoint.
+pub async fn read(store: &Store, table: &str, version: u64) -> Result<Vec<Action>> {
+    let bytes = store.object_store.get(&store.key(&checkpoint_key(table, version))).await?.bytes().await?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()?;
+    let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>()?;
+    let mut json = Vec::new();
+    {
+        let mut w = arrow::json::LineDelimitedWriter::new(&mut json);
+        for b in &batches {
+            w.write(b)?;
+        }
+        w.finish()?;
+    }
+    let text = String::from_utf8(json).map_err(|e| Error::State(e.to_string()))?;
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let a =
+            Action::parse(line).map_err(|e| Error::State(format!("{table}: checkpoint {version} is corrupt: {e}")))?;
+        out.extend(a);
+    }
+    Ok(out)
+}

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+//! A table's snapshot: its live files and transaction versions, read from
+//! `_delta_log/` (the newest checkpoint, then the JSON commits after it) and
+//! brought up to date incrementally.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
+
+use super::action::{Action, Add, MetaData, Protocol};
+use super::checkpoint;
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// Key of a commit file, relative to the store.
+pub fn commit_key(table: &str, version: u64) -> String {
+    format!("{table}/_delta_log/{version:020}.json")
+}
+
+/// What one table holds at one version.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub table: String,
+    /// `None`: the table has no commit yet.
+    pub version: Option<u64>,
+    /// Live files by path (relative to the table directory).
+    pub files: BTreeMap<String, Add>,
+    pub txns: HashMap<String, i64>,
+    pub metadata: Option<MetaData>,
+    pub protocol: Option<Protocol>,
+    /// Files removed (compacted away), by path: when (ms); vacuum deletes
+    /// them once that is older than the retention.
+    pub tombstones: BTreeMap<String, i64>,
+}
+
+impl Snapshot {
+    /// Reads the table's log from the store (an absent table is empty).
+    pub async fn load(store: &Store, table: &str) -> Result<Snapshot> {
+        let mut s = Snapshot { table: table.to_string(), ..Default::default() };
+        let log = store.key(&format!("{table}/_delta_log/"));
+        let keys: Vec<String> =
+            store.object_store.list(Some(&log)).map_ok(|m| m.location.to_string()).try_collect().await?;
+        let mut commits: Vec<u64> = Vec::new();
+        let mut newest_checkpoint: Option<u64> = None;
+        for k in &keys {
+            let name = k.rsplit('/').next().unwrap_or_default();
+            if let Some(v) = name.strip_suffix(".json").and_then(|v| v.parse().ok()) {
+                commits.push(v);
+            } else if let Some(v) = name.strip_suffix(".checkpoint.parquet").and_then(|v| v.parse::<u64>().ok()) {
+                newest_checkpoint = newest_checkpoint.max(Some(v));
+            }
+        }
+        if let Some(cp) = newest_checkpoint {
+            for a in checkpoint::read(store, table, cp).await? {
+                s.apply(a);
+            }
+            s.version = Some(cp);
+        }
+        commits.retain(|&v| newest_checkpoint.is_none_or(|cp| v > cp));
+        commits.sort_unstable();
+        let first = newest_checkpoint.map_or(0, |cp| cp + 1);
+        if let Some(gap) = commits.iter().enumerate().find(|&(i, &v)| v != first + i as u64) {
+            return Err(Error::State(format!(
+                "{table}: the Delta log misses version {} (found {})",
+                first + gap.0 as u64,
+                gap.1
+            )));
+        }
+        // Fetch in parallel, apply in order.
+        let bodies: Vec<(u64, bytes::Bytes)> = futures::stream::iter(commits)
+            .map(|v| async move {
+                let b = store.object_store.get(&store.key(&commit_key(table, v))).await?.bytes().await?;
+                Ok::<_, Error>((v, b))
+            })
+            .buffered(16)
+            .try_collect()
+            .await?;
+        for (v, body) in bodies {
+            s.apply_commit(v, &body)?;
+        }
+        // A listing may lag behind the newest writes (S3-compatible stores):
+        // read on by version until one is missing.
+        s.refresh(store).await?;
+        Ok(s)
+    }
+
+    /// Applies the commits written since this snapshot was read.
+    pub async fn refresh(&mut self, store: &Store) -> Result<()> {
+        loop {
+            let next = self.version.map_or(0, |v| v + 1);
+            match store.object_store.get(&store.key(&commit_key(&self.table, next))).await {
+                Ok(r) => {
+                    let body = r.bytes().await?;
+                    self.apply_commit(next, &body)?;
+                }
+                Err(object_store::Error::NotFound { .. }) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Applies one commit file's actions.
+    pub fn apply_commit(&mut self, version: u64, body: &[u8]) -> Result<()> {
+        let text = std::str::from_utf8(body)
+            .map_err(|_| Error::State(format!("{}: Delta commit {version} is not UTF-8", self.table)))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let action = Action::parse(line)
+                .map_err(|e| Error::State(format!("{}: Delta commit {version} is corrupt: {e}", self.table)))?;
+            if let Some(a) = action {
+                self.check(&a)?;
+                self.apply(a);
+            }
+        }
+        self.version = Some(version);
+        Ok(())
+    }
+
+    fn check(&self, a: &Action) -> Result<()> {
+        if let Action::Protocol(p) = a
+            && p.min_reader_version > 1
+        {
+            return Err(Error::State(format!(
+                "{}: the table needs Delta reader version {}; this ingero reads version 1 tables",
+                self.table, p.min_reader_version
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn apply(&mut self, a: Action) {
+        match a {
+            Action::Add(add) => {
+                self.tombstones.remove(&add.path);
+                self.files.insert(add.path.clone(), add);
+            }
+            Action::Remove(r) => {
+                self.files.remove(&r.path);
+                self.tombstones.insert(r.path, r.deletion_timestamp.unwrap_or(0));
+            }
+            Action::Txn(t) => {
+                let v = self.txns.entry(t.app_id).or_insert(t.version);
+                *v = (*v).max(t.version);
+            }
+            Action::MetaData(m) => self.metadata = Some(m),
+            Action::Protocol(p) => self.protocol = Some(p),
+            Action::CommitInfo(_) => {}
+        }
+    }
+
+    /// Store-relative keys of the live files.
+    pub fn keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.files.keys().map(|p| format!("{}/{p}", self.table))
+    }
+
+    /// Rows in the live files (from each file's `numRecords`, where given).
+    pub fn rows(&self) -> u64 {
+        self.files
+            .values()
+            .filter_map(|a| a.stats.as_deref())
+            .filter_map(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+            .filter_map(|v| v["numRecords"].as_u64())
+            .sum()
+    }
+}
+
+/// The table's newest snapshot, from a process-wide cache brought up to
+/// date with one request when nothing changed.
+pub async fn current(store: &Store, table: &str) -> Result<Arc<Snapshot>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Snapshot>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = format!("{}\u{0}{table}", store.url);
+    let cached = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+    let snap = match cached {
+        Some(s) => {
+            let next = s.version.map_or(0, |v| v + 1);
+            match store.object_store.head(&store.key(&commit_key(table, next))).await {
+                Err(object_store::Error::NotFound { .. }) => return Ok(s),
+                Err(e) => return Err(e.into()),
+                Ok(_) => {
+                    let mut n = (*s).clone();
+                    n.refresh(store).await?;
+                    Arc::new(n)
+                }
+            }
+        }
+        None => Arc::new(Snapshot::load(store, table).await?),
+    };
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, snap.clone());
+    Ok(snap)
+}

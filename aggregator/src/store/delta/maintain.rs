@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Table upkeep: compaction (many small files of a settled hour → one file
+//! per 256 Ki rows, committed as one remove+add so no reader ever sees a row
+//! twice or not at all) and vacuum (deleting files removed longer ago than
+//! the retention, and files no commit ever referenced). Several replicas may
+//! run it at once: a compaction whose inputs another one removed first is
+//! dropped at commit, so the table's own log decides who wins.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use arrow::array::RecordBatch;
+use arrow::compute::concat_batches;
+use arrow::datatypes::SchemaRef;
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+
+use super::schema::to_logical;
+use super::table::{TableLog, add};
+use crate::error::{Error, Result};
+use crate::store::layout::hour_of;
+use crate::store::{Store, parquet};
+
+/// Files with fewer rows than this are compacted.
+const SMALL_ROWS: u64 = parquet::FILE_ROWS as u64 / 2;
+/// A partition is compacted once it has this many small files.
+const MIN_FILES: usize = 8;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Upkeep {
+    pub compacted_files: usize,
+    pub written_files: usize,
+    pub deleted_files: usize,
+}
+
+fn rows_of(a: &super::action::Add) -> u64 {
+    a.stats
+        .as_deref()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .and_then(|v| v["numRecords"].as_u64())
+        .unwrap_or(u64::MAX)
+}
+
+/// Groups of small files to merge: per settled hour partition, packed up to [`parquet::FILE_ROWS`] rows.
+fn plan(log: &TableLog, now_us: i64) -> Vec<Vec<String>> {
+    let current = hour_of(now_us);
+    let mut by_part: BTreeMap<(String, String), Vec<(&String, u64)>> = BTreeMap::new();
+    for (path, a) in &log.snapshot.files {
+        let (date, hour) = (a.partition_values.get("date"), a.partition_values.get("hour"));
+        let (Some(Some(d)), Some(Some(h))) = (date, hour) else { continue };
+        let rows = rows_of(a);
+        if rows < SMALL_ROWS {
+            by_part.entry((d.clone(), h.clone())).or_default().push((path, rows));
+        }
+    }
+    let mut groups = Vec::new();
+    for ((date, hour), files) in by_part {
+        let settled = chrono::NaiveDate::parse_from_str(&date, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(hour.parse().ok()?, 0, 0))
+            .is_some_and(|t| hour_of(t.and_utc().timestamp_micros()) < current - 1);
+        if !settled || files.len() < MIN_FILES {
+            continue;
+        }
+        let mut group: Vec<String> = Vec::new();
+        let mut rows = 0;
+        for (path, r) in files {
+            if rows + r > parquet::FILE_ROWS as u64 && group.len() > 1 {
+                groups.push(std::mem::take(&mut group));
+                rows = 0;
+            }
+            group.push(path.clone());
+            rows += r;
+        }
+        if group.len() > 1 {
+            groups.push(group);
+        }
+    }
+    groups
+}
+
+async fn read_all(store: &Store, table: &str, paths: &[String], logical: &SchemaRef) -> Result<RecordBatch> {
+    let mut batches = Vec::new();
+    for p in paths {
+        let bytes = store.object_store.get(&store.key(&format!("{table}/{p}"))).await?.bytes().await?;
+        for b in ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()? {
+            batches.push(to_logical(&b?, logical)?);
+        }
+    }
+    Ok(concat_batches(logical, &batches)?)
+}
+
+/// Compacts the table's settled partitions; `encode` writes one merged file.
+pub async fn compact(
+    store: &Store,
+    table: &str,
+    logical: &SchemaRef,
+    encode: fn(&RecordBatch) -> Result<Vec<u8>>,
+) -> Result<Upkeep> {
+    let mut log = TableLog::open(store, table, logical).await?;
+    let mut done = Upkeep::default();
+    for group in plan(&log, chrono::Utc::now().timestamp_micros()) {
+        let merged = read_all(store, table, &group, logical).await?;
+        let dir = group[0].rsplit_once('/').map_or("", |(d, _)| d).to_string();
+        let rel = format!("{dir}/compact-{:016x}.parquet", rand::random::<u64>());
+        let bytes = tokio::task::spawn_blocking(move || encode(&merged).map(|b| (b, merged.num_rows())))
+            .await
+            .map_err(|e| Error::State(format!("compaction encoder panicked: {e}")))??;
+        let output = add(&rel, bytes.0.len(), bytes.1);
+        store.put_durable(&format!("{table}/{rel}"), bytes.0.into()).await?;
+        match log.replace(store, &group, vec![output]).await? {
+            Some(_) => {
+                done.compacted_files += group.len();
+                done.written_files += 1;
+            }
+            // Another replica compacted them first; ours is an orphan for vacuum.
+            None => tracing::debug!(table, files = group.len(), "compaction lost to another writer"),
+        }
+    }
+    Ok(done)
+}
+
+/// Deletes files removed before `retention` ago, and files older than that
+/// which no commit references (a writer that died between writing a file
+/// and committing it).
+pub async fn vacuum(store: &Store, table: &str, logical: &SchemaRef, retention: Duration) -> Result<Upkeep> {
+    let log = TableLog::open(store, table, logical).await?;
+    let cutoff_ms = chrono::Utc::now().timestamp_millis() - retention.as_millis() as i64;
+    let prefix = store.key(&format!("{table}/"));
+    let listed: Vec<object_store::ObjectMeta> = store.object_store.list(Some(&prefix)).try_collect().await?;
+    let mut done = Upkeep::default();
+    for m in listed {
+        let key = m.location.to_string();
+        let Some(rel) = key.strip_prefix(&format!("{prefix}/")).or_else(|| key.strip_prefix(prefix.as_ref())) else {
+            continue;
+        };
+        let rel = rel.trim_start_matches('/');
+        if rel.starts_with("_delta_log/") || !rel.ends_with(".parquet") || log.snapshot.files.contains_key(rel) {
+            continue;
+        }
+        let removed_at = log.snapshot.tombstones.get(rel).copied();
+        let old = removed_at.unwrap_or_else(|| m.last_modified.timestamp_millis()) < cutoff_ms;
+        if old {
+            store.object_store.delete(&m.location).await?;
+            done.deleted_files += 1;
+        }
+    }
+    Ok(done)
+}

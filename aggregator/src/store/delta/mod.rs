@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Every table of the store is a Delta Lake table: Parquet files plus a
+//! `_delta_log/` of atomic commits that Spark, Trino, DuckDB, Polars and
+//! delta-rs read as they are. Written here without a Delta library (the
+//! node agent's embedded store links this too); checked against delta-rs
+//! in the tests.
+
+pub mod action;
+pub mod checkpoint;
+pub mod log;
+pub mod maintain;
+pub mod schema;
+pub mod table;
+pub mod visible;
+
+pub use log::Snapshot;
+pub use table::TableLog;

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Committing to a Delta table from several writers at once: the next log
+//! version is created with put-if-absent (S3 `If-None-Match: *`, a hard
+//! link on local disks), so exactly one writer wins each version and the
+//! others re-read the log and try the next one.
+
+use std::collections::BTreeMap;
+
+use arrow::datatypes::Schema;
+
+use super::action::{self, Action, Add, Format, MetaData, Protocol, Txn};
+use super::checkpoint;
+use super::log::{Snapshot, commit_key};
+use super::schema::{PARTITION_COLUMNS, schema_string};
+use crate::error::Result;
+use crate::store::Store;
+
+/// One table's log, kept up to date by the writer that holds it.
+#[derive(Debug)]
+pub struct TableLog {
+    pub snapshot: Snapshot,
+    schema_string: String,
+}
+
+/// The `add` of a file already written at `rel` (relative to the table
+/// directory, `date=…/hour=…/name.parquet`).
+pub fn add(rel: &str, size: usize, rows: usize) -> Add {
+    let mut partition_values = BTreeMap::new();
+    for part in rel.split('/') {
+        if let Some((k, v)) = part.split_once('=')
+            && PARTITION_COLUMNS.contains(&k)
+        {
+            partition_values.insert(k.to_string(), Some(v.to_string()));
+        }
+    }
+    Add {
+        path: rel.to_string(),
+        partition_values,
+        size: size as i64,
+        modification_time: chrono::Utc::now().timestamp_millis(),
+        data_change: true,
+        stats: Some(format!("{{\"numRecords\":{rows}}}")),
+    }
+}
+
+impl TableLog {
+    pub async fn open(store: &Store, table: &str, logical: &Schema) -> Result<TableLog> {
+        Ok(TableLog { snapshot: Snapshot::load(store, table).await?, schema_string: schema_string(logical)? })
+    }
+
+    /// Commits `adds` and `txns` in one new version, unless `guard`'s app
+    /// already has its version (the commit happened before a crash).
+    /// Returns the version written, or `None` when the guard held.
+    pub async fn commit(
+        &mut self,
+        store: &Store,
+        adds: Vec<Add>,
+        txns: Vec<Txn>,
+        guard: Option<&Txn>,
+        info: serde_json::Value,
+    ) -> Result<Option<u64>> {
+        let mut actions: Vec<Action> = Vec::with_capacity(adds.len() + txns.len() + 1);
+        actions.push(Action::CommitInfo(serde_json::json!({
+            "timestamp": chrono::Utc::now().timestamp_millis(),
+            "operation": "WRITE",
+            "operationParameters": {"mode": "Append"},
+            "isBlindAppend": true,
+            "engineInfo": format!("ingero/{}", env!("CARGO_PKG_VERSION")),
+            "ingero": info,
+        })));
+        let now = chrono::Utc::now().timestamp_millis();
+        actions.extend(txns.into_iter().map(|t| Action::Txn(Txn { last_updated: Some(now), ..t })));
+        actions.extend(adds.into_iter().map(Action::Add));
+        let body = action::encode(&actions);
+        loop {
+            self.snapshot.refresh(store).await?;
+            if let Some(g) = guard
+                && self.snapshot.txns.get(&g.app_id).is_some_and(|&v| v >= g.version)
+            {
+                return Ok(None);
+            }
+            let Some(current) = self.snapshot.version else {
+                self.create(store).await?;
+                continue;
+            };
+            let next = current + 1;
+            if store.put_if_absent(&commit_key(&self.snapshot.table, next), body.clone().into()).await? {
+                self.snapshot.apply_commit(next, &body)?;
+                self.checkpoint_if_due(store, next).await;
+                return Ok(Some(next));
+            }
+            // Another writer took `next`: read it and try the one after.
+        }
+    }
+
+    /// Replaces `inputs` by `output` in one commit (compaction). `None` when
+    /// another writer removed one of the inputs first: it compacted them.
+    pub async fn replace(&mut self, store: &Store, inputs: &[String], outputs: Vec<Add>) -> Result<Option<u64>> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut actions = vec![Action::CommitInfo(serde_json::json!({
+            "timestamp": now,
+            "operation": "OPTIMIZE",
+            "operationParameters": {"files": inputs.len()},
+            "engineInfo": format!("ingero/{}", env!("CARGO_PKG_VERSION")),
+        }))];
+        actions.extend(inputs.iter().map(|p| {
+            Action::Remove(super::action::Remove { path: p.clone(), deletion_timestamp: Some(now), data_change: false })
+        }));
+        actions.extend(outputs.into_iter().map(|o| Action::Add(Add { data_change: false, ..o })));
+        let body = action::encode(&actions);
+        loop {
+            self.snapshot.refresh(store).await?;
+            if inputs.iter().any(|p| !self.snapshot.files.contains_key(p)) {
+                return Ok(None);
+            }
+            let next = self.snapshot.version.map_or(0, |v| v + 1);
+            if store.put_if_absent(&commit_key(&self.snapshot.table, next), body.clone().into()).await? {
+                self.snapshot.apply_commit(next, &body)?;
+                self.checkpoint_if_due(store, next).await;
+                return Ok(Some(next));
+            }
+        }
+    }
+
+    async fn checkpoint_if_due(&self, store: &Store, version: u64) {
+        if version.is_multiple_of(checkpoint::EVERY) {
+            // A reader without it replays more commits; nothing is lost.
+            if let Err(e) = checkpoint::write(store, &self.snapshot).await {
+                tracing::warn!(table = %self.snapshot.table, version, error = %e, "Delta checkpoint failed");
+            }
+        }
+    }
+
+    /// Version 0: protocol and metadata (whoever gets there first).
+    async fn create(&mut self, store: &Store) -> Result<()> {
+        let meta = MetaData {
+            id: table_id(),
+            name: Some(self.snapshot.table.clone()),
+            format: Format { provider: "parquet".into(), options: BTreeMap::new() },
+            schema_string: self.schema_string.clone(),
+            partition_columns: PARTITION_COLUMNS.iter().map(|s| s.to_string()).collect(),
+            configuration: BTreeMap::new(),
+            created_time: Some(chrono::Utc::now().timestamp_millis()),
+        };
+        let body = action::encode(&[
+            Action::Protocol(Protocol { min_reader_version: 1, min_writer_version: 2 }),
+            Action::MetaData(meta),
+        ]);
+        store.put_if_absent(&commit_key(&self.snapshot.table, 0), body.into()).await?;
+        Ok(())
+    }
+}
+
+/// A random table id in UUID form, as the spec asks.
+fn table_id() -> String {
+    let r: u128 = rand::random();
+    let h = format!("{r:032x}");
+    format!("{}-{}-4{}-8{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
+}

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Compaction and vacuum of every table of the store (`ingero maintain`,
+//! and `ingero serve` every `--maintain-every`).
+
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use ingero_proto::Table;
+
+use super::delta::maintain::{self, Upkeep};
+use super::state::{BATCHES_TABLE, batches_schema};
+use super::tiers::{self, Tier};
+use super::{Store, parquet};
+use crate::error::Result;
+
+type Encode = fn(&RecordBatch) -> Result<Vec<u8>>;
+
+/// Every table with its schema and the encoder of its files.
+pub fn tables() -> Vec<(&'static str, SchemaRef, Encode)> {
+    let mut v: Vec<(&'static str, SchemaRef, Encode)> =
+        Table::ALL.iter().map(|t| (t.name(), t.schema(), parquet::encode as Encode)).collect();
+    v.extend(Tier::ALL.iter().map(|t| (t.name(), tiers::schema(), tiers::encode as Encode)));
+    v.push((BATCHES_TABLE, batches_schema(), tiers::encode as Encode));
+    v
+}
+
+/// Compacts, then vacuums, the tables `mine` selects.
+pub async fn run(store: &Store, retention: Duration, mine: impl Fn(&str) -> bool) -> Result<Upkeep> {
+    let mut total = Upkeep::default();
+    for (name, schema, encode) in tables().into_iter().filter(|(n, _, _)| mine(n)) {
+        let c = maintain::compact(store, name, &schema, encode).await?;
+        let v = maintain::vacuum(store, name, &schema, retention).await?;
+        total.compacted_files += c.compacted_files;
+        total.written_files += c.written_files;
+        total.deleted_files += v.deleted_files;
+    }
+    Ok(total)
+}

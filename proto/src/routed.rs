@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+//! An ingest client for one node over a set of aggregator replicas: it
+//! sends to the node's first choice (rendezvous hash, [`crate::route`]),
+//! moves to its next choice when that one stops answering, and goes back
+//! once the first choice accepts connections again. With one URL it is a
+//! plain [`IngestClient`].
+
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+
+use crate::Table;
+use crate::auth::ClientAuth;
+use crate::client::{IngestClient, RetryPolicy, SendError};
+use crate::pb::{PushRequest, PushResponse};
+use crate::route::rendezvous;
+
+/// How long after a move the first choice is tried again.
+const RETURN_AFTER: Duration = Duration::from_secs(15);
+
+/// Why the replica in use changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Move {
+    /// The replica in use stopped answering: batches it acknowledged but
+    /// has not committed may never reach the store and must be sent again.
+    Failover,
+    /// Back to the first choice, which answers again; the replica left
+    /// behind is alive and commits what it acknowledged.
+    Return,
+}
+
+#[derive(Debug, Clone)]
+pub struct RoutedClient {
+    urls: Vec<String>,
+    clients: Vec<IngestClient>,
+    /// Indices of `urls` in this node's order of preference.
+    order: Vec<usize>,
+    /// Position in `order` of the replica in use.
+    pos: usize,
+    moved_at: Option<Instant>,
+    pending: Option<Move>,
+}
+
+impl RoutedClient {
+    pub fn new(urls: &[String], node: &str, policy: RetryPolicy, auth: &ClientAuth) -> Result<Self, SendError> {
+        if urls.is_empty() {
+            return Err(SendError::Address(String::new(), "no aggregator address".into()));
+        }
+        let clients = urls
+            .iter()
+            .map(|u| IngestClient::with_auth(u, node, policy.clone(), auth))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RoutedClient {
+            urls: urls.to_vec(),
+            clients,
+            order: rendezvous(node, urls),
+            pos: 0,
+            moved_at: None,
+            pending: None,
+        })
+    }
+
+    /// Over connections shared by many nodes (simulated fleets): one
+    /// `(url, channel)` per replica, in the set's order.
+    pub fn with_channels(replicas: &[(String, tonic::transport::Channel)], node: &str, policy: RetryPolicy) -> Self {
+        let urls: Vec<String> = replicas.iter().map(|(u, _)| u.clone()).collect();
+        let clients =
+            replicas.iter().map(|(_, ch)| IngestClient::with_channel(ch.clone(), node, policy.clone())).collect();
+        RoutedClient { order: rendezvous(node, &urls), urls, clients, pos: 0, moved_at: None, pending: None }
+    }
+
+    /// The replica in use.
+    pub fn current(&self) -> &str {
+        &self.urls[self.order[self.pos]]
+    }
+
+    /// Encodes tables into a request with a fresh sequence (one sequence
+    /// space per node, whichever replica receives it).
+    pub fn request(&mut self, tables: &[(Table, RecordBatch)]) -> Result<PushRequest, SendError> {
+        self.clients[0].request(tables)
+    }
+
+    pub fn advance_past(&mut self, sequence: u64) {
+        self.clients[0].advance_past(sequence);
+    }
+
+    /// Takes the replica choice of a clone that did the sending (sequences
+    /// stay this client's).
+    pub fn adopt_route(&mut self, sender: &RoutedClient) {
+        self.pos = sender.pos;
+        self.moved_at = sender.moved_at;
+        self.pending = sender.pending.or(self.pending);
+    }
+
+    /// The last change of replica, once.
+    pub fn take_move(&mut self) -> Option<Move> {
+        self.pending.take()
+    }
+
+    /// Sends to the replica in use; when it does not answer within the
+    /// retry budget, the next push goes to the next choice.
+    pub async fn push(&mut self, req: &PushRequest) -> Result<PushResponse, SendError> {
+        self.maybe_return().await;
+        let res = self.clients[self.order[self.pos]].push(req).await;
+        if matches!(res, Err(SendError::Unavailable { .. })) && self.urls.len() > 1 {
+            let from = self.current().to_string();
+            self.pos = (self.pos + 1) % self.order.len();
+            self.moved_at = Some(Instant::now());
+            self.pending = Some(Move::Failover);
+            tracing::warn!(from = %from, to = %self.current(), "aggregator replica not answering; moving to the next");
+        }
+        res
+    }
+
+    /// After [`RETURN_AFTER`], goes back to the first choice if it accepts a connection.
+    async fn maybe_return(&mut self) {
+        if self.pos == 0 || self.moved_at.is_none_or(|t| t.elapsed() < RETURN_AFTER) {
+            return;
+        }
+        self.moved_at = Some(Instant::now());
+        let url = self.urls[self.order[0]].clone();
+        if reachable(&url).await {
+            tracing::info!(to = %url, "first-choice aggregator replica is back; returning");
+            self.pos = 0;
+            self.pending = Some(Move::Return);
+        }
+    }
+}
+
+/// True when a TCP connection to the URL's host and port opens within 1 s.
+async fn reachable(url: &str) -> bool {
+    let Ok(u) = url.parse::<tonic::codegen::http::Uri>() else { return false };
+    let Some(host) = u.host() else { return false };
+    let port = u.port_u16().unwrap_or(if u.scheme_str() == Some("https") { 443 } else { 80 });
+    let addr = format!("{}:{port}", host.trim_start_matches('[').trim_end_matches(']'));
+    tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await.is_ok_and(|r| r.is_ok())
+}

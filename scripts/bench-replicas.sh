@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Several `ingero serve` replicas over one SeaweedFS S3 store, on this machine:
+#  1. ingest throughput of 3 replicas vs 1, side by side in one run
+#     (`ingero load`, the same nodes and batches, routed as agents route them);
+#  2. 600 simulated nodes on 3 replicas, replica 1 SIGKILLed at 20 s, two CPU
+#     stragglers injected (one before, one after the kill): time to flag, time
+#     for the moved nodes to reach their new replica, every replica's
+#     `ingero stragglers`, and exactly-once counted by delta-rs (PyPI deltalake).
+#   scripts/bench-replicas.sh            (INGERO_BIN=… to skip the release build)
+# Prints the figures BENCHMARKS.md and RELIABILITY.md quote.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${INGERO_BIN:-target/release/ingero}
+[ -n "${INGERO_BIN:-}" ] || cargo build --release --workspace >/dev/null
+NODES=${NODES:-600}
+DIR=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}" ${WEED:-}; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+trap cleanup EXIT
+export AWS_ACCESS_KEY_ID=ingero AWS_SECRET_ACCESS_KEY=ingero-secret AWS_REGION=us-east-1
+weed mini -ip=127.0.0.1 -ip.bind=127.0.0.1 -bucket=ingero -admin.ui=false -webdav=false -dir="$DIR/s3" >/dev/null 2>&1 &
+WEED=$!
+for _ in $(seq 300); do curl -sf "http://127.0.0.1:8333/ingero?list-type=2&max-keys=1" >/dev/null && break; sleep 0.2; done
+S3=http://127.0.0.1:8333
+
+# serve NAME PORT [REPLICA-URLS SELF]
+serve() {
+  local name=$1 port=$2
+  local extra=()
+  [ $# -gt 2 ] && extra=(--replicas "$3" --replica-self "$4")
+  $BIN serve --store "s3://ingero/$STORE" --s3-endpoint $S3 --wal-dir "$DIR/wal-$name" \
+    --listen "127.0.0.1:$port" --http-listen 127.0.0.1:0 --flush-age 2s "${extra[@]}" 2>"$DIR/$name.log" &
+  PIDS+=($!)
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return; sleep 0.1; done
+  echo "replica $name did not start" >&2; exit 1
+}
+R="http://127.0.0.1:27070,http://127.0.0.1:27071,http://127.0.0.1:27072"
+three() {
+  local i=0
+  for u in ${R//,/ }; do serve "$1-$i" "${u##*:}" "$R" "$u"; i=$((i + 1)); done
+}
+stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; PIDS=(); }
+
+echo "== ingest: 1 replica vs 3 (load: 60 nodes x 20 batches x 5,000 rows)"
+for round in 1 2; do
+  STORE=load1-$round; serve one 27069
+  echo "1 replica:  $($BIN load --server http://127.0.0.1:27069 --nodes 60 --batches 20 --rows 5000)"
+  stop_all
+  STORE=load3-$round; three load
+  echo "3 replicas: $($BIN load --server "$R" --nodes 60 --batches 20 --rows 5000)"
+  stop_all
+done
+
+echo "== $NODES nodes on 3 replicas; replica 1 killed at 20 s"
+STORE=fleet; three fleet
+$BIN simulate --server "$R" --nodes "$NODES" --jobs 6 --duration 60s \
+  --inject "cpu@node-100:12s" --inject "cpu@node-401:35s" --json >"$DIR/sim.json" 2>/dev/null &
+SIM=$!
+sleep 21
+kill -9 "${PIDS[1]}"
+wait $SIM
+for u in http://127.0.0.1:27070 http://127.0.0.1:27072; do
+  echo "-- ingero stragglers --server $u"
+  $BIN stragglers --server "$u"
+done
+stop_all
+python3 - "$DIR/sim.json" <<'PY'
+import json, sys
+from deltalake import DeltaTable
+r = json.load(open(sys.argv[1]))
+opts = {"AWS_ENDPOINT_URL": "http://127.0.0.1:8333", "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "ingero",
+        "AWS_SECRET_ACCESS_KEY": "ingero-secret", "AWS_REGION": "us-east-1", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+b = DeltaTable("s3://ingero/fleet/ingest_batches", storage_options=opts).to_pyarrow_table()
+stored = sum(b.column("batches").to_pylist())
+rows = {}
+for (n, f, l) in zip(b.column("node").to_pylist(), b.column("first_sequence").to_pylist(), b.column("last_sequence").to_pylist()):
+    rows.setdefault(n, []).append((f, l))
+overlaps = sum(1 for v in rows.values() for i, a in enumerate(sorted(v)) for c in sorted(v)[i + 1:] if c[0] <= a[1])
+secs = sorted(f["secs"] for f in r["failovers"])
+print(f"injections: " + ", ".join(f"{i['injection']} at {i['at_secs']:.0f}s flagged after "
+      f"{i['flagged_after_secs'] if i['flagged_after_secs'] is None else round(i['flagged_after_secs'], 1)}s" for i in r["injections"]))
+print(f"false flags: {r['false_flags'] or 'none'}")
+print(f"failovers: {len(secs)} nodes, median {secs[len(secs)//2]:.1f}s, max {secs[-1]:.1f}s, "
+      f"{sum(f['resent'] for f in r['failovers'])} uncommitted batches sent again")
+print(f"batches: {r['batches']} sent, {r['acknowledged']} acknowledged; in the Delta table (delta-rs): {stored}; "
+      f"overlapping ranges: {overlaps}")
+PY
