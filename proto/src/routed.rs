@@ -4,6 +4,12 @@
 //! moves to its next choice when that one stops answering, and goes back
 //! once the first choice accepts connections again. With one URL it is a
 //! plain [`IngestClient`].
+//!
+//! On every change of replica the caller sends again, oldest first, what
+//! the replica left behind acknowledged but has not reported committed:
+//! the replica in use then holds every batch of the node not yet in the
+//! store, which is what lets writers drop, at commit, whatever another
+//! writer committed first (see the aggregator's `store::flush`).
 
 use std::time::{Duration, Instant};
 
@@ -24,9 +30,6 @@ pub enum Move {
     /// The replica in use stopped answering: batches it acknowledged but
     /// has not committed may never reach the store and must be sent again.
     Failover,
-    /// Back to the first choice, which answers again; the replica left
-    /// behind is alive and commits what it acknowledged.
-    Return,
 }
 
 #[derive(Debug, Clone)]
@@ -100,7 +103,6 @@ impl RoutedClient {
     /// Sends to the replica in use; when it does not answer within the
     /// retry budget, the next push goes to the next choice.
     pub async fn push(&mut self, req: &PushRequest) -> Result<PushResponse, SendError> {
-        self.maybe_return().await;
         let res = self.clients[self.order[self.pos]].push(req).await;
         if matches!(res, Err(SendError::Unavailable { .. })) && self.urls.len() > 1 {
             let from = self.current().to_string();
@@ -112,18 +114,22 @@ impl RoutedClient {
         res
     }
 
-    /// After [`RETURN_AFTER`], goes back to the first choice if it accepts a connection.
-    async fn maybe_return(&mut self) {
+    /// After [`RETURN_AFTER`], goes back to the first choice if it accepts
+    /// a connection; true when it did. Call it before choosing the next
+    /// batch: after a return, the batches the replica left behind has not
+    /// committed go first (a replica takes a node's sequences in order).
+    pub async fn return_if_due(&mut self) -> bool {
         if self.pos == 0 || self.moved_at.is_none_or(|t| t.elapsed() < RETURN_AFTER) {
-            return;
+            return false;
         }
         self.moved_at = Some(Instant::now());
         let url = self.urls[self.order[0]].clone();
         if reachable(&url).await {
             tracing::info!(to = %url, "first-choice aggregator replica is back; returning");
             self.pos = 0;
-            self.pending = Some(Move::Return);
+            return true;
         }
+        false
     }
 }
 

@@ -139,6 +139,10 @@ async fn push_routed(mut l: Link, req: PushRequest) -> (Link, Result<(), SendErr
     let mut moved = None;
     let mut resent_total = 0;
     let mut queue = vec![req];
+    if l.client.return_if_due().await {
+        // Back to the first choice: it gets what the other has not committed, oldest first.
+        queue.splice(0..0, std::mem::take(&mut l.pending));
+    }
     let mut res = Ok(());
     while let Some(r) = queue.first().cloned() {
         let attempt = Instant::now();

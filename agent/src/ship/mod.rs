@@ -61,6 +61,14 @@ impl Shipper {
         while self.take_new().await {
             self.stats.dropped.store(self.spool.dropped, Ordering::Relaxed);
             self.stats.spooled.store(self.spool.files().len() as u64, Ordering::Relaxed);
+            if self.client.return_if_due().await {
+                // The replica left behind commits what it acknowledged, but
+                // the first choice must hold it too: whichever commits
+                // first stores it, the other drops it (oldest first, so the
+                // first choice takes the node's sequences in order).
+                let n = self.spool.requeue_acked();
+                tracing::info!(to = %self.client.current(), resent = n, "back to the first-choice replica");
+            }
             let Some((path, req)) = self.spool.oldest() else { continue };
             let pushed = self.push_accepting(&req).await;
             if self.client.take_move() == Some(Move::Failover) {

@@ -93,7 +93,7 @@ pub async fn write(store: &Store, folded: &[Folded]) -> Result<usize> {
             let mut enc = Vec::new();
             for (part, b) in parquet::partition(*table, std::slice::from_ref(batch))? {
                 let key = import_file(&part, f.fingerprint);
-                enc.push(EncodedFile { key, bytes: parquet::encode(&b)?, rows: b.num_rows() });
+                enc.push(EncodedFile { key, bytes: parquet::encode(&b)?.into(), rows: b.num_rows() });
             }
             out.push(Encoded { name: table.name().to_string(), schema: table.schema(), files: enc });
         }
@@ -102,12 +102,12 @@ pub async fn write(store: &Store, folded: &[Folded]) -> Result<usize> {
         let mut tier_files = Vec::new();
         for (tier, hour, b) in tiers::build(tables.iter().map(|(t, b)| (t, b)))? {
             let key = tiers::file_key(tier, hour, &format!("import-{:016x}", f.fingerprint));
-            tier_files.push((tier, EncodedFile { key, bytes: tiers::encode(&b)?, rows: b.num_rows() }));
+            tier_files.push((tier, EncodedFile { key, bytes: tiers::encode(&b)?.into(), rows: b.num_rows() }));
         }
         out.extend(Encoded::tiers(tier_files));
         for t in out {
             let info = serde_json::json!({"import": f.file, "node": f.node});
-            files += logs.commit_table(store, t, &guard, info).await? as usize;
+            files += logs.commit_files(store, t, &guard, info).await? as usize;
         }
     }
     Ok(files)

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::Store;
-use super::flush::{self, Logs, NodeRange, Sealed};
+use super::flush::{self, Logs, NodeRange, Origin, Sealed};
 use super::state::{CommitState, SharedHighWater, writer_id};
 use super::wal::Wal;
 use crate::error::{Error, Result};
@@ -66,6 +66,8 @@ enum FlushJob {
 #[derive(Default)]
 struct Buffer {
     tables: BTreeMap<Table, Vec<RecordBatch>>,
+    origins: BTreeMap<Table, Vec<Origin>>,
+    pushes: Vec<Origin>,
     rows: usize,
     nodes: BTreeMap<String, NodeRange>,
     since: Option<Instant>,
@@ -74,17 +76,22 @@ struct Buffer {
 impl Buffer {
     fn add(&mut self, node: &str, seq: u64, tables: Vec<(Table, Vec<RecordBatch>)>) {
         let mut rows = 0;
+        let node: Arc<str> = node.into();
         for (t, batches) in tables {
             rows += batches.iter().map(|b| b.num_rows()).sum::<usize>();
+            let origins = self.origins.entry(t).or_default();
+            origins.extend(batches.iter().map(|b| Origin { node: node.clone(), seq, rows: b.num_rows() }));
             self.tables.entry(t).or_default().extend(batches);
         }
         self.rows += rows;
-        NodeRange::add(&mut self.nodes, node, seq, rows as u64);
+        NodeRange::add(&mut self.nodes, &node, seq, rows as u64);
+        self.pushes.push(Origin { node, seq, rows });
         self.since.get_or_insert_with(Instant::now);
     }
 
     fn seal(self, segment: u64) -> Sealed {
-        Sealed { segment, tables: self.tables, rows: self.rows, nodes: self.nodes }
+        let Buffer { tables, origins, pushes, rows, nodes, .. } = self;
+        Sealed { segment, tables, origins, pushes, rows, nodes }
     }
 }
 

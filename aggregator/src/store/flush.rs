@@ -4,6 +4,16 @@
 //! highest sequence. Every commit carries this writer's segment as a
 //! transaction version, so a segment replayed after a crash skips the
 //! tables it already reached and is never stored twice.
+//!
+//! Every commit also carries, per node of the segment, the highest batch
+//! sequence it stores (`node:<name>`). A node that moved between replicas
+//! while batches were in flight can have them in two writers' segments (a
+//! replica cut off but alive, or one restarted and replaying its WAL,
+//! commits late); agents send everything not yet committed to the replica
+//! they move to, so the writer that commits second drops, table by table,
+//! the node's batches at or below what the table already holds. Commits
+//! are serialized by put-if-absent, so the check and the commit see the
+//! same version.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +23,7 @@ use ingero_proto::Table;
 
 use super::Store;
 use super::delta::action::Txn;
-use super::delta::{TableLog, table};
+use super::delta::{Snapshot, TableLog, table};
 use super::layout::{hour_dir, hour_of};
 use super::state::{BATCHES_TABLE, batches_schema, node_app, writer_app};
 use super::{parquet, tiers};
@@ -38,13 +48,68 @@ impl NodeRange {
     }
 }
 
+/// Where a buffered record batch came from.
+#[derive(Debug, Clone)]
+pub(crate) struct Origin {
+    pub node: Arc<str>,
+    pub seq: u64,
+    pub rows: usize,
+}
+
 /// A WAL segment ready for the store.
 #[derive(Debug)]
 pub(crate) struct Sealed {
     pub segment: u64,
     pub tables: BTreeMap<Table, Vec<RecordBatch>>,
+    /// Per table, the push each record batch came from (same order).
+    pub origins: BTreeMap<Table, Vec<Origin>>,
+    /// Every push of the segment (rows over all tables).
+    pub pushes: Vec<Origin>,
     pub rows: usize,
     pub nodes: BTreeMap<String, NodeRange>,
+}
+
+/// Per node, the highest sequence stored: batches at or below it are dropped.
+pub(crate) type Stored = BTreeMap<String, u64>;
+
+impl Sealed {
+    /// The nodes of this segment whose batches a table already holds in
+    /// part: node → the table's highest sequence of that node.
+    fn stored_in(&self, snapshot: &Snapshot) -> Stored {
+        self.nodes
+            .iter()
+            .filter_map(|(n, r)| {
+                let v = *snapshot.txns.get(&node_app(n))?;
+                (v >= 0 && v as u64 >= r.first).then(|| (n.clone(), v as u64))
+            })
+            .collect()
+    }
+
+    /// The tables without the batches `stored` covers.
+    fn tables_without(&self, stored: &Stored) -> BTreeMap<Table, Vec<RecordBatch>> {
+        let keep = |o: &Origin| stored.get(&*o.node).is_none_or(|&hw| o.seq > hw);
+        self.tables
+            .iter()
+            .map(|(t, batches)| {
+                let origins = self.origins.get(t).map(Vec::as_slice).unwrap_or_default();
+                (*t, batches.iter().zip(origins).filter(|(_, o)| keep(o)).map(|(b, _)| b.clone()).collect())
+            })
+            .collect()
+    }
+
+    /// Each node's range, without the batches `stored` covers.
+    fn ranges_without(&self, stored: &Stored) -> BTreeMap<String, NodeRange> {
+        let mut out = BTreeMap::new();
+        for p in self.pushes.iter().filter(|o| stored.get(&*o.node).is_none_or(|&hw| o.seq > hw)) {
+            NodeRange::add(&mut out, &p.node, p.seq, p.rows as u64);
+        }
+        out
+    }
+
+    /// This segment's `node:<name>` versions.
+    fn node_txns(&self) -> impl Iterator<Item = Txn> + '_ {
+        self.nodes.iter().map(|(n, r)| Txn { app_id: node_app(n), version: r.last as i64, last_updated: None })
+    }
 }
 
 /// The Delta logs this writer commits to, opened on first use.
@@ -59,8 +124,50 @@ impl Logs {
         Logs { writer, logs: BTreeMap::new() }
     }
 
-    /// Writes a table's files, then commits them unless `guard` holds; returns files written.
-    pub(crate) async fn commit_table(
+    /// Writes a table's files, then commits them unless `guard` holds; when
+    /// the table already holds some of the segment's batches, they are left
+    /// out first. Returns files written.
+    async fn commit_table(
+        &mut self,
+        store: &Store,
+        sealed: &Arc<Sealed>,
+        mut t: Encoded,
+        guard: &Txn,
+        info: &serde_json::Value,
+    ) -> Result<u64> {
+        let writer = self.writer.clone();
+        let log = self.get(store, &t.name, &t.schema).await?;
+        let (mut left_out, mut on_store, mut written) = (Stored::new(), false, 0);
+        loop {
+            log.prepare(store).await?;
+            if log.snapshot.txns.get(&guard.app_id).is_some_and(|&v| v >= guard.version) {
+                return Ok(written); // committed before a crash
+            }
+            let stored = sealed.stored_in(&log.snapshot);
+            if stored != left_out {
+                tracing::info!(table = %t.name, segment = sealed.segment, nodes = ?stored,
+                    "another writer stored some of these batches first; leaving them out");
+                t = reencode(&writer, sealed, &t.name, &stored).await?;
+                (left_out, on_store) = (stored, false);
+            }
+            if !on_store {
+                for f in &t.files {
+                    store.put_durable(&f.key, f.bytes.clone()).await?;
+                }
+                (on_store, written) = (true, written + t.files.len() as u64);
+            }
+            let adds = t.files.iter().map(|f| table::add(f.rel(&t.name), f.bytes.len(), f.rows)).collect();
+            let txns = std::iter::once(guard.clone()).chain(sealed.node_txns()).collect();
+            if log.try_commit(store, adds, txns, info.clone()).await?.is_some() {
+                return Ok(written);
+            }
+        }
+    }
+
+    /// Writes files no other writer can hold (imports), then commits them
+    /// unless `guard` holds; returns files written.
+    #[cfg(feature = "query")]
+    pub(crate) async fn commit_files(
         &mut self,
         store: &Store,
         t: Encoded,
@@ -68,18 +175,17 @@ impl Logs {
         info: serde_json::Value,
     ) -> Result<u64> {
         let log = self.get(store, &t.name, &t.schema).await?;
+        log.prepare(store).await?;
         if log.snapshot.txns.get(&guard.app_id).is_some_and(|&v| v >= guard.version) {
-            return Ok(0); // committed before a crash
+            return Ok(0); // committed before
         }
         let mut adds = Vec::with_capacity(t.files.len());
-        let n = t.files.len() as u64;
-        for f in t.files {
-            let rel = f.key.strip_prefix(&format!("{}/", t.name)).unwrap_or(&f.key).to_string();
-            adds.push(table::add(&rel, f.bytes.len(), f.rows));
-            store.put_durable(&f.key, f.bytes.into()).await?;
+        for f in &t.files {
+            adds.push(table::add(f.rel(&t.name), f.bytes.len(), f.rows));
+            store.put_durable(&f.key, f.bytes.clone()).await?;
         }
         log.commit(store, adds, vec![guard.clone()], Some(guard), info).await?;
-        Ok(n)
+        Ok(t.files.len() as u64)
     }
 
     async fn get(&mut self, store: &Store, name: &str, schema: &arrow::datatypes::Schema) -> Result<&mut TableLog> {
@@ -95,8 +201,15 @@ impl Logs {
 #[derive(Debug)]
 pub(crate) struct EncodedFile {
     pub key: String,
-    pub bytes: Vec<u8>,
+    pub bytes: bytes::Bytes,
     pub rows: usize,
+}
+
+impl EncodedFile {
+    /// The path relative to the table directory, as the log names it.
+    fn rel<'a>(&'a self, table: &str) -> &'a str {
+        self.key.strip_prefix(table).and_then(|k| k.strip_prefix('/')).unwrap_or(&self.key)
+    }
 }
 
 /// One table's new files.
@@ -118,39 +231,60 @@ impl Encoded {
     }
 }
 
+/// One data table's files.
+fn encode_table(writer: &str, segment: u64, t: Table, batches: &[RecordBatch]) -> Result<Encoded> {
+    let mut files = Vec::new();
+    for (part, batch) in parquet::partition(t, batches)? {
+        let rows = batch.num_rows();
+        for (chunk, offset) in (0..rows).step_by(parquet::FILE_ROWS).enumerate() {
+            let slice = batch.slice(offset, parquet::FILE_ROWS.min(rows - offset));
+            let key = part.file(writer, segment, chunk);
+            files.push(EncodedFile { key, bytes: parquet::encode(&slice)?.into(), rows: slice.num_rows() });
+        }
+    }
+    Ok(Encoded { name: t.name().to_string(), schema: t.schema(), files })
+}
+
+/// Every signal tier's files.
+fn encode_tiers(writer: &str, segment: u64, tables: &BTreeMap<Table, Vec<RecordBatch>>) -> Result<Vec<Encoded>> {
+    let name = format!("part-{writer}-{segment:020}");
+    let mut files = Vec::new();
+    for (tier, hour, b) in tiers::build(tables)? {
+        let (key, bytes) = (tiers::file_key(tier, hour, &name), tiers::encode(&b)?);
+        files.push((tier, EncodedFile { key, bytes: bytes.into(), rows: b.num_rows() }));
+    }
+    Ok(Encoded::tiers(files))
+}
+
 /// Encodes every table and tier of the segment in parallel.
 async fn encode(writer: &str, sealed: &Arc<Sealed>) -> Result<Vec<Encoded>> {
     let mut tasks = Vec::new();
     for &t in sealed.tables.keys() {
         let (s, w) = (sealed.clone(), writer.to_string());
-        tasks.push(tokio::task::spawn_blocking(move || -> Result<Vec<Encoded>> {
-            let mut files = Vec::new();
-            for (part, batch) in parquet::partition(t, &s.tables[&t])? {
-                let rows = batch.num_rows();
-                for (chunk, offset) in (0..rows).step_by(parquet::FILE_ROWS).enumerate() {
-                    let slice = batch.slice(offset, parquet::FILE_ROWS.min(rows - offset));
-                    let key = part.file(&w, s.segment, chunk);
-                    files.push(EncodedFile { key, bytes: parquet::encode(&slice)?, rows: slice.num_rows() });
-                }
-            }
-            Ok(vec![Encoded { name: t.name().to_string(), schema: t.schema(), files }])
-        }));
+        tasks.push(tokio::task::spawn_blocking(move || Ok(vec![encode_table(&w, s.segment, t, &s.tables[&t])?])));
     }
     let (s, w) = (sealed.clone(), writer.to_string());
-    tasks.push(tokio::task::spawn_blocking(move || -> Result<Vec<Encoded>> {
-        let name = format!("part-{w}-{:020}", s.segment);
-        let mut files = Vec::new();
-        for (tier, hour, b) in tiers::build(&s.tables)? {
-            let (key, bytes) = (tiers::file_key(tier, hour, &name), tiers::encode(&b)?);
-            files.push((tier, EncodedFile { key, bytes, rows: b.num_rows() }));
-        }
-        Ok(Encoded::tiers(files))
-    }));
+    tasks.push(tokio::task::spawn_blocking(move || encode_tiers(&w, s.segment, &s.tables)));
     let mut out = Vec::new();
     for t in tasks {
         out.extend(t.await.map_err(|e| Error::State(format!("encoder panicked: {e}")))??);
     }
     Ok(out)
+}
+
+/// One table (or tier) of the segment again, without the batches `stored` covers.
+async fn reencode(writer: &str, sealed: &Arc<Sealed>, name: &str, stored: &Stored) -> Result<Encoded> {
+    let (s, w, name, stored) = (sealed.clone(), writer.to_string(), name.to_string(), stored.clone());
+    tokio::task::spawn_blocking(move || {
+        let tables = s.tables_without(&stored);
+        if let Some(t) = Table::from_name(&name) {
+            return encode_table(&w, s.segment, t, tables.get(&t).map(Vec::as_slice).unwrap_or_default());
+        }
+        let tier = encode_tiers(&w, s.segment, &tables)?.into_iter().find(|e| e.name == name);
+        Ok(tier.unwrap_or(Encoded { name, schema: tiers::schema(), files: Vec::new() }))
+    })
+    .await
+    .map_err(|e| Error::State(format!("encoder panicked: {e}")))?
 }
 
 /// Writes the segment's files and commits them; returns files written.
@@ -159,7 +293,7 @@ pub(crate) async fn commit(store: &Store, logs: &mut Logs, sealed: Arc<Sealed>) 
     let info = serde_json::json!({"writer": logs.writer, "segment": sealed.segment});
     let mut written = 0;
     for t in encode(&logs.writer, &sealed).await? {
-        written += logs.commit_table(store, t, &guard, info.clone()).await?;
+        written += logs.commit_table(store, &sealed, t, &guard, &info).await?;
     }
     written += commit_batches(store, logs, &sealed, &guard, info).await?;
     Ok(written)
@@ -174,11 +308,12 @@ pub async fn write_segment(
     tables: BTreeMap<Table, Vec<RecordBatch>>,
 ) -> Result<u64> {
     let rows = tables.values().flatten().map(|b| b.num_rows()).sum();
-    let sealed = Sealed { segment, tables, rows, nodes: BTreeMap::new() };
+    let sealed = Sealed { segment, tables, origins: BTreeMap::new(), pushes: Vec::new(), rows, nodes: BTreeMap::new() };
     commit(store, &mut Logs::new(writer.to_string()), Arc::new(sealed)).await
 }
 
-/// The segment's row in `ingest_batches`, with the node high-waters.
+/// The segment's rows in `ingest_batches` (one per node, without what
+/// another writer stored first), with the node high-waters.
 async fn commit_batches(
     store: &Store,
     logs: &mut Logs,
@@ -186,39 +321,50 @@ async fn commit_batches(
     guard: &Txn,
     info: serde_json::Value,
 ) -> Result<u64> {
-    let now = chrono::Utc::now().timestamp_micros();
-    let n = sealed.nodes.len();
+    let writer = logs.writer.clone();
+    let log = logs.get(store, BATCHES_TABLE, &batches_schema()).await?;
+    let mut written = 0;
+    loop {
+        log.prepare(store).await?;
+        if log.snapshot.txns.get(&guard.app_id).is_some_and(|&v| v >= guard.version) {
+            return Ok(written);
+        }
+        let ranges = sealed.ranges_without(&sealed.stored_in(&log.snapshot));
+        let mut adds = Vec::new();
+        if !ranges.is_empty() {
+            let now = chrono::Utc::now().timestamp_micros();
+            let batch = batches_rows(&writer, sealed.segment, &ranges, now)?;
+            let dir = hour_dir(BATCHES_TABLE, hour_of(now));
+            let dir = dir.strip_prefix(&format!("{BATCHES_TABLE}/")).unwrap_or(&dir);
+            let rel = format!("{dir}/part-{writer}-{:020}.parquet", sealed.segment);
+            let bytes = tiers::encode(&batch)?;
+            adds.push(table::add(&rel, bytes.len(), ranges.len()));
+            store.put_durable(&format!("{BATCHES_TABLE}/{rel}"), bytes.into()).await?;
+            written = 1;
+        }
+        let txns = std::iter::once(guard.clone()).chain(sealed.node_txns()).collect();
+        if log.try_commit(store, adds, txns, info.clone()).await?.is_some() {
+            return Ok(written);
+        }
+    }
+}
+
+fn batches_rows(writer: &str, segment: u64, ranges: &BTreeMap<String, NodeRange>, now: i64) -> Result<RecordBatch> {
+    let n = ranges.len();
     let col = |f: &dyn Fn(&NodeRange) -> u64| -> ArrayRef {
-        Arc::new(UInt64Array::from(sealed.nodes.values().map(f).collect::<Vec<_>>()))
+        Arc::new(UInt64Array::from(ranges.values().map(f).collect::<Vec<_>>()))
     };
-    let batch = RecordBatch::try_new(
+    Ok(RecordBatch::try_new(
         batches_schema(),
         vec![
-            Arc::new(StringArray::from(vec![logs.writer.as_str(); n])),
-            Arc::new(UInt64Array::from(vec![sealed.segment; n])),
-            Arc::new(StringArray::from(sealed.nodes.keys().map(String::as_str).collect::<Vec<_>>())),
+            Arc::new(StringArray::from(vec![writer; n])),
+            Arc::new(UInt64Array::from(vec![segment; n])),
+            Arc::new(StringArray::from(ranges.keys().map(String::as_str).collect::<Vec<_>>())),
             col(&|r| r.first),
             col(&|r| r.last),
             col(&|r| r.batches),
             col(&|r| r.rows),
             Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC")),
         ],
-    )?;
-    let mut txns = vec![guard.clone()];
-    txns.extend(sealed.nodes.iter().map(|(node, r)| Txn {
-        app_id: node_app(node),
-        version: r.last as i64,
-        last_updated: None,
-    }));
-    let dir = hour_dir(BATCHES_TABLE, hour_of(now));
-    let dir = dir.strip_prefix(&format!("{BATCHES_TABLE}/")).unwrap_or(&dir);
-    let rel = format!("{dir}/part-{}-{:020}.parquet", logs.writer, sealed.segment);
-    let bytes = tiers::encode(&batch)?;
-    let adds = if n > 0 { vec![table::add(&rel, bytes.len(), n)] } else { Vec::new() };
-    if n > 0 {
-        store.put_durable(&format!("{BATCHES_TABLE}/{rel}"), bytes.into()).await?;
-    }
-    let log = logs.get(store, BATCHES_TABLE, &batches_schema()).await?;
-    log.commit(store, adds, txns, Some(guard), info).await?;
-    Ok(n.min(1) as u64)
+    )?)
 }

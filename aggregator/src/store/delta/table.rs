@@ -59,38 +59,59 @@ impl TableLog {
         guard: Option<&Txn>,
         info: serde_json::Value,
     ) -> Result<Option<u64>> {
+        loop {
+            self.prepare(store).await?;
+            if let Some(g) = guard
+                && self.snapshot.txns.get(&g.app_id).is_some_and(|&v| v >= g.version)
+            {
+                return Ok(None);
+            }
+            if let Some(v) = self.try_commit(store, adds.clone(), txns.clone(), info.clone()).await? {
+                return Ok(Some(v));
+            }
+            // Another writer took the version: read it and try the one after.
+        }
+    }
+
+    /// Brings the snapshot up to date, creating the table if it has no log.
+    pub async fn prepare(&mut self, store: &Store) -> Result<()> {
+        self.snapshot.refresh(store).await?;
+        while self.snapshot.version.is_none() {
+            self.create(store).await?;
+            self.snapshot.refresh(store).await?;
+        }
+        Ok(())
+    }
+
+    /// One attempt at the version after the snapshot's (call [`Self::prepare`]
+    /// first): `None` when another writer took it.
+    pub async fn try_commit(
+        &mut self,
+        store: &Store,
+        adds: Vec<Add>,
+        txns: Vec<Txn>,
+        info: serde_json::Value,
+    ) -> Result<Option<u64>> {
+        let now = chrono::Utc::now().timestamp_millis();
         let mut actions: Vec<Action> = Vec::with_capacity(adds.len() + txns.len() + 1);
         actions.push(Action::CommitInfo(serde_json::json!({
-            "timestamp": chrono::Utc::now().timestamp_millis(),
+            "timestamp": now,
             "operation": "WRITE",
             "operationParameters": {"mode": "Append"},
             "isBlindAppend": true,
             "engineInfo": format!("ingero/{}", env!("CARGO_PKG_VERSION")),
             "ingero": info,
         })));
-        let now = chrono::Utc::now().timestamp_millis();
         actions.extend(txns.into_iter().map(|t| Action::Txn(Txn { last_updated: Some(now), ..t })));
         actions.extend(adds.into_iter().map(Action::Add));
         let body = action::encode(&actions);
-        loop {
-            self.snapshot.refresh(store).await?;
-            if let Some(g) = guard
-                && self.snapshot.txns.get(&g.app_id).is_some_and(|&v| v >= g.version)
-            {
-                return Ok(None);
-            }
-            let Some(current) = self.snapshot.version else {
-                self.create(store).await?;
-                continue;
-            };
-            let next = current + 1;
-            if store.put_if_absent(&commit_key(&self.snapshot.table, next), body.clone().into()).await? {
-                self.snapshot.apply_commit(next, &body)?;
-                self.checkpoint_if_due(store, next).await;
-                return Ok(Some(next));
-            }
-            // Another writer took `next`: read it and try the one after.
+        let next = self.snapshot.version.map_or(0, |v| v + 1);
+        if !store.put_if_absent(&commit_key(&self.snapshot.table, next), body.clone().into()).await? {
+            return Ok(None);
         }
+        self.snapshot.apply_commit(next, &body)?;
+        self.checkpoint_if_due(store, next).await;
+        Ok(Some(next))
     }
 
     /// Replaces `inputs` by `output` in one commit (compaction). `None` when
