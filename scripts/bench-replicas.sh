@@ -6,14 +6,22 @@
 #  2. 600 simulated nodes on 3 replicas, replica 1 SIGKILLed at 20 s, two CPU
 #     stragglers injected (one before, one after the kill): time to flag, time
 #     for the moved nodes to reach their new replica, every replica's
-#     `ingero stragglers`, and exactly-once counted by delta-rs (PyPI deltalake).
+#     `ingero stragglers`, and exactly-once counted by delta-rs (PyPI
+#     deltalake): batches, and rows of every data table.
 #   scripts/bench-replicas.sh            (INGERO_BIN=… to skip the release build)
+#   NODES=900 REPLICAS=4 KILL=0 KILL_AT=25 RESTART_AT=31 FLUSH_AGE=30s SKIP_LOAD=1 scripts/bench-replicas.sh
+#     (the fleet run only, another shape: the killed replica restarts on its WAL)
 # Prints the figures BENCHMARKS.md and RELIABILITY.md quote.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${INGERO_BIN:-target/release/ingero}
 [ -n "${INGERO_BIN:-}" ] || cargo build --release --workspace >/dev/null
 NODES=${NODES:-600}
+REPLICAS=${REPLICAS:-3}
+KILL=${KILL:-1}
+KILL_AT=${KILL_AT:-20}
+RESTART_AT=${RESTART_AT:-}
+FLUSH_AGE=${FLUSH_AGE:-2s}
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}" ${WEED:-}; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
@@ -30,41 +38,49 @@ serve() {
   local extra=()
   [ $# -gt 2 ] && extra=(--replicas "$3" --replica-self "$4")
   $BIN serve --store "s3://ingero/$STORE" --s3-endpoint $S3 --wal-dir "$DIR/wal-$name" \
-    --listen "127.0.0.1:$port" --http-listen 127.0.0.1:0 --flush-age 2s "${extra[@]}" 2>"$DIR/$name.log" &
+    --listen "127.0.0.1:$port" --http-listen 127.0.0.1:0 --flush-age "$FLUSH_AGE" "${extra[@]}" 2>>"$DIR/$name.log" &
   PIDS+=($!)
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return; sleep 0.1; done
   echo "replica $name did not start" >&2; exit 1
 }
-R="http://127.0.0.1:27070,http://127.0.0.1:27071,http://127.0.0.1:27072"
-three() {
+R=$(seq -s, -f "http://127.0.0.1:%g" 27070 $((27069 + REPLICAS)))
+URLS=(${R//,/ })
+all_replicas() {
   local i=0
-  for u in ${R//,/ }; do serve "$1-$i" "${u##*:}" "$R" "$u"; i=$((i + 1)); done
+  for u in "${URLS[@]}"; do serve "$1-$i" "${u##*:}" "$R" "$u"; i=$((i + 1)); done
 }
 stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; PIDS=(); }
 
-echo "== ingest: 1 replica vs 3 (load: 60 nodes x 20 batches x 5,000 rows)"
-for round in 1 2; do
-  STORE=load1-$round; serve one 27069
-  echo "1 replica:  $($BIN load --server http://127.0.0.1:27069 --nodes 60 --batches 20 --rows 5000)"
-  stop_all
-  STORE=load3-$round; three load
-  echo "3 replicas: $($BIN load --server "$R" --nodes 60 --batches 20 --rows 5000)"
-  stop_all
-done
+if [ -z "${SKIP_LOAD:-}" ]; then
+  echo "== ingest: 1 replica vs $REPLICAS (load: 60 nodes x 20 batches x 5,000 rows)"
+  for round in 1 2; do
+    STORE=load1-$round; serve one 27069
+    echo "1 replica:  $($BIN load --server http://127.0.0.1:27069 --nodes 60 --batches 20 --rows 5000)"
+    stop_all
+    STORE=load3-$round; all_replicas load
+    echo "$REPLICAS replicas: $($BIN load --server "$R" --nodes 60 --batches 20 --rows 5000)"
+    stop_all
+  done
+fi
 
-echo "== $NODES nodes on 3 replicas; replica 1 killed at 20 s"
-STORE=fleet; three fleet
+echo "== $NODES nodes on $REPLICAS replicas; replica $KILL killed at ${KILL_AT} s${RESTART_AT:+, restarted at $RESTART_AT s}"
+STORE=fleet; all_replicas fleet
 $BIN simulate --server "$R" --nodes "$NODES" --jobs 6 --duration 60s \
   --inject "cpu@node-100:12s" --inject "cpu@node-401:35s" --json >"$DIR/sim.json" 2>/dev/null &
 SIM=$!
-sleep 21
-kill -9 "${PIDS[1]}"
+sleep $((KILL_AT + 1))
+kill -9 "${PIDS[$KILL]}"
+if [ -n "$RESTART_AT" ]; then
+  sleep $((RESTART_AT - KILL_AT))
+  u=${URLS[$KILL]}; serve "fleet-$KILL" "${u##*:}" "$R" "$u"
+fi
 wait $SIM
-for u in http://127.0.0.1:27070 http://127.0.0.1:27072; do
+for u in "${URLS[@]}"; do
   echo "-- ingero stragglers --server $u"
-  $BIN stragglers --server "$u"
+  $BIN stragglers --server "$u" || true
 done
 stop_all
+echo "table commits that left out batches another replica had stored first: $(cat "$DIR"/fleet-*.log | grep -c 'leaving them out' || true)"
 python3 - "$DIR/sim.json" <<'PY'
 import json, sys
 from deltalake import DeltaTable
@@ -85,4 +101,15 @@ print(f"failovers: {len(secs)} nodes, median {secs[len(secs)//2]:.1f}s, max {sec
       f"{sum(f['resent'] for f in r['failovers'])} uncommitted batches sent again")
 print(f"batches: {r['batches']} sent, {r['acknowledged']} acknowledged; in the Delta table (delta-rs): {stored}; "
       f"overlapping ranges: {overlaps}")
+from deltalake.exceptions import TableNotFoundError
+tables = ["call_windows", "sched_windows", "cgroup_windows", "io_windows", "host_events", "stall_events",
+          "process_meta", "node_windows", "progress_windows", "stacks"]
+def count(t):
+    try:
+        return DeltaTable(f"s3://ingero/fleet/{t}", storage_options=opts).count()
+    except TableNotFoundError:  # a table no batch had rows for
+        return 0
+data_rows = sum(count(t) for t in tables)
+print(f"rows: {r['acknowledged_rows']} acknowledged; ingest_batches says {sum(b.column('rows').to_pylist())}; "
+      f"in the data tables (delta-rs): {data_rows}")
 PY

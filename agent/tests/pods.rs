@@ -187,11 +187,13 @@ async fn pods_of_both_cgroup_drivers_are_attributed_through_410_and_an_outage() 
 
     let calls = rows(dir.path(), Table::CallWindows).await;
     let ra = rows_of(&calls, pa);
-    // Nothing lost to the 410 or the outage: every call counted, no window missing.
+    // Nothing lost to the 410 or the outage: every call counted, and each
+    // in its own window (bursts are >= 200 ms apart: at most 5 of 5 calls
+    // start in one second), so none was lost and none carried over. A
+    // window may be empty: a loaded machine can pause the workload itself.
     assert_eq!(ra.iter().map(|r| r.1).sum::<u64>(), 625, "{ra:?}");
-    for pair in ra.windows(2) {
-        assert!(pair[1].0 - pair[0].0 <= 1_000_000, "window gap in {ra:?}");
-    }
+    assert!(ra.iter().all(|r| r.1 <= 25), "a window holds another's calls: {ra:?}");
+    assert!(ra.len() >= 25, "the ~25 s of work fell into {} windows: {ra:?}", ra.len());
     for r in &ra {
         assert_eq!(
             (r.2.as_deref(), r.3.as_deref(), r.4.as_deref(), r.5.as_deref()),

@@ -56,6 +56,9 @@ pub struct SimReport {
     /// Batches the aggregators acknowledged (a batch sent again after a
     /// failover counts once).
     pub acknowledged: u64,
+    /// Rows in the acknowledged batches, over all tables: what the store
+    /// must hold, each row once.
+    pub acknowledged_rows: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -90,9 +93,10 @@ pub async fn run(cfg: &SimConfig, mut progress: impl FnMut(&str)) -> Result<SimR
         // The window [w, w+1) is shipped when it closes, as an agent would.
         tokio::time::sleep_until((fleet.start + Duration::from_secs(w + 1)).into()).await;
         let t0 = Instant::now();
-        let (ok, failed) = fleet.push_window(w).await?;
+        let (ok, failed, rows) = fleet.push_window(w).await?;
         report.batches += ok + failed as u64;
         report.acknowledged += ok;
+        report.acknowledged_rows += rows;
         report.windows += 1;
         let flagged: Vec<String> = flags.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         progress(&format!(
@@ -204,8 +208,9 @@ impl<'a> Fleet<'a> {
         Fleet { cfg, links, members, job_names, start_us, start, rng: Rng::new(cfg.seed), failovers: Vec::new() }
     }
 
-    /// Every node's batch for window `w`, pushed concurrently; (acked, failed).
-    async fn push_window(&mut self, w: u64) -> Result<(u64, usize), SendError> {
+    /// Every node's batch for window `w`, pushed concurrently; (acked,
+    /// failed, rows acked).
+    async fn push_window(&mut self, w: u64) -> Result<(u64, usize, u64), SendError> {
         let t = Duration::from_secs(w);
         let mut set = JoinSet::new();
         for (j, ranks) in self.members.iter().enumerate() {
@@ -223,23 +228,24 @@ impl<'a> Fleet<'a> {
                 // A node whose previous push is still retrying skips this window.
                 let Some(mut link) = self.links[node].take() else { continue };
                 let req = link.client.request(&tables)?;
-                set.spawn(async move { (node, push_routed(link, req).await) });
+                let rows: u64 = tables.iter().map(|(_, b)| b.num_rows() as u64).sum();
+                set.spawn(async move { (node, rows, push_routed(link, req).await) });
             }
         }
-        let (mut ok, mut failed) = (0, 0);
+        let (mut ok, mut failed, mut acked_rows) = (0, 0, 0);
         while let Some(r) = set.join_next().await {
-            let Ok((node, (link, res, moved))) = r else {
+            let Ok((node, rows, (link, res, moved))) = r else {
                 failed += 1;
                 continue;
             };
             self.links[node] = Some(link);
             self.failovers.extend(moved);
             match res {
-                Ok(()) => ok += 1,
+                Ok(()) => (ok, acked_rows) = (ok + 1, acked_rows + rows),
                 Err(_) => failed += 1,
             }
         }
-        Ok((ok, failed))
+        Ok((ok, failed, acked_rows))
     }
 }
 

@@ -106,7 +106,7 @@ pub(crate) fn print_report(r: &SimReport) {
     } else {
         println!("false flags: {}", r.false_flags.join(", "));
     }
-    println!("batches: {} sent, {} acknowledged", r.batches, r.acknowledged);
+    println!("batches: {} sent, {} acknowledged ({} rows)", r.batches, r.acknowledged, r.acknowledged_rows);
     if !r.failovers.is_empty() {
         let mut secs: Vec<f64> = r.failovers.iter().map(|f| f.secs).collect();
         secs.sort_by(f64::total_cmp);
