@@ -111,20 +111,58 @@ static __always_inline void comm_init(struct pt_regs *ctx, __u32 tgid, struct co
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* True while an entry-only call recorded in tc has not returned: its
+ * return address is still in the slot its entry found it in. Once it
+ * returns, the caller's next call overwrites that slot (same frame, same
+ * stack pointer), unless it is the same call site calling the same
+ * function again, which records itself anew. */
+static __always_inline int entry_only_live(struct thread_call *tc, __u64 sp)
+{
+	__u64 ret = 0;
+	if (!tc->ret || sp >= tc->sp)
+		return 0;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)tc->sp))
+		return 0;
+	return ret == tc->ret;
+}
+
 /* Enters a call on this thread; returns 1 when the thread is inside a
  * traced call (this one is made by that one: not counted again). Only calls
  * whose return is probed deepen the state. A call is inside the recorded one
  * only if its frame is below that call's entry frame (the stack grows down):
  * a state left behind (a return never seen: the return probe was attached
- * after the call entered) is replaced, never trusted forever. */
+ * after the call entered) is replaced, never trusted forever. A runtime
+ * launch (COOKIE_BRACKET) has no return probe: one trap per launch, not two
+ * (issue: the return probe doubled the cost of every launch). */
 static __always_inline int enter(__u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now, __u64 sp)
 {
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
-	int nested = tc && tc->depth > 0 && sp < tc->sp;
-	if (!(cookie & (COOKIE_TIMED | COOKIE_BRACKET)))
+	int nested = tc && (tc->depth > 0 ? sp < tc->sp : entry_only_live(tc, sp));
+	if (cookie & COOKIE_BRACKET) {
+		if (nested)
+			return 1;
+		__u64 ret = 0;
+		bpf_probe_read_user(&ret, sizeof(ret), (void *)sp);
+		if (tc) {
+			/* The thread's own slot: written in place, no map update per launch. */
+			tc->since_ns = now;
+			tc->tgid = tgid;
+			tc->op = op;
+			tc->depth = 0;
+			tc->sp = sp;
+			tc->ret = ret;
+			return 0;
+		}
+		struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .sp = sp, .ret = ret };
+		bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
+		return 0;
+	}
+	if (!(cookie & COOKIE_TIMED))
 		return nested;
 	if (nested) {
-		ADD(tc->depth, 1);
+		/* Inside an entry-only call nothing will undo a deeper depth. */
+		if (tc->depth > 0)
+			ADD(tc->depth, 1);
 		return 1;
 	}
 	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .depth = 1, .sp = sp };
@@ -169,11 +207,12 @@ int call_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-/* Leaves a call on this thread (the outermost one clears the state). */
+/* Leaves a return-probed call on this thread (the outermost one clears
+ * the state; an entry-only call's record is not this call's to clear). */
 static __always_inline void leave(__u32 tid)
 {
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
-	if (!tc)
+	if (!tc || tc->depth == 0)
 		return;
 	if (tc->depth > 1)
 		ADD(tc->depth, -1);
@@ -221,7 +260,7 @@ int call_return(struct pt_regs *ctx)
 		return 0;
 	leave((__u32)pid_tgid);
 	if (!(cookie & COOKIE_TIMED))
-		return 0; /* bracket only */
+		return 0;
 	struct inflight_key k = { .pid_tgid = pid_tgid, .op = op };
 	__u64 *start = bpf_map_lookup_elem(&inflight, &k);
 	if (!start)

@@ -15,8 +15,8 @@
 #define COOKIE_OP_MASK 0xffffu
 #define COOKIE_TIMED (1u << 16)      /* entry stores a start time for the return probe */
 #define COOKIE_COMM_INIT (1u << 17)  /* ncclCommInitRank: report rank and nranks */
-#define COOKIE_BRACKET (1u << 18)    /* return probed only to mark the thread as inside
-                                      * the call (a runtime launch that may call the driver) */
+#define COOKIE_BRACKET (1u << 18)    /* a runtime launch that may call the driver: entry-only,
+                                      * it marks the thread as inside it while its frame lives */
 
 #define MAX_OPS 256
 
@@ -47,14 +47,18 @@ struct sched_val {
 
 /* The outermost traced call a thread is inside (key: tid). Calls made from
  * inside it (the driver under the runtime, NCCL's launches) only deepen it:
- * they are not counted again. Userspace reads it to report calls in flight. */
+ * they are not counted again. Userspace reads it to report calls in flight
+ * (depth > 0: a return-probed call). A runtime launch is entry-only (depth
+ * 0): it is still running while the return address its entry found at `sp`
+ * is there, which a call made from inside it checks. */
 struct thread_call {
 	__u64 since_ns;
 	__u32 tgid;
 	__u32 op;
 	__u32 depth;
 	__u32 pad;
-	__u64 sp; /* stack pointer at the outermost call's entry */
+	__u64 sp;  /* stack pointer at the outermost call's entry */
+	__u64 ret; /* entry-only call: the return address at sp; 0 otherwise */
 };
 
 struct cgroup_val {
@@ -130,7 +134,7 @@ struct stall_event {
 #define PROC_FORK 3
 #define PROC_OOM 4
 #define PROC_COMM_INIT 5
-#define PROC_DLOPEN 6 /* a CUDA/NCCL library was dlopen'd; the process waits (other: tid) */
+#define PROC_DLOPEN 6 /* a CUDA/NCCL library not yet probed is looked up; the thread waits (other: tid) */
 
 /* Process lifecycle and rare events, through the procs ring buffer. */
 struct proc_event {
@@ -150,6 +154,9 @@ struct counters {
 	__u64 ringbuf_drops;
 	__u64 map_full;
 	__u64 inflight_full;
+	__u64 lib_holds;         /* threads held at a new library's first lookup */
+	__u64 lib_hold_ns;       /* time they were held */
+	__u64 lib_hold_timeouts; /* holds that ran out (HOLD_MAX_NS) before the agent released them */
 };
 
 /* Written by userspace. */

@@ -4,4 +4,4 @@
 #include "sched.bpf.c"
 #include "io.bpf.c"
 #include "proc.bpf.c"
-#include "dlopen.bpf.c"
+#include "libload.bpf.c"

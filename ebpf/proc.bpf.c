@@ -64,6 +64,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	/* Every thread: its tid may be reused, and must not inherit this
 	 * thread's scheduler state. */
 	bpf_map_delete_elem(&threads, &tid);
+	bpf_map_delete_elem(&thread_calls, &tid);
 	if (BPF_CORE_READ(p, pid) != BPF_CORE_READ(p, tgid))
 		return 0;
 	/* The whole process leaving: every traced one, and every one in scope

@@ -89,6 +89,23 @@ struct task_struct {
 	struct css_set *cgroups;
 };
 
+struct super_block {
+	__u32 s_dev;
+};
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+};
+
+struct file {
+	struct inode *f_inode;
+};
+
+struct vm_area_struct {
+	struct file *vm_file;
+};
+
 struct block_device {
 	__u32 bd_dev;
 };

@@ -85,9 +85,10 @@ struct RunArgs {
     /// them (repeatable; the usual CUDA install directories are always included).
     #[arg(long = "lib", env = "INGERO_LIB", value_delimiter = ',')]
     libs: Vec<PathBuf>,
-    /// Do not hold a thread that dlopens a CUDA/NCCL library until its probes are in (by default it waits
-    /// in the kernel for the agent, for as long as the probes take and at most 1 s, so the first calls of a
-    /// library loaded at run time, such as vLLM's NCCL, are traced).
+    /// Do not hold a thread at its first symbol lookup (dlsym) in a CUDA/NCCL library not yet probed. By
+    /// default that thread alone waits in the kernel for the agent, for as long as the probes take and at
+    /// most 1 s, once per library file, so the first calls of a library loaded at run time (vLLM's NCCL) are
+    /// traced. Only dlsym's entry is probed: nothing the loader sees changes (no return probes).
     #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
     no_dlopen_hold: bool,
     /// Mount point of the cgroup v2 hierarchy.

@@ -20,6 +20,30 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
         ),
         ("ingero_agent_map_full_total", "counter", "Kernel map updates lost to a full map", g(&l.map_full)),
         (
+            "ingero_agent_library_holds_total",
+            "counter",
+            "Threads held at a new CUDA/NCCL library's first symbol lookup until it was probed",
+            g(&l.lib_holds),
+        ),
+        (
+            "ingero_agent_library_hold_seconds_total",
+            "counter",
+            "Time threads were held at a new library's first lookup (bounded at 1 s each)",
+            g(&l.lib_hold_ns) / 1_000_000_000,
+        ),
+        (
+            "ingero_agent_library_hold_microseconds_total",
+            "counter",
+            "Time threads were held at a new library's first lookup, in microseconds",
+            g(&l.lib_hold_ns) / 1_000,
+        ),
+        (
+            "ingero_agent_library_hold_timeouts_total",
+            "counter",
+            "Holds that ran out (1 s) before the agent had probed the library",
+            g(&l.lib_hold_timeouts),
+        ),
+        (
             "ingero_agent_probe_run_ns_total",
             "counter",
             "eBPF program run time (BPF_STATS_RUN_TIME)",

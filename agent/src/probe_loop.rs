@@ -52,6 +52,11 @@ pub struct LoopStats {
     pub events: AtomicU64,
     pub ringbuf_drops: AtomicU64,
     pub map_full: AtomicU64,
+    /// Threads held at a new CUDA/NCCL library's first lookup, their total
+    /// wait (ns) and the holds that ran out before the library was probed.
+    pub lib_holds: AtomicU64,
+    pub lib_hold_ns: AtomicU64,
+    pub lib_hold_timeouts: AtomicU64,
     pub probe_run_ns: AtomicU64,
     pub libraries: AtomicU64,
     /// Library files that could not be probed (each is retried on the next scan).
@@ -315,8 +320,8 @@ impl ProbeLoop {
                 // The thread waits in the kernel until its library is probed.
                 let t = Instant::now();
                 self.scan(&[e.tgid]);
-                self.probes.release(e.tgid);
-                tracing::debug!(pid = e.tgid, held_us = t.elapsed().as_micros() as u64, "dlopen held");
+                self.probes.release(e.tgid, e.other);
+                tracing::debug!(pid = e.tgid, tid = e.other, held_us = t.elapsed().as_micros() as u64, "library lookup held");
                 return;
             }
             PROC_EXEC | PROC_FORK => {
@@ -442,6 +447,9 @@ impl ProbeLoop {
         s.events.fetch_add(delta.events, Ordering::Relaxed);
         s.ringbuf_drops.fetch_add(delta.ringbuf_drops, Ordering::Relaxed);
         s.map_full.fetch_add(delta.map_full + delta.inflight_full, Ordering::Relaxed);
+        s.lib_holds.fetch_add(delta.lib_holds, Ordering::Relaxed);
+        s.lib_hold_ns.fetch_add(delta.lib_hold_ns, Ordering::Relaxed);
+        s.lib_hold_timeouts.fetch_add(delta.lib_hold_timeouts, Ordering::Relaxed);
         s.probe_run_ns.fetch_add(probe_run_ns, Ordering::Relaxed);
     }
 }

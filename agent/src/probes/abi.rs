@@ -60,6 +60,8 @@ pub(crate) struct ThreadCall {
     pub pad: u32,
     /// Stack pointer at the outermost call's entry.
     pub sp: u64,
+    /// Entry-only call: the return address found at `sp`; 0 otherwise.
+    pub ret: u64,
 }
 
 #[repr(C)]
@@ -190,6 +192,12 @@ pub(crate) struct Counters {
     pub ringbuf_drops: u64,
     pub map_full: u64,
     pub inflight_full: u64,
+    /// Threads held at a new CUDA/NCCL library's first symbol lookup.
+    pub lib_holds: u64,
+    /// Time those threads were held (ns).
+    pub lib_hold_ns: u64,
+    /// Holds that ran out before the agent released them.
+    pub lib_hold_timeouts: u64,
 }
 
 impl Counters {
@@ -200,6 +208,9 @@ impl Counters {
             ringbuf_drops: self.ringbuf_drops.saturating_sub(before.ringbuf_drops),
             map_full: self.map_full.saturating_sub(before.map_full),
             inflight_full: self.inflight_full.saturating_sub(before.inflight_full),
+            lib_holds: self.lib_holds.saturating_sub(before.lib_holds),
+            lib_hold_ns: self.lib_hold_ns.saturating_sub(before.lib_hold_ns),
+            lib_hold_timeouts: self.lib_hold_timeouts.saturating_sub(before.lib_hold_timeouts),
         }
     }
 }
@@ -213,7 +224,7 @@ pub(crate) struct Config {
     pub pid_filter: u32,
     /// Depth of the agent's pid namespace + 1, found by the programs.
     pub pidns_level: u32,
-    /// 1: hold a thread that dlopens a CUDA/NCCL library until it is probed.
+    /// 1: hold a thread at a new CUDA/NCCL library's first lookup until it is probed.
     pub hold_dlopen: u32,
     /// Inode of the agent's pid namespace; 0 for the initial one.
     pub pidns_ino: u64,
@@ -237,7 +248,8 @@ const _: () = {
     assert!(offset_of!(CallVal, hist) == 32);
     assert!(size_of::<SchedVal>() == 72);
     assert!(offset_of!(SchedVal, off_call_ns) == 56);
-    assert!(size_of::<ThreadCall>() == 32);
+    assert!(size_of::<ThreadCall>() == 40);
+    assert!(offset_of!(ThreadCall, ret) == 32);
     assert!(offset_of!(ThreadCall, sp) == 24);
     assert!(offset_of!(ThreadCall, depth) == 16);
     assert!(size_of::<CgroupVal>() == 16);
@@ -255,7 +267,8 @@ const _: () = {
     assert!(size_of::<ProcEvent>() == 56);
     assert!(offset_of!(ProcEvent, extra) == 32);
     assert!(offset_of!(ProcEvent, comm) == 40);
-    assert!(size_of::<Counters>() == 32);
+    assert!(size_of::<Counters>() == 56);
+    assert!(offset_of!(Counters, lib_hold_timeouts) == 48);
     assert!(size_of::<Config>() == 32);
     assert!(offset_of!(Config, pidns_ino) == 24);
 };

@@ -70,6 +70,9 @@ pub(crate) fn counters(probes: &mut Probes) -> Result<Counters> {
         c.ringbuf_drops += v.ringbuf_drops;
         c.map_full += v.map_full;
         c.inflight_full += v.inflight_full;
+        c.lib_holds += v.lib_holds;
+        c.lib_hold_ns += v.lib_hold_ns;
+        c.lib_hold_timeouts += v.lib_hold_timeouts;
     }
     Ok(c)
 }

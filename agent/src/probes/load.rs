@@ -75,13 +75,13 @@ impl Probes {
         for name in ["call_entry", "call_return"] {
             as_uprobe(prog(&mut ebpf, name)?)?.load().map_err(Error::program(format!("loading {name}")))?;
         }
-        // The dlopen hold needs sleepable uprobes (Linux 6.0) and bpf_loop
-        // (5.17): optional, the agent runs without it on older kernels.
-        let dlopen_hold = ["dlopen_entry", "dlopen_return"].iter().try_for_each(|name| {
-            as_uprobe(prog(&mut ebpf, name)?)?.load().map_err(Error::program(format!("loading {name}")))
-        });
+        // The hold at a new library's first lookup needs sleepable uprobes
+        // (Linux 6.0), bpf_loop (5.17) and bpf_find_vma (5.17): optional,
+        // the agent runs without it on older kernels.
+        let dlopen_hold = as_uprobe(prog(&mut ebpf, "dlsym_entry")?)
+            .and_then(|p| p.load().map_err(Error::program("loading dlsym_entry")));
         if let Err(e) = &dlopen_hold {
-            tracing::warn!(error = %e, "no dlopen hold on this kernel: a library dlopen'd and called at once misses its first calls");
+            tracing::warn!(error = %e, "no library hold on this kernel: a library dlopen'd and called at once misses its first calls");
         }
         for &(name, tp, required) in TRACEPOINTS {
             let res = (|| -> Result<()> {
@@ -152,16 +152,20 @@ impl Probes {
         self.write_config()
     }
 
-    /// Whether a thread that dlopens a CUDA/NCCL library is held until probed.
+    /// Whether a thread is held at a new CUDA/NCCL library's first lookup until it is probed.
     pub fn set_hold_dlopen(&mut self, on: bool) -> Result<()> {
         self.config.hold_dlopen = (on && self.dlopen_hold) as u32;
         self.write_config()
     }
 
-    /// Lets a process held at its dlopen go on (its libraries are probed).
-    pub fn release(&mut self, tgid: u32) {
-        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u64>>(&mut self.ebpf, "held") {
-            let _ = m.remove(&tgid);
+    /// Lets a thread held at a library lookup go on: its process's
+    /// libraries are probed (0 tells the kernel so; it then remembers the file).
+    pub fn release(&mut self, tgid: u32, tid: u32) {
+        let key = (u64::from(tgid) << 32) | u64::from(tid);
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u64, u64>>(&mut self.ebpf, "held")
+            && m.get(&key, 0).is_ok()
+        {
+            let _ = m.insert(key, 0, 0);
         }
     }
 
@@ -269,26 +273,25 @@ impl Probes {
 }
 
 impl Probes {
-    /// glibc's `dlopen` (entry: is it a CUDA/NCCL library; return: hold
-    /// the thread until the library is probed).
+    /// glibc's `dlsym` and `dlvsym`, entry only (see ebpf/libload.bpf.c):
+    /// never a return probe on the loader's functions, which read their own
+    /// return address to pick the caller's RUNPATH.
     fn attach_dlopen(
         &mut self,
         path: &Path,
         links: &mut Vec<(&'static str, UProbeLinkId)>,
     ) -> Result<Vec<&'static str>> {
-        let point = || UProbeAttachPoint { location: UProbeAttachLocation::Symbol("dlopen"), cookie: None };
-        let entry = prog(&mut self.ebpf, "dlopen_entry").and_then(as_uprobe)?;
-        match entry.attach(point(), path, UProbeScope::AllProcesses) {
-            Ok(id) => links.push(("dlopen_entry", id)),
-            // A libc without dlopen (before glibc 2.34 it lives in libdl).
-            Err(_) => return Ok(vec![]),
+        let mut done = Vec::new();
+        for symbol in ["dlsym", "dlvsym"] {
+            let point = UProbeAttachPoint { location: UProbeAttachLocation::Symbol(symbol), cookie: None };
+            let entry = prog(&mut self.ebpf, "dlsym_entry").and_then(as_uprobe)?;
+            // A libc without them (before glibc 2.34 they live in libdl).
+            if let Ok(id) = entry.attach(point, path, UProbeScope::AllProcesses) {
+                links.push(("dlsym_entry", id));
+                done.push(symbol);
+            }
         }
-        let ret = prog(&mut self.ebpf, "dlopen_return").and_then(as_uprobe)?;
-        let id = ret
-            .attach(point(), path, UProbeScope::AllProcesses)
-            .map_err(Error::program(format!("uretprobe dlopen in {}", path.display())))?;
-        links.push(("dlopen_return", id));
-        Ok(vec!["dlopen"])
+        Ok(done)
     }
 }
 

@@ -73,17 +73,19 @@ impl Op {
             | if self.comm_init { COOKIE_COMM_INIT } else { 0 }
     }
 
-    /// An untimed runtime call whose return is still probed, only to mark
-    /// the thread as inside it: the driver calls it makes (a launch under
-    /// `cudaLaunchKernel`) are then not counted a second time. NCCL's and
-    /// the driver's untimed ops make no traced calls of their own.
+    /// An untimed runtime call that marks the thread as inside it while its
+    /// frame lives (entry-only: see `enter` in ebpf/calls.bpf.c): the driver
+    /// calls it makes (a launch under `cudaLaunchKernel`) are then not
+    /// counted a second time. NCCL's and the driver's untimed ops make no
+    /// traced calls of their own.
     pub fn bracketed(&self) -> bool {
         !self.timed && self.lib == Lib::Cudart
     }
 
-    /// Whether a return probe is attached.
+    /// Whether a return probe is attached: only where the duration is the
+    /// signal (syncs, copies, collectives, allocations), never on launches.
     pub fn return_probed(&self) -> bool {
-        self.timed || self.bracketed()
+        self.timed
     }
 }
 

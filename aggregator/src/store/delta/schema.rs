@@ -3,14 +3,22 @@
 //!
 //! Delta has no unsigned integers, and engines that honour the table schema
 //! (delta-rs, Polars, Spark) refuse a Parquet `UINT_64` column under a
-//! `long` field. Files in the store therefore hold the signed type of the
-//! same width (the bits unchanged: every unsigned value we write is below
-//! the signed maximum — stack ids are 63-bit hashes); readers here turn them
-//! back into the unsigned columns the rest of the system works with.
+//! `long` field. Files in the store therefore hold the next wider signed
+//! type (u8 → short, u16 → integer, u32 → long), so every engine reads the
+//! same values we wrote; u64 stays `long` (every u64 we write is below the
+//! signed maximum: counts, nanoseconds, 63-bit stack ids). Readers here turn
+//! the columns back into the unsigned types the rest of the system uses.
+//!
+//! Stores written before 0.x held the signed type of the *same* width
+//! (u8 as `byte`): a histogram bucket ≥ 128 (a call ≥ ~8.6 s) read back as
+//! negative. Such files are still read bit for bit ([`to_logical`] and the
+//! query engine's adapter reinterpret a same-width column instead of casting
+//! it), and the table's schema is moved to the wide types at the next commit.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, ListArray, RecordBatch, make_array};
+use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef, TimeUnit};
 use serde_json::{Value, json};
 
@@ -19,16 +27,16 @@ use crate::error::{Error, Result};
 /// Hive partition columns of every table (`date=YYYY-MM-DD/hour=HH`).
 pub const PARTITION_COLUMNS: [&str; 2] = ["date", "hour"];
 
-/// The Delta type of an Arrow type (storage and logical map alike).
+/// The Delta type of an Arrow type, through its storage type.
 fn delta_type(dt: &DataType) -> Result<Value> {
-    Ok(match dt {
+    Ok(match storage_type(dt) {
         DataType::Utf8 | DataType::LargeUtf8 => json!("string"),
         DataType::Dictionary(_, v) if matches!(v.as_ref(), DataType::Utf8) => json!("string"),
         DataType::Boolean => json!("boolean"),
-        DataType::Int8 | DataType::UInt8 => json!("byte"),
-        DataType::Int16 | DataType::UInt16 => json!("short"),
-        DataType::Int32 | DataType::UInt32 => json!("integer"),
-        DataType::Int64 | DataType::UInt64 => json!("long"),
+        DataType::Int8 => json!("byte"),
+        DataType::Int16 => json!("short"),
+        DataType::Int32 => json!("integer"),
+        DataType::Int64 => json!("long"),
         DataType::Float64 => json!("double"),
         DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => json!("timestamp"),
         DataType::List(f) => json!({
@@ -57,13 +65,13 @@ pub fn schema_string(logical: &Schema) -> Result<String> {
     Ok(json!({"type": "struct", "fields": fields}).to_string())
 }
 
-/// The signed type of the same width, for unsigned ones (lists included).
-fn storage_type(dt: &DataType) -> DataType {
+/// The signed type that holds every value of an unsigned one (lists
+/// included); u64 keeps its width (values below 2^63, see the module doc).
+pub fn storage_type(dt: &DataType) -> DataType {
     match dt {
-        DataType::UInt8 => DataType::Int8,
-        DataType::UInt16 => DataType::Int16,
-        DataType::UInt32 => DataType::Int32,
-        DataType::UInt64 => DataType::Int64,
+        DataType::UInt8 => DataType::Int16,
+        DataType::UInt16 => DataType::Int32,
+        DataType::UInt32 | DataType::UInt64 => DataType::Int64,
         DataType::List(f) => {
             DataType::List(Arc::new(Field::new(f.name(), storage_type(f.data_type()), f.is_nullable())))
         }
@@ -81,23 +89,28 @@ pub fn storage_schema(logical: &Schema) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-/// Reinterprets an array as `to` (same widths, bits unchanged): no copy.
-fn reinterpret(a: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+/// Converts an integer array (or a list of them) to `to`: the bits kept
+/// where the widths are equal (u64 ↔ i64, and the narrow files of old
+/// stores), the value kept where they differ (an error, never a wrapped
+/// value, if it does not fit).
+pub fn convert_array(a: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
     if a.data_type() == to {
         return Ok(a.clone());
     }
     if let (DataType::List(_), DataType::List(f)) = (a.data_type(), to) {
         let l = a.as_list::<i32>();
-        let values = reinterpret(l.values(), f.data_type())?;
+        let values = convert_array(l.values(), f.data_type())?;
         return Ok(Arc::new(ListArray::try_new(f.clone(), l.offsets().clone(), values, l.nulls().cloned())?));
     }
-    let same_width =
-        a.data_type().primitive_width().is_some() && a.data_type().primitive_width() == to.primitive_width();
-    if !same_width || !a.data_type().is_integer() || !to.is_integer() {
-        return Err(Error::State(format!("cannot store {} as {to}", a.data_type())));
+    if !a.data_type().is_integer() || !to.is_integer() {
+        return Err(Error::State(format!("cannot convert a {} column to {to}", a.data_type())));
     }
-    let data = a.to_data().into_builder().data_type(to.clone()).build()?;
-    Ok(make_array(data))
+    if a.data_type().primitive_width() == to.primitive_width() {
+        let data = a.to_data().into_builder().data_type(to.clone()).build()?;
+        return Ok(make_array(data));
+    }
+    let strict = CastOptions { safe: false, ..Default::default() };
+    Ok(cast_with_options(a, to, &strict)?)
 }
 
 fn convert(batch: &RecordBatch, schema: SchemaRef) -> Result<RecordBatch> {
@@ -105,7 +118,7 @@ fn convert(batch: &RecordBatch, schema: SchemaRef) -> Result<RecordBatch> {
         .columns()
         .iter()
         .zip(schema.fields())
-        .map(|(c, f)| reinterpret(c, f.data_type()))
+        .map(|(c, f)| convert_array(c, f.data_type()))
         .collect::<Result<Vec<_>>>()?;
     Ok(RecordBatch::try_new(schema, columns)?)
 }
@@ -130,7 +143,7 @@ pub fn to_logical(batch: &RecordBatch, logical: &SchemaRef) -> Result<RecordBatc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{ListBuilder, StringArray, UInt8Builder, UInt32Array, UInt64Array};
+    use arrow::array::{Int8Builder, Int32Array, ListBuilder, StringArray, UInt8Builder, UInt32Array, UInt64Array};
 
     #[test]
     fn unsigned_columns_round_trip_through_storage_bit_for_bit() {
@@ -154,13 +167,45 @@ mod tests {
         )
         .unwrap();
         let s = to_storage(&b).unwrap();
-        assert_eq!(s.schema().field(1).data_type(), &DataType::Int32);
-        assert_eq!(s.schema().field(3).data_type(), &DataType::new_list(DataType::Int8, false));
+        assert_eq!(s.schema().field(1).data_type(), &DataType::Int64);
+        assert_eq!(s.schema().field(3).data_type(), &DataType::new_list(DataType::Int16, false));
+        // Outside engines read the stored values as they are: 200 stays 200.
+        let stored = s.column(3).as_list::<i32>().value(0);
+        assert_eq!(stored.as_primitive::<arrow::datatypes::Int16Type>().values(), &[1, 200]);
         let back = to_logical(&s, &schema).unwrap();
         assert_eq!(back, b);
         let delta: Value = serde_json::from_str(&schema_string(&schema).unwrap()).unwrap();
-        assert_eq!(delta["fields"][1]["type"], "integer");
-        assert_eq!(delta["fields"][3]["type"]["elementType"], "byte");
+        assert_eq!(delta["fields"][1]["type"], "long");
+        assert_eq!(delta["fields"][3]["type"]["elementType"], "short");
         assert_eq!(delta["fields"][4]["name"], "date");
+    }
+
+    #[test]
+    fn files_of_old_stores_read_bit_for_bit() {
+        // Before the wide types a u8 bucket was stored as i8: 200 as -56.
+        let mut lb = ListBuilder::new(Int8Builder::new()).with_field(Field::new("item", DataType::Int8, false));
+        lb.append_value([Some(1i8), Some(-56), Some(-128)]);
+        let old = Arc::new(Schema::new(vec![
+            Field::new("pid", DataType::Int32, false),
+            Field::new("buckets", DataType::new_list(DataType::Int8, false), false),
+        ]));
+        let b = RecordBatch::try_new(old, vec![Arc::new(Int32Array::from(vec![-294_967_296])), Arc::new(lb.finish())])
+            .unwrap();
+        let logical = Arc::new(Schema::new(vec![
+            Field::new("pid", DataType::UInt32, false),
+            Field::new("buckets", DataType::new_list(DataType::UInt8, false), false),
+        ]));
+        let back = to_logical(&b, &logical).unwrap();
+        assert_eq!(back.column(0).as_primitive::<arrow::datatypes::UInt32Type>().value(0), 4_000_000_000);
+        let l = back.column(1).as_list::<i32>().value(0);
+        assert_eq!(l.as_primitive::<arrow::datatypes::UInt8Type>().values(), &[1, 200, 128]);
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_is_an_error_not_a_wrapped_number() {
+        let a: ArrayRef = Arc::new(arrow::array::Int16Array::from(vec![300]));
+        assert!(convert_array(&a, &DataType::UInt8).is_err());
+        let a: ArrayRef = Arc::new(arrow::array::Int16Array::from(vec![251]));
+        assert_eq!(convert_array(&a, &DataType::UInt8).unwrap().as_primitive::<arrow::datatypes::UInt8Type>().value(0), 251);
     }
 }

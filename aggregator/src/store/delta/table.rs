@@ -102,6 +102,9 @@ impl TableLog {
             "engineInfo": format!("ingero/{}", env!("CARGO_PKG_VERSION")),
             "ingero": info,
         })));
+        if let Some(meta) = self.schema_update() {
+            actions.push(Action::MetaData(meta));
+        }
         actions.extend(txns.into_iter().map(|t| Action::Txn(Txn { last_updated: Some(now), ..t })));
         actions.extend(adds.into_iter().map(Action::Add));
         let body = action::encode(&actions);
@@ -141,6 +144,16 @@ impl TableLog {
                 return Ok(Some(next));
             }
         }
+    }
+
+    /// The table's metadata with our schema, when the log holds another
+    /// one: a table written before unsigned columns were widened (u8 as
+    /// `byte`) is moved to the wide types by the first commit of wide files,
+    /// so outside engines read them under the right type.
+    fn schema_update(&self) -> Option<MetaData> {
+        let current = self.snapshot.metadata.as_ref()?;
+        (current.schema_string != self.schema_string)
+            .then(|| MetaData { schema_string: self.schema_string.clone(), ..current.clone() })
     }
 
     async fn checkpoint_if_due(&self, store: &Store, version: u64) {

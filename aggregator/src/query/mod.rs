@@ -17,6 +17,8 @@ use ingero_proto::Table;
 use object_store::local::LocalFileSystem;
 use url::Url;
 
+mod stored;
+
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::store::delta::log::current;
@@ -153,7 +155,10 @@ fn register(
     let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
         .with_file_extension(".parquet")
         .with_table_partition_cols(vec![("date".into(), DataType::Utf8), ("hour".into(), DataType::Utf8)]);
-    let cfg = ListingTableConfig::new(url).with_listing_options(opts).with_schema(schema);
+    let cfg = ListingTableConfig::new(url)
+        .with_listing_options(opts)
+        .with_schema(schema)
+        .with_expr_adapter_factory(Arc::new(stored::StoredTypes));
     let t = ListingTable::try_new(cfg).map_err(eng)?;
     ctx.register_table(name, Arc::new(t)).map_err(eng)?;
     Ok(())

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The agent must not change what a traced program sees. A library that
+//! loads plugins by bare name through its own RUNPATH (XLA's CUDA loader,
+//! PyTorch's libtorch_cuda_linalg) must keep working with the agent at its
+//! default flags, and a CUDA library loaded that way and called at once is
+//! still counted from its first call (the hold at its first dlsym).
+
+mod fixtures;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fixtures::*;
+use ingero_proto::Table;
+
+/// NVIDIA's real libcudart.so.12 (PyPI nvidia-cuda-runtime-cu12).
+fn real_libcudart() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args(["-c", "import nvidia.cuda_runtime, os; print(list(nvidia.cuda_runtime.__path__)[0])"])
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("lib/libcudart.so.12");
+    p.exists().then_some(p)
+}
+
+fn cc(args: &[&str], out: &Path, src: &str) {
+    let st = Command::new("cc").args(args).arg("-o").arg(out).arg(native_dir().join(src)).args(["-ldl"]).status();
+    assert!(st.expect("cc (gcc) is required").success(), "compiling {src}");
+}
+
+/// loader/libloader.so (RUNPATH $ORIGIN/plugins), loader/plugins/{libplugin.so,
+/// libcudart.so.12 (NVIDIA's)} and the main program; returns (main, loader).
+fn build_runpath(dir: &Path, cudart: &Path) -> (PathBuf, PathBuf) {
+    let plugins = dir.join("loader/plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let loader = dir.join("loader/libloader.so");
+    cc(&["-shared", "-fPIC", "-O1", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/plugins"], &loader, "runpath_loader.c");
+    cc(&["-shared", "-fPIC", "-O1"], &plugins.join("libplugin.so"), "runpath_plugin.c");
+    // A copy: its own inode, so no other test has probed it already.
+    std::fs::copy(cudart, plugins.join("libcudart.so.12")).unwrap();
+    let main = dir.join("runpath_main");
+    cc(&["-O1"], &main, "runpath_main.c");
+    (main, loader)
+}
+
+fn run_in(cg: &Cgroup, main: &Path, args: &[&str]) -> (bool, String, u32) {
+    let mut child = Command::new(main)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    cg.add(pid);
+    child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text, pid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_the_first_call() {
+    if !can_trace() {
+        return;
+    }
+    let Some(cudart) = real_libcudart() else {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "pip install nvidia-cuda-runtime-cu12 (.ci/run does)");
+        eprintln!("SKIP: nvidia-cuda-runtime-cu12 not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cg = Cgroup::new(&format!("ingero-test-runpath-{}", std::process::id()));
+    let (main, loader) = build_runpath(dir.path(), &cudart);
+    let loader = loader.display().to_string();
+    let args = [loader.as_str(), "libplugin.so", "plugin_hello", "3", "libcudart.so.12", "cudaLaunchKernel", "2500"];
+    // Without the agent: the baseline the agent must not change.
+    let (ok, text, _) = run_in(&cg, &main, &args);
+    assert!(ok, "fails even without the agent: {text}");
+
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let t = Instant::now();
+    let (ok, text, pid) = run_in(&cg, &main, &args);
+    let took = t.elapsed();
+    let log = agent.stop();
+    assert!(ok, "a RUNPATH plugin load failed with the agent on: {text}\n{log}");
+    assert!(text.contains("loaded libplugin.so") && text.contains("loaded libcudart.so.12"), "{text}");
+    let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "launches right after the load: {c:?}\n{log}");
+    // One hold, for the one new library file, well inside its 1 s bound.
+    assert!(took < Duration::from_secs(5), "the program took {took:?}");
+}

@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* A CUDA/NCCL library loaded at run time and called at once (vLLM's pynccl:
+ * dlopen, dlsym, ncclCommInitRank within milliseconds) would run its first
+ * calls before userspace has found and probed it.
+ *
+ * Nothing here changes what the loader sees. glibc's dlopen, dlsym and
+ * dlvsym read their own return address to choose the caller's RUNPATH and
+ * namespace; a return probe rewrites that address, and every library that
+ * finds a plugin through its own RUNPATH ($ORIGIN/...: PyTorch's
+ * libtorch_cuda_linalg, XLA's CUDA libraries) then fails to load. So only
+ * entries are probed, and only dlsym's and dlvsym's: a program looks a
+ * loaded library's functions up before it calls them, and the handle it
+ * passes is that library's link_map, whose public head (l_addr, l_name,
+ * l_ld: the <link.h> ABI) names the file and an address inside its mapping.
+ *
+ * The looking-up thread (that thread only) is held while the file is a
+ * CUDA/NCCL library not yet probed: until the agent has attached and
+ * releases it, or HOLD_MAX_NS. A file the agent probed is remembered here by
+ * its inode, so later lookups (any process mapping that file) go on at once.
+ * Nothing is signalled, so no parent sees a stopped child. The wait spins
+ * (bpf_loop): BPF offers no way to sleep a task, and stopping it with a
+ * signal would stop its whole process and show in its parent's wait(). */
+#include "common.bpf.h"
+
+#define HOLD_MAX_NS (1000ull * 1000 * 1000)
+#define NAME_MAX_SCAN 160
+
+/* The file behind a mapping, as the kernel places uprobes on it (the real
+ * inode, below any overlay). */
+struct file_id {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+/* Library files the agent has probed. A plain hash (a sleepable program may
+ * not use an LRU one): when it is full, a file not in it costs one more
+ * round trip to the agent, never a lost call. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct file_id);
+	__type(value, __u8);
+} probed_files SEC(".maps");
+
+/* Threads held until the agent releases them: (tgid << 32 | tid) →
+ * deadline (ns); the agent writes 0 when the thread's libraries are probed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u64);
+} held SEC(".maps");
+
+/* Per CPU: the library's path (too big for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, char[NAME_MAX_SCAN + 16]);
+} lib_name SEC(".maps");
+
+/* True when a component of the path starts libnccl*, libcudart* or libcuda.*
+ * (one pass, no state carried between characters: cheap to verify). */
+static __always_inline int traced_name(const char *s)
+{
+	for (int i = 0; i < NAME_MAX_SCAN; i++) {
+		if (s[i] == 0)
+			return 0;
+		if (s[i] != 'l' || s[i + 1] != 'i' || s[i + 2] != 'b' || (i > 0 && s[i - 1] != '/'))
+			continue;
+		const char *t = s + i + 3;
+		if (t[0] == 'n' && t[1] == 'c' && t[2] == 'c' && t[3] == 'l')
+			return 1;
+		if (t[0] == 'c' && t[1] == 'u' && t[2] == 'd' && t[3] == 'a' && (t[4] == 'r' || t[4] == '.'))
+			return 1;
+	}
+	return 0;
+}
+
+/* The public head of glibc's struct link_map (<link.h>). */
+struct link_map_head {
+	__u64 l_addr;
+	__u64 l_name;
+	__u64 l_ld;
+};
+
+static long file_of_vma(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
+{
+	struct file_id *id = ctx;
+	id->ino = BPF_CORE_READ(vma, vm_file, f_inode, i_ino);
+	id->dev = BPF_CORE_READ(vma, vm_file, f_inode, i_sb, s_dev);
+	return 0;
+}
+
+static long still_held(__u64 i, void *ctx)
+{
+	__u64 *deadline = bpf_map_lookup_elem(&held, ctx);
+	return !deadline || !*deadline || bpf_ktime_get_ns() > *deadline;
+}
+
+/* Wakes the agent and waits for it; returns whether it probed the file. */
+static __always_inline int hold(__u64 ids, struct counters *cn)
+{
+	__u64 t0 = bpf_ktime_get_ns();
+	__u64 deadline = t0 + HOLD_MAX_NS;
+	if (bpf_map_update_elem(&held, &ids, &deadline, BPF_ANY))
+		return 0;
+	struct proc_event *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
+	if (!e) {
+		bpf_map_delete_elem(&held, &ids);
+		if (cn)
+			cn->ringbuf_drops++;
+		return 0;
+	}
+	e->ts_ns = t0;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	e->kind = PROC_DLOPEN;
+	e->tgid = ids >> 32;
+	e->other = (__u32)ids;
+	e->value = 0;
+	e->extra = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	/* Wake the agent now: the thread waits for it. */
+	bpf_ringbuf_submit(e, 0);
+	bpf_loop(1 << 23, still_held, &ids, 0);
+	__u64 *left = bpf_map_lookup_elem(&held, &ids);
+	int probed = left && *left == 0;
+	if (cn) {
+		cn->lib_holds++;
+		cn->lib_hold_ns += bpf_ktime_get_ns() - t0;
+		if (left && *left)
+			cn->lib_hold_timeouts++;
+	}
+	bpf_map_delete_elem(&held, &ids);
+	return probed;
+}
+
+/* Sleepable: a non-sleepable program runs under rcu_read_lock, and placing
+ * the new library's uprobes waits for an RCU grace period (dup_mmap_sem),
+ * so the agent could not attach while the thread is held. */
+SEC("uprobe.s")
+int dlsym_entry(struct pt_regs *ctx)
+{
+	/* No scope check here: a sleepable program may not read the cgroup
+	 * array in_scope() uses. A process outside --cgroup-root costs one
+	 * round trip per new library file, like any other. */
+	struct config *c = cfg();
+	if (!c || !c->hold_dlopen)
+		return 0;
+	__u64 handle = PT_REGS_PARM1(ctx);
+	/* RTLD_DEFAULT (0) and RTLD_NEXT (-1) name no library. */
+	if (handle == 0 || handle == (__u64)-1)
+		return 0;
+	struct link_map_head lm;
+	if (bpf_probe_read_user(&lm, sizeof(lm), (void *)handle) || !lm.l_name || !lm.l_ld)
+		return 0;
+	__u32 zero = 0;
+	char *buf = bpf_map_lookup_elem(&lib_name, &zero);
+	if (!buf)
+		return 0;
+	__builtin_memset(buf, 0, NAME_MAX_SCAN + 16);
+	if (bpf_probe_read_user_str(buf, NAME_MAX_SCAN, (void *)lm.l_name) <= 0 || !traced_name(buf))
+		return 0;
+	struct file_id id = {};
+	bpf_find_vma(bpf_get_current_task_btf(), lm.l_ld, file_of_vma, &id, 0);
+	if (id.ino && bpf_map_lookup_elem(&probed_files, &id))
+		return 0;
+	__u64 ids = current_ids(c);
+	if (!ids)
+		return 0;
+	__u8 one = 1;
+	if (hold(ids, ctrs()) && id.ino)
+		bpf_map_update_elem(&probed_files, &id, &one, BPF_ANY);
+	return 0;
+}
