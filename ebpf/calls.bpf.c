@@ -64,13 +64,16 @@ struct {
 
 static __always_inline struct call_val *call_agg(struct config *c, struct call_key *k)
 {
+	void *m = c->active ? (void *)&calls_b : (void *)&calls_a;
+	/* The common case first: the aggregate exists (one lookup, no zero value). */
+	struct call_val *v = bpf_map_lookup_elem(m, k);
+	if (v)
+		return v;
 	__u32 zero = 0;
 	struct call_val *z = bpf_map_lookup_elem(&zero_call, &zero);
 	if (!z)
 		return 0;
-	if (c->active)
-		return AGG_GET(&calls_b, k, z);
-	return AGG_GET(&calls_a, k, z);
+	return AGG_GET(m, k, z);
 }
 
 static __always_inline void track(__u32 tgid)
@@ -184,7 +187,9 @@ int call_entry(struct pt_regs *ctx)
 		return 0;
 	if (c->pid_filter && !bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
+	/* A clock read only where a start time is kept (entry-only launches
+	 * keep none: this runs at every launch). */
+	__u64 now = cookie & COOKIE_TIMED ? bpf_ktime_get_ns() : 0;
 	if (enter((__u32)pid_tgid, tgid, op, cookie, now, PT_REGS_SP(ctx)))
 		return 0;
 	track(tgid);

@@ -7,13 +7,21 @@
                but the step's own (the CPU launch path is the critical path)
   transformer  a 12-layer bf16 encoder with AdamW (mid-size, ~40 ms steps)
 
-    gpu_steps.py MODEL [--steps N] [--warmup N]
+    gpu_steps.py MODEL [--steps N] [--warmup N] [--agent BINARY --pairs K]
 
 Prints one JSON line: model, steps, median and mean step time (ms), launches/s.
+With --agent, one process alternates phases without and with the agent
+(started and stopped between phases, the order alternating pair by pair):
+the same CUDA context, clocks and memory placement on both sides, so the
+per-pair ratios measure the agent and not process-to-process variance.
 """
 import argparse
 import json
+import os
+import signal
 import statistics
+import subprocess
+import tempfile
 import time
 
 import torch
@@ -48,11 +56,64 @@ def transformer():
     return step
 
 
+def timed(step, steps):
+    """Median step time (ms), in groups of 10 steps each ended by a sync."""
+    times = []
+    group = 10
+    for _ in range(steps // group):
+        t = time.perf_counter()
+        for _ in range(group):
+            step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) / group * 1e3)
+    return statistics.median(times)
+
+
+class Agent:
+    """The agent binary, started and stopped around a phase."""
+
+    def __init__(self, binary, libdirs):
+        self.binary, self.libdirs = binary, libdirs
+        self.dir = tempfile.mkdtemp()
+
+    def __enter__(self):
+        log = open(os.path.join(self.dir, "agent.log"), "w")
+        args = [self.binary, "run", "--aggregator", "http://127.0.0.1:9", "--spool-dir", os.path.join(self.dir, "spool"),
+                "--window", "1s", "--kubernetes", "off"] + [f"--lib={d}" for d in self.libdirs]
+        self.p = subprocess.Popen(args, stderr=log, env={**os.environ, "INGERO_LOG": "info"})
+        for _ in range(300):
+            if "probe loop ready" in open(log.name).read():
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("agent did not start: " + open(log.name).read()[-2000:])
+        time.sleep(1.0)  # its first scan of this process is done
+        return self
+
+    def __exit__(self, *exc):
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(timeout=60)
+
+
+def lib_dirs():
+    import glob
+    d = {os.path.join(os.path.dirname(torch.__file__), "lib")}
+    try:
+        import nvidia
+        for p in nvidia.__path__:
+            d.update(x for x in glob.glob(os.path.join(p, "*", "lib")) if os.path.isdir(x))
+    except ImportError:
+        pass
+    return sorted(d)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", choices=["mlp", "transformer"])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--agent", help="agent binary: alternate phases without and with it")
+    ap.add_argument("--pairs", type=int, default=7)
     a = ap.parse_args()
     step = {"mlp": mlp, "transformer": transformer}[a.model]()
     for _ in range(a.warmup):
@@ -63,18 +124,32 @@ def main():
         step()
         torch.cuda.synchronize()
     launches = sum(e.count for e in prof.key_averages() if "LaunchKernel" in e.key)
-    times = []
-    # Timed in groups of 10 steps, each ended by a sync: the step time a user sees.
-    group = 10
-    for _ in range(a.steps // group):
-        t = time.perf_counter()
-        for _ in range(group):
-            step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t) / group * 1e3)
-    med = statistics.median(times)
-    print(json.dumps({"model": a.model, "steps": a.steps, "median_ms": med, "mean_ms": statistics.mean(times),
-                      "launches_per_step": launches, "launches_per_s": launches / (med / 1e3)}))
+    if not a.agent:
+        med = timed(step, a.steps)
+        print(json.dumps({"model": a.model, "steps": a.steps, "median_ms": med,
+                          "launches_per_step": launches, "launches_per_s": launches / (med / 1e3)}))
+        return
+    agent = Agent(a.agent, lib_dirs())
+    pairs = []
+    for i in range(a.pairs):
+        def on():
+            with agent:
+                return timed(step, a.steps)
+        if i % 2 == 0:
+            off_ms = timed(step, a.steps)
+            on_ms = on()
+        else:
+            on_ms = on()
+            off_ms = timed(step, a.steps)
+        pairs.append({"without_ms": off_ms, "with_ms": on_ms, "ratio": on_ms / off_ms})
+        print(f"{a.model} pair {i + 1}: without {off_ms:.3f} ms, with {on_ms:.3f} ms, ratio {on_ms / off_ms:.4f}",
+              flush=True)
+    ratios = [p["ratio"] for p in pairs]
+    print(json.dumps({"model": a.model, "steps_per_phase": a.steps, "pairs": len(pairs),
+                      "median_ratio": statistics.median(ratios), "ratios": [round(r, 4) for r in ratios],
+                      "median_without_ms": statistics.median(p["without_ms"] for p in pairs),
+                      "launches_per_step": launches,
+                      "launches_per_s": launches / (statistics.median(p["without_ms"] for p in pairs) / 1e3)}))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
 #
 # With a CUDA device and PyTorch: real loops (scripts/gpu_steps.py: a
 # launch-bound MLP and a 12-layer bf16 transformer), the agent probing every
-# directory PyTorch loads CUDA libraries from. Without: the no-GPU proxy, a
+# directory PyTorch loads CUDA libraries from, started and stopped between
+# phases of one training process (separate processes differ by more than
+# the agent costs: +-15% seen on the H100 VM). Without: the no-GPU proxy, a
 # launch-bound loop on NVIDIA's real libcudart (pip nvidia-cuda-runtime-cu12)
 # where every call returns at once, the worst case: 20 us of host work per
 # step and one cudaLaunchKernel (~50k launches/s).
@@ -65,6 +67,13 @@ start_agent() {
 stop_agent() { kill -TERM "$ag"; wait "$ag" 2>/dev/null || true; }
 
 echo "mode: $mode, $pairs pairs per model" >&2
+if [ "$mode" = gpu ]; then
+  for m in "${models[@]}"; do
+    steps=$([ "$m" = mlp ] && echo "${MLP_STEPS:-2000}" || echo "${TF_STEPS:-100}")
+    python3 "$here/gpu_steps.py" "$m" --agent "$agent" --pairs "$pairs" --steps "$steps" 2>&1 | grep -v -e UserWarning -e _warn_once
+  done
+  exit 0
+fi
 for m in "${models[@]}"; do
   ratios=()
   for p in $(seq "$pairs"); do

@@ -8,6 +8,7 @@ pub mod check;
 pub(crate) mod embedded;
 pub mod error;
 pub(crate) mod metrics;
+pub(crate) mod podfs;
 pub mod probe_loop;
 pub mod probes;
 pub(crate) mod progress;

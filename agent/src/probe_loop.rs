@@ -321,7 +321,12 @@ impl ProbeLoop {
                 let t = Instant::now();
                 self.scan(&[e.tgid]);
                 self.probes.release(e.tgid, e.other);
-                tracing::debug!(pid = e.tgid, tid = e.other, held_us = t.elapsed().as_micros() as u64, "library lookup held");
+                tracing::debug!(
+                    pid = e.tgid,
+                    tid = e.other,
+                    held_us = t.elapsed().as_micros() as u64,
+                    "library lookup held"
+                );
                 return;
             }
             PROC_EXEC | PROC_FORK => {

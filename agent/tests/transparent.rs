@@ -67,7 +67,10 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
         return;
     }
     let Some(cudart) = real_libcudart() else {
-        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "pip install nvidia-cuda-runtime-cu12 (.ci/run does)");
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "pip install nvidia-cuda-runtime-cu12 (.ci/run does)"
+        );
         eprintln!("SKIP: nvidia-cuda-runtime-cu12 not installed");
         return;
     };

@@ -43,7 +43,7 @@ pub(crate) struct OpenLib {
 impl OpenLib {
     /// Opens `path` and identifies the file the kernel would probe.
     pub(crate) fn open(path: &Path) -> std::io::Result<OpenLib> {
-        let file = File::open(path)?;
+        let file = crate::podfs::open_regular(path)?;
         let id = identify(&file)?;
         Ok(OpenLib { file, id })
     }

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 
-use object::read::ReadCache;
 use object::{Object, ObjectSymbol};
 
 use super::libs::Found;
@@ -83,9 +82,9 @@ fn is_system_library(name: &str) -> bool {
 /// Read with read(2), not mmap(2): an mmap waits while a thread is held at
 /// its dlopen (a sleepable uprobe), and this runs during such holds.
 pub(crate) fn has_symbol(path: &Path, symbol: &str) -> std::io::Result<bool> {
-    let cache = ReadCache::new(File::open(path)?);
+    let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
     let Ok(obj) = object::File::parse(&cache) else { return Ok(false) };
-    let defines = |s: object::Symbol<'_, '_, &ReadCache<File>>| !s.is_undefined() && s.name() == Ok(symbol);
+    let defines = |s: object::Symbol<'_, '_, &crate::podfs::Capped<File>>| !s.is_undefined() && s.name() == Ok(symbol);
     Ok(obj.dynamic_symbols().any(defines) || obj.symbols().any(defines))
 }
 

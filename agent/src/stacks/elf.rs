@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-use object::read::ReadCache;
 use object::{Object, ObjectSegment, ObjectSymbol};
 
 /// One file-backed line of /proc/PID/maps.
@@ -108,7 +107,7 @@ fn load_segments<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> Vec<L
 
 impl Elf {
     pub(crate) fn open(path: &Path) -> std::io::Result<Elf> {
-        let cache = ReadCache::new(std::fs::File::open(path)?);
+        let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
         let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
         let loads = load_segments(&obj);
         let mut symbols: Vec<(u64, u64, String)> = obj
@@ -126,7 +125,7 @@ impl Elf {
     /// symbols first): what finding an interpreter needs, without building
     /// the whole table (a libpython has ~15,000 symbols).
     pub(crate) fn open_for(path: &Path, names: &[&str]) -> std::io::Result<(Elf, Vec<Option<u64>>)> {
-        let cache = ReadCache::new(std::fs::File::open(path)?);
+        let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
         let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
         let loads = load_segments(&obj);
         let mut found = vec![None; names.len()];

@@ -30,9 +30,7 @@ use crate::store::delta::schema::convert_array;
 fn same_width_unsigned(file: &DataType, table: &DataType) -> bool {
     match (file, table) {
         (DataType::List(f), DataType::List(t)) => same_width_unsigned(f.data_type(), t.data_type()),
-        (f, t) => {
-            f.is_signed_integer() && t.is_unsigned_integer() && f.primitive_width() == t.primitive_width()
-        }
+        (f, t) => f.is_signed_integer() && t.is_unsigned_integer() && f.primitive_width() == t.primitive_width(),
     }
 }
 

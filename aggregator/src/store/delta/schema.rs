@@ -206,6 +206,9 @@ mod tests {
         let a: ArrayRef = Arc::new(arrow::array::Int16Array::from(vec![300]));
         assert!(convert_array(&a, &DataType::UInt8).is_err());
         let a: ArrayRef = Arc::new(arrow::array::Int16Array::from(vec![251]));
-        assert_eq!(convert_array(&a, &DataType::UInt8).unwrap().as_primitive::<arrow::datatypes::UInt8Type>().value(0), 251);
+        assert_eq!(
+            convert_array(&a, &DataType::UInt8).unwrap().as_primitive::<arrow::datatypes::UInt8Type>().value(0),
+            251
+        );
     }
 }
