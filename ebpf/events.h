@@ -170,6 +170,9 @@ struct config {
 	__u32 hold_dlopen;  /* 1: hold a thread that dlopens a CUDA/NCCL library until probed */
 	__u64 pidns_ino;    /* inode of the agent's pid namespace (/proc/self/ns/pid);
 	                     * 0: the initial namespace, pids need no translation */
+	__u64 scope_cgroup_id; /* scoped: the cgroup id of the subtree's root ... */
+	__u32 scope_level;     /* ... and its depth below the hierarchy's root */
+	__u32 pad;
 };
 
 #endif

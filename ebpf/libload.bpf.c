@@ -142,11 +142,12 @@ static __always_inline int hold(__u64 ids, struct counters *cn)
 SEC("uprobe.s")
 int dlsym_entry(struct pt_regs *ctx)
 {
-	/* No scope check here: a sleepable program may not read the cgroup
-	 * array in_scope() uses. A process outside --cgroup-root costs one
-	 * round trip per new library file, like any other. */
+	/* A sleepable program may not read the cgroup array in_scope() uses:
+	 * the scope is compared by cgroup id at its depth instead. */
 	struct config *c = cfg();
 	if (!c || !c->hold_dlopen)
+		return 0;
+	if (c->scoped && bpf_get_current_ancestor_cgroup_id(c->scope_level) != c->scope_cgroup_id)
 		return 0;
 	__u64 handle = PT_REGS_PARM1(ctx);
 	/* RTLD_DEFAULT (0) and RTLD_NEXT (-1) name no library. */

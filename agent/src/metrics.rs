@@ -20,30 +20,6 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
         ),
         ("ingero_agent_map_full_total", "counter", "Kernel map updates lost to a full map", g(&l.map_full)),
         (
-            "ingero_agent_library_holds_total",
-            "counter",
-            "Threads held at a new CUDA/NCCL library's first symbol lookup until it was probed",
-            g(&l.lib_holds),
-        ),
-        (
-            "ingero_agent_library_hold_seconds_total",
-            "counter",
-            "Time threads were held at a new library's first lookup (bounded at 1 s each)",
-            g(&l.lib_hold_ns) / 1_000_000_000,
-        ),
-        (
-            "ingero_agent_library_hold_microseconds_total",
-            "counter",
-            "Time threads were held at a new library's first lookup, in microseconds",
-            g(&l.lib_hold_ns) / 1_000,
-        ),
-        (
-            "ingero_agent_library_hold_timeouts_total",
-            "counter",
-            "Holds that ran out (1 s) before the agent had probed the library",
-            g(&l.lib_hold_timeouts),
-        ),
-        (
             "ingero_agent_probe_run_ns_total",
             "counter",
             "eBPF program run time (BPF_STATS_RUN_TIME)",
@@ -75,6 +51,7 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
         ("ingero_agent_spool_depth", "gauge", "Batches waiting in the spool", g(&s.spooled)),
     ];
     let mut rows = rows.to_vec();
+    rows.extend(hold_rows(l));
     if let Some(k) = l.kube.get() {
         rows.extend([
             (
@@ -92,6 +69,31 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
     }
     out
+}
+
+/// The hold at a new library's first lookup (ebpf/libload.bpf.c).
+fn hold_rows(l: &LoopStats) -> [(&'static str, &'static str, &'static str, u64); 3] {
+    let g = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
+    [
+        (
+            "ingero_agent_library_holds_total",
+            "counter",
+            "Threads held at a new CUDA/NCCL library's first symbol lookup until it was probed",
+            g(&l.lib_holds),
+        ),
+        (
+            "ingero_agent_library_hold_microseconds_total",
+            "counter",
+            "Time threads were held at a new library's first lookup (each hold at most 1 s)",
+            g(&l.lib_hold_ns) / 1_000,
+        ),
+        (
+            "ingero_agent_library_hold_timeouts_total",
+            "counter",
+            "Holds that ran out (1 s) before the agent had probed the library",
+            g(&l.lib_hold_timeouts),
+        ),
+    ]
 }
 
 pub(crate) async fn serve(addr: std::net::SocketAddr, l: Arc<LoopStats>, s: Arc<ShipStats>) -> std::io::Result<()> {

@@ -255,6 +255,15 @@ impl ProbeLoop {
         }
     }
 
+    /// Only what a held thread waits for: its process's libraries probed.
+    fn attach_libraries(&mut self, pid: u32) {
+        for f in libs::scan_pid_with_statics(pid, &mut self.statics) {
+            if !self.probes.is_attached(&f) {
+                self.attach(pid, &f);
+            }
+        }
+    }
+
     fn attach(&mut self, pid: u32, f: &libs::Found) {
         match self.probes.attach_found(f) {
             Ok(Attached::Now(syms)) => {
@@ -317,10 +326,13 @@ impl ProbeLoop {
     fn on_proc_event(&mut self, e: ProcEvent) {
         match e.kind {
             PROC_DLOPEN => {
-                // The thread waits in the kernel until its library is probed.
+                // The thread waits in the kernel until its library is
+                // probed: attach, release, and only then the slower work
+                // (interpreter discovery) a scan also does.
                 let t = Instant::now();
-                self.scan(&[e.tgid]);
+                self.attach_libraries(e.tgid);
                 self.probes.release(e.tgid, e.other);
+                self.scan(&[e.tgid]);
                 tracing::debug!(
                     pid = e.tgid,
                     tid = e.other,

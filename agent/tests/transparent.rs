@@ -83,15 +83,44 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
     let (ok, text, _) = run_in(&cg, &main, &args);
     assert!(ok, "fails even without the agent: {text}");
 
-    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut agent_args = store_args(dir.path(), &cg);
+    agent_args.push(format!("--metrics-addr={addr}"));
+    let agent = Agent::start(&agent_args, &dir.path().join("agent.log"));
     let t = Instant::now();
     let (ok, text, pid) = run_in(&cg, &main, &args);
     let took = t.elapsed();
+    // Counters are read once per window (1 s).
+    std::thread::sleep(Duration::from_millis(2200));
+    let holds = metric(&addr, "ingero_agent_library_holds_total");
+    let timeouts = metric(&addr, "ingero_agent_library_hold_timeouts_total");
+    // Again: the file is probed now, so nobody waits.
+    let (ok2, text2, pid2) = run_in(&cg, &main, &args);
+    std::thread::sleep(Duration::from_millis(2200));
+    let holds_after = metric(&addr, "ingero_agent_library_holds_total");
     let log = agent.stop();
+    assert!(ok2, "second run: {text2}");
     assert!(ok, "a RUNPATH plugin load failed with the agent on: {text}\n{log}");
     assert!(text.contains("loaded libplugin.so") && text.contains("loaded libcudart.so.12"), "{text}");
     let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
     assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "launches right after the load: {c:?}\n{log}");
     // One hold, for the one new library file, well inside its 1 s bound.
     assert!(took < Duration::from_secs(5), "the program took {took:?}");
+    assert_eq!((holds, timeouts), (1, 0), "one hold for one new library file, released by the agent\n{log}");
+    assert_eq!(holds_after, holds, "a probed file holds nobody\n{log}");
+    let c2 = calls_of(&rows(dir.path(), Table::CallWindows).await, pid2);
+    assert_eq!(c2.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "{c2:?}");
+}
+
+/// A counter from the agent's /metrics.
+fn metric(addr: &str, name: &str) -> u64 {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in:\n{body}"))
 }

@@ -228,6 +228,11 @@ pub(crate) struct Config {
     pub hold_dlopen: u32,
     /// Inode of the agent's pid namespace; 0 for the initial one.
     pub pidns_ino: u64,
+    /// `--cgroup-root`: its cgroup id and depth below the hierarchy's root
+    /// (read where the cgroup array cannot be: sleepable programs).
+    pub scope_cgroup_id: u64,
+    pub scope_level: u32,
+    pub pad: u32,
 }
 
 /// Plain-old-data mirrors of the C structs: no padding holes with
@@ -269,7 +274,8 @@ const _: () = {
     assert!(offset_of!(ProcEvent, comm) == 40);
     assert!(size_of::<Counters>() == 56);
     assert!(offset_of!(Counters, lib_hold_timeouts) == 48);
-    assert!(size_of::<Config>() == 32);
+    assert!(size_of::<Config>() == 48);
+    assert!(offset_of!(Config, scope_level) == 40);
     assert!(offset_of!(Config, pidns_ino) == 24);
 };
 

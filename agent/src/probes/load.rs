@@ -132,6 +132,10 @@ impl Probes {
         let f = std::fs::File::open(dir).map_err(|e| Error::Config(format!("--cgroup-root {}: {e}", dir.display())))?;
         let mut arr: CgroupArray<&mut MapData> = map(&mut self.ebpf, "scope_cgroup")?;
         arr.set(0, f, 0).map_err(Error::map("scope_cgroup"))?;
+        let (id, level) =
+            cgroup_id_and_level(dir).map_err(|e| Error::Config(format!("--cgroup-root {}: {e}", dir.display())))?;
+        self.config.scope_cgroup_id = id;
+        self.config.scope_level = level;
         self.config.scoped = 1;
         self.write_config()
     }
@@ -156,6 +160,21 @@ impl Probes {
     pub fn set_hold_dlopen(&mut self, on: bool) -> Result<()> {
         self.config.hold_dlopen = (on && self.dlopen_hold) as u32;
         self.write_config()
+    }
+
+    /// Tells the kernel a file is probed, so no thread is held at a lookup
+    /// in it (ebpf/libload.bpf.c keys files by the kernel's own device
+    /// number, MKDEV: major << 20 | minor). An overlayfs file's real inode
+    /// is not known here: the kernel learns it at its first hold instead.
+    fn mark_probed(&mut self, id: &FileId) {
+        let FileId::Inode(dev, ino) = *id else { return };
+        let kdev = (libc::major(dev) << 20) | libc::minor(dev);
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&ino.to_ne_bytes());
+        key[8..12].copy_from_slice(&kdev.to_ne_bytes());
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, [u8; 16], u8>>(&mut self.ebpf, "probed_files") {
+            let _ = m.insert(key, 1, 0);
+        }
     }
 
     /// Lets a thread held at a library lookup go on: its process's
@@ -206,6 +225,7 @@ impl Probes {
             return Ok(Attached::Already);
         }
         let syms = self.attach_library(&open.fd_path(), f.lib)?;
+        self.mark_probed(&open.id);
         self.attached.insert(open.id);
         Ok(Attached::Now(syms))
     }
@@ -293,6 +313,24 @@ impl Probes {
         }
         Ok(done)
     }
+}
+
+/// A cgroup v2 directory's id (its inode number) and its depth below the
+/// hierarchy's root (the mount point, whose parent is another filesystem).
+fn cgroup_id_and_level(dir: &Path) -> std::io::Result<(u64, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = dir.canonicalize()?;
+    let md = std::fs::metadata(&dir)?;
+    let mut level = 0;
+    let mut p = dir.as_path();
+    while let Some(parent) = p.parent() {
+        if std::fs::metadata(parent)?.dev() != md.dev() {
+            break;
+        }
+        level += 1;
+        p = parent;
+    }
+    Ok((md.ino(), level))
 }
 
 fn as_uprobe(p: &mut aya::programs::Program) -> Result<&mut UProbe> {
