@@ -3,5 +3,5 @@
 #include "calls.bpf.c"
 #include "sched.bpf.c"
 #include "io.bpf.c"
-#include "proc.bpf.c"
 #include "libload.bpf.c"
+#include "proc.bpf.c"

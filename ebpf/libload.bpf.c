@@ -14,8 +14,9 @@
  * l_ld: the <link.h> ABI) names the file and an address inside its mapping.
  *
  * The looking-up thread (that thread only) is held while the file is a
- * CUDA/NCCL library not yet probed: until the agent has attached and
- * releases it, or HOLD_MAX_NS. A file the agent probed is remembered here by
+ * CUDA/NCCL library not yet probed, or its process has not been scanned
+ * since it mapped one (once per process): until the agent has attached
+ * and releases it, or HOLD_MAX_NS. A file the agent probed is remembered here by
  * its inode, so later lookups (any process mapping that file) go on at once.
  * Nothing is signalled, so no parent sees a stopped child. The wait spins
  * (bpf_loop): BPF offers no way to sleep a task, and stopping it with a
@@ -42,6 +43,16 @@ struct {
 	__type(key, struct file_id);
 	__type(value, __u8);
 } probed_files SEC(".maps");
+
+/* Processes the agent has scanned since they mapped a CUDA/NCCL library
+ * (their interpreter found, so their first outlier calls carry Python
+ * frames): tgid → 1, written by the agent, removed at exit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} known_procs SEC(".maps");
 
 /* Threads held until the agent releases them: (tgid << 32 | tid) →
  * deadline (ns); the agent writes 0 when the thread's libraries are probed. */
@@ -165,10 +176,14 @@ int dlsym_entry(struct pt_regs *ctx)
 		return 0;
 	struct file_id id = {};
 	bpf_find_vma(bpf_get_current_task_btf(), lm.l_ld, file_of_vma, &id, 0);
-	if (id.ino && bpf_map_lookup_elem(&probed_files, &id))
-		return 0;
 	__u64 ids = current_ids(c);
 	if (!ids)
+		return 0;
+	__u32 tgid = ids >> 32;
+	/* Held only for a file never probed, or once per process that the
+	 * agent has not scanned yet (a process's first calls are the ones
+	 * whose call sites a Python script's start needs). */
+	if (id.ino && bpf_map_lookup_elem(&probed_files, &id) && bpf_map_lookup_elem(&known_procs, &tgid))
 		return 0;
 	__u8 one = 1;
 	if (hold(ids, ctrs()) && id.ino)

@@ -251,15 +251,7 @@ impl ProbeLoop {
             }
             if found.iter().any(|f| f.lib != Lib::Libc) {
                 self.stacks.register(pid, &mut self.probes);
-            }
-        }
-    }
-
-    /// Only what a held thread waits for: its process's libraries probed.
-    fn attach_libraries(&mut self, pid: u32) {
-        for f in libs::scan_pid_with_statics(pid, &mut self.statics) {
-            if !self.probes.is_attached(&f) {
-                self.attach(pid, &f);
+                self.probes.mark_known(pid);
             }
         }
     }
@@ -327,12 +319,10 @@ impl ProbeLoop {
         match e.kind {
             PROC_DLOPEN => {
                 // The thread waits in the kernel until its library is
-                // probed: attach, release, and only then the slower work
-                // (interpreter discovery) a scan also does.
+                // probed and its interpreter found (the scan does both).
                 let t = Instant::now();
-                self.attach_libraries(e.tgid);
-                self.probes.release(e.tgid, e.other);
                 self.scan(&[e.tgid]);
+                self.probes.release(e.tgid, e.other);
                 tracing::debug!(
                     pid = e.tgid,
                     tid = e.other,

@@ -177,6 +177,14 @@ impl Probes {
         }
     }
 
+    /// Tells the kernel this process has been scanned since it mapped a
+    /// CUDA/NCCL library: its lookups in probed files go on at once.
+    pub fn mark_known(&mut self, pid: u32) {
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u8>>(&mut self.ebpf, "known_procs") {
+            let _ = m.insert(pid, 1, 0);
+        }
+    }
+
     /// Lets a thread held at a library lookup go on: its process's
     /// libraries are probed (0 tells the kernel so; it then remembers the file).
     pub fn release(&mut self, tgid: u32, tid: u32) {
@@ -258,9 +266,19 @@ impl Probes {
             return self.attach_dlopen(path, links);
         }
         let mut done = Vec::new();
+        let wanted: Vec<&str> = ops::all().iter().filter(|o| o.lib == lib).map(|o| o.symbol).collect();
+        let offsets = super::offsets::resolve(path, &wanted)
+            .map_err(|e| Error::Open { what: format!("{} (symbols)", path.display()), cause: e })?;
         for op in ops::all().into_iter().filter(|o| o.lib == lib) {
-            let point =
-                || UProbeAttachPoint { location: UProbeAttachLocation::Symbol(op.symbol), cookie: Some(op.cookie()) };
+            // Absent in this build of the library (e.g. no _ptsz variants).
+            let Some(&offset) = offsets.get(op.symbol) else {
+                tracing::debug!(symbol = op.symbol, path = %path.display(), "symbol not in this library");
+                continue;
+            };
+            let point = || UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: Some(op.cookie()),
+            };
             // Return first: a call that passes the entry probe then always
             // has its return seen, so the kernel's per-thread call state
             // (entered at entry, left at return) can never be left behind.
@@ -302,10 +320,13 @@ impl Probes {
         links: &mut Vec<(&'static str, UProbeLinkId)>,
     ) -> Result<Vec<&'static str>> {
         let mut done = Vec::new();
+        let offsets = super::offsets::resolve(path, &["dlsym", "dlvsym"])
+            .map_err(|e| Error::Open { what: format!("{} (symbols)", path.display()), cause: e })?;
         for symbol in ["dlsym", "dlvsym"] {
-            let point = UProbeAttachPoint { location: UProbeAttachLocation::Symbol(symbol), cookie: None };
-            let entry = prog(&mut self.ebpf, "dlsym_entry").and_then(as_uprobe)?;
             // A libc without them (before glibc 2.34 they live in libdl).
+            let Some(&offset) = offsets.get(symbol) else { continue };
+            let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: None };
+            let entry = prog(&mut self.ebpf, "dlsym_entry").and_then(as_uprobe)?;
             if let Ok(id) = entry.attach(point, path, UProbeScope::AllProcesses) {
                 links.push(("dlsym_entry", id));
                 done.push(symbol);

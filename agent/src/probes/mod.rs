@@ -11,5 +11,6 @@ pub(crate) mod files;
 pub mod libs;
 pub mod load;
 pub mod memory;
+pub(crate) mod offsets;
 pub mod ops;
 pub(crate) mod statics;

@@ -191,3 +191,50 @@ fn table_id() -> String {
     let h = format!("{r:032x}");
     format!("{}-{}-4{}-8{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{StoreOptions, StoreUrl};
+    use arrow::datatypes::{DataType, Field};
+    use object_store::ObjectStoreExt;
+
+    /// A table created when u8 columns were stored as `byte` moves to the
+    /// wide types with its next commit, keeping its id and partitioning.
+    #[tokio::test]
+    async fn an_old_tables_schema_is_widened_by_the_next_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
+        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let logical = Schema::new(vec![Field::new("hist_bucket", DataType::new_list(DataType::UInt8, false), false)]);
+        let old = schema_string(&logical).unwrap().replace("\"short\"", "\"byte\"");
+        assert!(old.contains("\"byte\""));
+        let meta = MetaData {
+            id: "0b3c5c1e-0000-4000-8000-000000000001".into(),
+            name: Some("call_windows".into()),
+            format: Format { provider: "parquet".into(), options: BTreeMap::new() },
+            schema_string: old,
+            partition_columns: PARTITION_COLUMNS.iter().map(|s| s.to_string()).collect(),
+            configuration: BTreeMap::new(),
+            created_time: Some(1),
+        };
+        let v0 = action::encode(&[
+            Action::Protocol(Protocol { min_reader_version: 1, min_writer_version: 2 }),
+            Action::MetaData(meta),
+        ]);
+        assert!(store.put_if_absent(&commit_key("call_windows", 0), v0.into()).await.unwrap());
+
+        let mut log = TableLog::open(&store, "call_windows", &logical).await.unwrap();
+        let v = log.commit(&store, vec![], vec![], None, serde_json::json!({})).await.unwrap();
+        assert_eq!(v, Some(1));
+        let body = store.object_store.get(&store.key(&commit_key("call_windows", 1))).await.unwrap();
+        let text = String::from_utf8(body.bytes().await.unwrap().to_vec()).unwrap();
+        let meta_line = text.lines().find(|l| l.contains("metaData")).expect("a metaData action in version 1");
+        assert!(meta_line.contains("0b3c5c1e-0000-4000-8000-000000000001"), "same table id: {meta_line}");
+        assert!(meta_line.contains("short") && !meta_line.contains("byte"), "{meta_line}");
+        // Once widened, later commits carry no metaData.
+        let v = log.commit(&store, vec![], vec![], None, serde_json::json!({})).await.unwrap();
+        let body = store.object_store.get(&store.key(&commit_key("call_windows", v.unwrap()))).await.unwrap();
+        assert!(!String::from_utf8(body.bytes().await.unwrap().to_vec()).unwrap().contains("metaData"));
+    }
+}
