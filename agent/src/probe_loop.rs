@@ -41,7 +41,7 @@ pub struct LoopConfig {
     pub outlier_abs: Option<Duration>,
     /// Library files to probe at start (plus the usual install locations).
     pub libs: Vec<PathBuf>,
-    /// Hold a thread that dlopens a CUDA/NCCL library until it is probed.
+    /// Hold a thread at its first lookup in a new CUDA/NCCL library until it is probed.
     pub hold_dlopen: bool,
 }
 
@@ -207,7 +207,9 @@ impl ProbeLoop {
             // being built or sent gets one more drain, so the calls made
             // after this one (a workload that ends just before SIGTERM) ship.
             let last = stop.load(Ordering::Relaxed);
+            let t = Instant::now();
             let tables = self.close_window(window_start, window_us)?;
+            slow_step("closing a window", t);
             if tx.blocking_send(tables).is_err() || last {
                 return Ok(());
             }
@@ -272,7 +274,7 @@ impl ProbeLoop {
     }
 
     /// Handles process events until the window ends, waking at least every
-    /// 10 ms (exec → rescan at once) and at once for a held dlopen.
+    /// 10 ms (exec → rescan at once) and at once for a held library lookup.
     fn poll_until(&mut self, window_end: i64, stop: &AtomicBool) {
         loop {
             let now = chrono::Utc::now().timestamp_micros();
@@ -280,18 +282,26 @@ impl ProbeLoop {
                 return;
             }
             self.rings.wait_procs(Duration::from_micros(((window_end - now) as u64).min(10_000)));
+            let t = Instant::now();
             for e in self.rings.procs() {
                 self.on_proc_event(e);
             }
+            slow_step("handling process events", t);
+            let t = Instant::now();
             self.take_stalls();
+            slow_step("resolving stall stacks", t);
             let now = Instant::now();
             let due: Vec<u32> = self.follow_ups.iter().filter(|(t, _)| *t <= now).map(|(_, p)| *p).collect();
             if !due.is_empty() {
                 self.follow_ups.retain(|(t, _)| *t > now);
+                let t = Instant::now();
                 self.scan(&due);
+                slow_step("scanning new processes", t);
             }
             if Instant::now() >= self.next_scan {
+                let t = Instant::now();
                 self.scan(&libs::pids(self.cfg.cgroup_root.as_deref()));
+                slow_step("rescanning processes", t);
                 self.next_scan = Instant::now() + self.cfg.rescan;
             }
         }
@@ -458,6 +468,14 @@ impl ProbeLoop {
         s.lib_hold_ns.fetch_add(delta.lib_hold_ns, Ordering::Relaxed);
         s.lib_hold_timeouts.fetch_add(delta.lib_hold_timeouts, Ordering::Relaxed);
         s.probe_run_ns.fetch_add(probe_run_ns, Ordering::Relaxed);
+    }
+}
+
+/// A step of the probe loop long enough to delay a held thread's release.
+fn slow_step(what: &str, since: Instant) {
+    let ms = since.elapsed().as_millis() as u64;
+    if ms >= 100 {
+        tracing::debug!(ms, "probe loop busy {what}");
     }
 }
 

@@ -123,12 +123,12 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
     std::fs::write(&script, SCRIPT).unwrap();
     let mut args = store_args(dir.path(), &cg);
     args.push("--outlier-abs=8ms".into());
-    // Probed before any workload starts (the hold at dlopen then only has
-    // the interpreter to find).
+    // Probed before any workload starts (the hold at a process's first
+    // lookup then only has the interpreter to find).
     args.push(format!("--lib={}", lib.display()));
     let agent = Agent::start(&args, &dir.path().join("agent.log"));
     agent.wait_log(&format!("library={}", lib.display()), std::time::Duration::from_secs(10));
-    // One after another: a thread held at its dlopen spins in the kernel
+    // One after another: a thread held at its first lookup spins in the kernel
     // until released; six held at once leave the agent little of two cores
     // and its releases lag (each process's first calls would run unwalked).
     let pythons: Vec<(&str, Workload)> = VERSIONS

@@ -41,7 +41,7 @@ pub struct Probes {
     /// pid → (device, inode) of a maps line → the file it is, so a rescan
     /// does not reopen every library of every process.
     resolved: HashMap<u32, HashMap<(u64, u64), FileId>>,
-    /// The dlopen programs loaded (the kernel supports them).
+    /// The library-lookup hold program loaded (the kernel supports it).
     dlopen_hold: bool,
 }
 

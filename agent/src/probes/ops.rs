@@ -12,7 +12,7 @@ pub enum Lib {
     Cuda,
     /// NCCL, libnccl.so.*
     Nccl,
-    /// glibc (libc.so.6): only its `dlopen`, to probe CUDA/NCCL libraries
+    /// glibc (libc.so.6): only its `dlsym`/`dlvsym` entries, to probe CUDA/NCCL libraries
     /// loaded at run time before their first call.
     Libc,
 }

@@ -80,7 +80,7 @@ fn is_system_library(name: &str) -> bool {
 
 /// True when the ELF file defines `symbol` (dynamic or static symbol table).
 /// Read with read(2), not mmap(2): an mmap waits while a thread is held at
-/// its dlopen (a sleepable uprobe), and this runs during such holds.
+/// a library lookup (a sleepable uprobe), and this runs during such holds.
 pub(crate) fn has_symbol(path: &Path, symbol: &str) -> std::io::Result<bool> {
     let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
     let Ok(obj) = object::File::parse(&cache) else { return Ok(false) };

@@ -83,7 +83,7 @@ pub(crate) struct Load {
 }
 
 /// Files are read with read(2), never mmap(2): mapping a file waits while
-/// any thread sits in a sleepable uprobe (a thread held at its dlopen),
+/// any thread sits in a sleepable uprobe (a thread held at a library lookup),
 /// which made every lookup during a hold last as long as the hold.
 ///
 /// What is kept of an ELF file: its load segments and function/object
