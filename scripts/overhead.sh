@@ -26,16 +26,7 @@ wait_for() { for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; 
 
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   mode=gpu
-  mapfile -t libdirs < <(python3 -c '
-import glob, os, torch
-d = {os.path.join(os.path.dirname(torch.__file__), "lib")}
-try:
-    import nvidia
-    for p in nvidia.__path__:
-        d.update(x for x in glob.glob(os.path.join(p, "*", "lib")) if os.path.isdir(x))
-except ImportError:
-    pass
-print("\n".join(sorted(d)))')
+  libdirs=()   # gpu_steps.py --agent lists PyTorch's library directories itself
   models=(mlp transformer)
 else
   mode=proxy

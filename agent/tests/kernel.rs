@@ -205,18 +205,6 @@ async fn a_flooded_ring_buffer_reports_every_lost_event() {
     assert_eq!(calls_of(&rows(dir.path(), Table::CallWindows).await, pid)["cudaStreamSynchronize"].0, n);
 }
 
-/// NVIDIA's real libcudart.so.12 (PyPI nvidia-cuda-runtime-cu12): without a
-/// driver every call returns cudaErrorInsufficientDriver, and the probes fire.
-fn real_libcudart() -> Option<std::path::PathBuf> {
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import nvidia.cuda_runtime, os; print(list(nvidia.cuda_runtime.__path__)[0])"])
-        .output()
-        .ok()?;
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let p = std::path::PathBuf::from(dir).join("lib/libcudart.so.12");
-    p.exists().then_some(p)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nvidias_real_libcudart_exact_counts() {
     if !can_trace() {

@@ -16,16 +16,6 @@ use std::time::{Duration, Instant};
 use fixtures::*;
 use ingero_proto::Table;
 
-/// NVIDIA's real libcudart.so.12 (PyPI nvidia-cuda-runtime-cu12).
-fn real_libcudart() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args(["-c", "import nvidia.cuda_runtime, os; print(list(nvidia.cuda_runtime.__path__)[0])"])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("lib/libcudart.so.12");
-    p.exists().then_some(p)
-}
-
 fn cc(args: &[&str], out: &Path, src: &str) {
     let st = Command::new("cc").args(args).arg("-o").arg(out).arg(native_dir().join(src)).args(["-ldl"]).status();
     assert!(st.expect("cc (gcc) is required").success(), "compiling {src}");
