@@ -30,30 +30,42 @@ fn main() {
     for &(rust_arch, bpf_arch, inc) in ARCHES {
         let inc = if Path::new(inc).join("asm/types.h").exists() { Some(inc) } else { host_inc };
         let Some(inc) = inc else { panic!("no asm/types.h: apt-get install linux-libc-dev") };
-        let out = out_dir.join(format!("ingero-{rust_arch}.bpf.o"));
-        compile(&src, inc, bpf_arch, &out);
-        if rust_arch == target {
-            std::fs::copy(&out, out_dir.join("ingero.bpf.o")).expect("copying the eBPF object");
+        // (object, source, extra flags): the full object (Linux >= 5.17),
+        // the compat one (5.10 to 5.16, ebpf/ingero.bpf.c says what it
+        // lacks) and the feature probes `check` and the loader run.
+        for (name, source, flags) in [
+            ("ingero", "ingero.bpf.c", &[][..]),
+            ("ingero-compat", "ingero.bpf.c", &["-DINGERO_COMPAT"][..]),
+            ("features", "features.bpf.c", &[][..]),
+        ] {
+            let out = out_dir.join(format!("{name}-{rust_arch}.bpf.o"));
+            compile(&src.join(source), inc, bpf_arch, flags, &out);
+            if rust_arch == target {
+                std::fs::copy(&out, out_dir.join(format!("{name}.bpf.o"))).expect("copying the eBPF object");
+            }
         }
     }
 }
 
-fn compile(src: &Path, inc: &str, bpf_arch: &str, out: &Path) {
+fn compile(source: &Path, inc: &str, bpf_arch: &str, flags: &[&str], out: &Path) {
+    let src = source.parent().expect("ebpf/");
     let clang = std::env::var("INGERO_CLANG").unwrap_or_else(|_| "clang".into());
-    // -mcpu=v3: atomic compare-and-exchange (shared aggregates, Linux >= 5.12).
+    // -mcpu=v3: 32-bit jumps and ALU (Linux >= 5.1); compare-and-exchange
+    // (5.12) only where the source asks for it (not in the compat object).
     let status = Command::new(&clang)
         .args(["-target", "bpf", "-mcpu=v3", "-O2", "-g", "-Wall", "-Werror"])
+        .args(flags)
         .arg(format!("-D__TARGET_ARCH_{bpf_arch}"))
         .arg(format!("-I{inc}"))
         .arg(format!("-I{}", src.display()))
         .arg("-c")
-        .arg(src.join("ingero.bpf.c"))
+        .arg(source)
         .arg("-o")
         .arg(out)
         .status();
     match status {
         Ok(s) if s.success() => {}
-        Ok(s) => panic!("clang failed to compile ebpf/ingero.bpf.c for {bpf_arch} ({s})"),
+        Ok(s) => panic!("clang failed to compile {} {flags:?} for {bpf_arch} ({s})", source.display()),
         Err(e) => panic!("cannot run `{clang}` ({e}): apt-get install clang libbpf-dev linux-libc-dev"),
     }
 }

@@ -173,13 +173,11 @@ static __always_inline int enter(__u32 tid, __u32 tgid, __u32 op, __u64 cookie, 
 	return 0;
 }
 
-SEC("uprobe")
-int call_entry(struct pt_regs *ctx)
+static __always_inline int on_entry(struct pt_regs *ctx, __u64 cookie)
 {
 	struct config *c = cfg();
 	if (!c || !in_scope(c))
 		return 0;
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = current_ids(c);
 	__u32 tgid = pid_tgid >> 32;
 	__u32 op = cookie & COOKIE_OP_MASK;
@@ -252,13 +250,11 @@ static __always_inline void outlier(struct pt_regs *ctx, __u64 pid_tgid, __u32 o
 	}
 }
 
-SEC("uretprobe")
-int call_return(struct pt_regs *ctx)
+static __always_inline int on_return(struct pt_regs *ctx, __u64 cookie)
 {
 	struct config *c = cfg();
 	if (!c)
 		return 0;
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = current_ids(c);
 	__u32 op = cookie & COOKIE_OP_MASK;
 	if (!pid_tgid)
@@ -292,6 +288,55 @@ int call_return(struct pt_regs *ctx)
 		outlier(ctx, pid_tgid, op, began, d, *thr);
 	return 0;
 }
+
+#ifndef INGERO_COMPAT
+/* One entry and one return program for every op: the cookie names it. */
+SEC("uprobe")
+int call_entry(struct pt_regs *ctx)
+{
+	return on_entry(ctx, bpf_get_attach_cookie(ctx));
+}
+
+SEC("uretprobe")
+int call_return(struct pt_regs *ctx)
+{
+	return on_return(ctx, bpf_get_attach_cookie(ctx));
+}
+#else
+/* Linux < 5.15 has no attach cookies: one program pair per op id, each
+ * reading its op's cookie (flags included) from this array, which the
+ * agent fills at load. A program is loaded only when its op is attached. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, COMPAT_OPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} op_cookies SEC(".maps");
+
+static __always_inline __u64 op_cookie(__u32 op)
+{
+	__u64 *c = bpf_map_lookup_elem(&op_cookies, &op);
+	return c ? *c : op;
+}
+
+#define OP_PROGS(n)                                                   \
+	SEC("uprobe") int call_entry_##n(struct pt_regs *ctx)          \
+	{                                                             \
+		return on_entry(ctx, op_cookie(n));                   \
+	}                                                             \
+	SEC("uretprobe") int call_return_##n(struct pt_regs *ctx)      \
+	{                                                             \
+		return on_return(ctx, op_cookie(n));                  \
+	}
+#define OP_PROGS10(t)                                                  \
+	OP_PROGS(t##0) OP_PROGS(t##1) OP_PROGS(t##2) OP_PROGS(t##3)      \
+	OP_PROGS(t##4) OP_PROGS(t##5) OP_PROGS(t##6) OP_PROGS(t##7)      \
+	OP_PROGS(t##8) OP_PROGS(t##9)
+OP_PROGS(0) OP_PROGS(1) OP_PROGS(2) OP_PROGS(3) OP_PROGS(4)
+OP_PROGS(5) OP_PROGS(6) OP_PROGS(7) OP_PROGS(8) OP_PROGS(9)
+OP_PROGS10(1) OP_PROGS10(2) OP_PROGS10(3) OP_PROGS10(4) OP_PROGS10(5)
+OP_PROGS10(6) OP_PROGS10(7) OP_PROGS10(8) OP_PROGS10(9)
+#endif
 
 /* The cheapest possible uprobe: the baseline the overhead benchmark compares
  * call_entry against (agent/benches/overhead.rs). */

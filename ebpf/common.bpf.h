@@ -181,9 +181,25 @@ static __always_inline __u32 hist_bucket(__u64 v)
 
 #define ADD(field, v) __sync_fetch_and_add(&(field), (v))
 
+/* The task's scheduler state on every kernel (`__state` since 5.14). */
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
+}
+
 /* Raises *slot to v: shared maps are written from every CPU at once. */
 static __always_inline void atomic_max(__u64 *slot, __u64 v)
 {
+#ifdef INGERO_COMPAT
+	/* Linux < 5.12 has no compare-and-exchange: a writer racing on
+	 * another CPU may keep the smaller of two maxima (the loss the
+	 * agent's `check` states for this object). */
+	if (v > *(volatile __u64 *)slot)
+		*slot = v;
+	return;
+#endif
 	for (int i = 0; i < 4; i++) {
 		__u64 old = *(volatile __u64 *)slot;
 		if (v <= old || __sync_val_compare_and_swap(slot, old, v) == old)

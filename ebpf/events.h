@@ -19,6 +19,8 @@
                                       * it marks the thread as inside it while its frame lives */
 
 #define MAX_OPS 256
+/* Op ids the compat object has a program pair for (calls.bpf.c). */
+#define COMPAT_OPS 100
 
 struct call_key {
 	__u32 tgid;

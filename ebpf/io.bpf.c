@@ -31,8 +31,7 @@ struct {
 	__type(value, struct io_start);
 } io_inflight SEC(".maps");
 
-SEC("tp_btf/block_rq_issue")
-int BPF_PROG(on_rq_issue, struct request *rq)
+static __always_inline int rq_issue(struct request *rq)
 {
 	struct config *c = cfg();
 	if (!c || !in_scope(c))
@@ -42,6 +41,31 @@ int BPF_PROG(on_rq_issue, struct request *rq)
 	struct io_start s = { .ts_ns = bpf_ktime_get_ns(), .tgid = current_ids(c) >> 32 };
 	bpf_map_update_elem(&io_inflight, &key, &s, BPF_ANY);
 	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(on_rq_issue, struct request *rq)
+{
+	return rq_issue(rq);
+}
+
+/* Linux < 5.11 passes the queue first. The agent loads this one first: the
+ * verifier refuses it where the tracepoint has a single argument. */
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(on_rq_issue_q, void *q, struct request *rq)
+{
+	return rq_issue(rq);
+}
+
+/* The device number of a request's partition, on every kernel. */
+static __always_inline __u32 rq_dev(struct request *rq)
+{
+	void *part = BPF_CORE_READ(rq, part);
+	if (!part)
+		return 0;
+	if (bpf_core_type_exists(struct hd_struct))
+		return BPF_CORE_READ((struct hd_struct *)part, __dev.devt);
+	return BPF_CORE_READ((struct block_device *)part, bd_dev);
 }
 
 SEC("tp_btf/block_rq_complete")
@@ -56,9 +80,7 @@ int BPF_PROG(on_rq_complete, struct request *rq, int error, unsigned int nr_byte
 		return 0;
 	__u64 d = bpf_ktime_get_ns() - s->ts_ns;
 	struct io_key k = { .tgid = s->tgid, .op = BPF_CORE_READ(rq, cmd_flags) & 0xff };
-	struct block_device *bd = BPF_CORE_READ(rq, part);
-	if (bd)
-		k.dev = BPF_CORE_READ(bd, bd_dev);
+	k.dev = rq_dev(rq);
 	bpf_map_delete_elem(&io_inflight, &key);
 	__u32 zero = 0;
 	struct io_val *z = bpf_map_lookup_elem(&zero_io, &zero);

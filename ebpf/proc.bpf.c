@@ -70,7 +70,9 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	/* The whole process leaving: every traced one, and every one in scope
 	 * (userspace caches what it learnt of them on exec). exit_code keeps
 	 * the signal in its low 7 bits: (status << 8) | signal. */
+#ifndef INGERO_COMPAT
 	bpf_map_delete_elem(&known_procs, &tgid);
+#endif
 	int was_tracked = bpf_map_delete_elem(&tracked, &tgid) == 0;
 	if (was_tracked || in_scope(c))
 		emit(c, PROC_EXIT, p, was_tracked, BPF_CORE_READ(p, exit_code));

@@ -96,7 +96,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		/* on-CPU time since it was switched in */
 		if (v && ts && ts->state == 0 && ts->since_ns && now > ts->since_ns)
 			ADD(v->on_ns, now - ts->since_ns);
-		int runnable = preempt || BPF_CORE_READ(prev, __state) == TASK_RUNNING;
+		int runnable = preempt || task_state(prev) == TASK_RUNNING;
 		struct thread_state st = { .since_ns = now, .state = runnable ? ST_RUNQ : ST_OFF };
 		struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &ptid);
 		st.in_call = tc && tc->depth > 0;

@@ -33,7 +33,9 @@ struct {
 	__type(value, struct stall_event);
 } stall_scratch SEC(".maps");
 
-#if defined(__TARGET_ARCH_x86)
+/* The walks need bpf_loop (5.17): the compat object (ingero.bpf.c) has no
+ * Python frames. */
+#if defined(__TARGET_ARCH_x86) && !defined(INGERO_COMPAT)
 struct thread_walk {
 	__u64 ts;
 	__u64 want;
@@ -99,7 +101,7 @@ static long walk_frame(__u64 i, void *ctx)
 /* Fills e->py with the calling thread's Python frames; returns how many. */
 static __always_inline __u32 py_stack(__u32 tgid, struct stall_event *e)
 {
-#if defined(__TARGET_ARCH_x86)
+#if defined(__TARGET_ARCH_x86) && !defined(INGERO_COMPAT)
 	struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!pp)
 		return 0;
@@ -122,7 +124,8 @@ static __always_inline __u32 py_stack(__u32 tgid, struct stall_event *e)
 	return fw.n;
 #else
 	/* The thread pointer is matched on x86-64 only (arm64's TPIDR_EL0 is
-	 * not pthread_self()): no Python frames there yet. */
+	 * not pthread_self()): no Python frames there yet. Nor without
+	 * bpf_loop (the compat object). */
 	return 0;
 #endif
 }

@@ -89,6 +89,12 @@ struct task_struct {
 	struct css_set *cgroups;
 };
 
+/* Linux < 5.14 names the task state `state` (a long): read through this
+ * flavor when `__state` does not exist (CO-RE picks one at load). */
+struct task_struct___pre514 {
+	long state;
+};
+
 struct super_block {
 	__u32 s_dev;
 };
@@ -108,6 +114,16 @@ struct vm_area_struct {
 
 struct block_device {
 	__u32 bd_dev;
+};
+
+/* Linux < 5.11: a request's `part` is the partition's hd_struct, whose
+ * embedded device carries the number (read through flavors: CO-RE). */
+struct device___pre511 {
+	__u32 devt;
+};
+
+struct hd_struct {
+	struct device___pre511 __dev;
 };
 
 struct request {

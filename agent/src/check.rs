@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use crate::attribution::cgroup;
+use crate::probes::features::{Feature, Object};
 use crate::probes::load::{Probes, own_pid_namespace};
 use crate::probes::memory::MapMemory;
 
@@ -26,15 +27,23 @@ pub struct Check {
     pub level: Level,
     pub detail: String,
     pub fix: &'static str,
+    /// What `fix` is: how to fix it, or (a missing kernel feature) what is lost.
+    pub hint: &'static str,
 }
 
 impl Check {
     fn new(name: &'static str, ok: bool, detail: impl Into<String>, fix: &'static str) -> Check {
-        Check { name, level: if ok { Level::Ok } else { Level::Fail }, detail: detail.into(), fix }
+        Check { name, level: if ok { Level::Ok } else { Level::Fail }, detail: detail.into(), fix, hint: "fix" }
     }
 
     fn warn_unless(name: &'static str, ok: bool, detail: impl Into<String>, fix: &'static str) -> Check {
-        Check { name, level: if ok { Level::Ok } else { Level::Warn }, detail: detail.into(), fix }
+        Check { name, level: if ok { Level::Ok } else { Level::Warn }, detail: detail.into(), fix, hint: "fix" }
+    }
+
+    /// A kernel feature: present, or missing with what the agent loses.
+    fn feature(f: Feature, has: bool) -> Check {
+        let detail = format!("{} (Linux {}+)", if has { "yes" } else { "missing" }, f.since);
+        Check { name: f.name, level: if has { Level::Ok } else { Level::Warn }, detail, fix: f.without, hint: "lost" }
     }
 
     pub fn ok(&self) -> bool {
@@ -148,11 +157,16 @@ pub fn load_checks() -> Vec<Check> {
                 "eBPF programs",
                 false,
                 e.to_string(),
-                "see the error: a kernel without BTF, tp_btf or ring buffers (Linux 5.15+ has them), or missing capabilities",
+                "see the error: a kernel without BTF, tp_btf or ring buffers (Linux 5.10+ has them), or missing capabilities",
             )];
         }
     };
-    let mut out = vec![Check::new("eBPF programs", true, "load; tracepoints attach", "")];
+    let object = match probes.features.object() {
+        Object::Full => "full",
+        Object::Compat => "compat, for Linux 5.10-5.16",
+    };
+    let mut out = vec![Check::new("eBPF programs", true, format!("load ({object}); tracepoints attach"), "")];
+    out.extend(probes.features.table().iter().map(|&(f, has)| Check::feature(f, has)));
     if let Ok(mm) = MapMemory::of_pid(std::process::id()) {
         let limit = own_memory_limit();
         let fits = limit.is_none_or(|l| mm.total() * 2 <= l);

@@ -163,12 +163,12 @@ fn main() -> ExitCode {
                 };
                 println!("{tag:<4} {:<16} {}", c.name, c.detail);
                 if c.level != check::Level::Ok && !c.fix.is_empty() {
-                    println!("     fix: {}", c.fix);
+                    println!("     {}: {}", c.hint, c.fix);
                 }
             }
             let libs = check::libraries();
             if libs.is_empty() {
-                println!("--   libraries        none of libcudart/libcuda/libnccl mapped now (attached when mapped)");
+                println!("--   libraries        no libcudart/libcuda/libnccl mapped now (probed when mapped)");
             }
             for (lib, pids) in libs {
                 println!("ok   library          {lib} in {} process(es): {:?}", pids.len(), &pids[..pids.len().min(8)]);

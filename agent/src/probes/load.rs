@@ -11,25 +11,30 @@ use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::abi::{Config, PyProc};
+use super::features::{Features, Object};
 use super::files::{FileId, OpenLib};
 use super::libs::Found;
 use super::ops::{self, Lib};
 use crate::error::{Error, Result};
 
-/// The compiled programs (built by build.rs from ebpf/*.c).
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ingero.bpf.o"));
+/// The compiled programs (built by build.rs from ebpf/*.c): for Linux
+/// >= 5.17, and the compat build for 5.10 to 5.16 (`features::Object`).
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ingero.bpf.o"));
+pub(crate) static COMPAT_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ingero-compat.bpf.o"));
 
-/// Tracepoints: (program, tracepoint, required).
-const TRACEPOINTS: &[(&str, &str, bool)] = &[
-    ("on_switch", "sched_switch", true),
-    ("on_wakeup", "sched_wakeup", true),
-    ("on_wakeup_new", "sched_wakeup_new", true),
-    ("on_exec", "sched_process_exec", true),
-    ("on_exit", "sched_process_exit", true),
-    ("on_fork", "sched_process_fork", false),
-    ("on_oom_victim", "mark_victim", false),
-    ("on_rq_issue", "block_rq_issue", false),
-    ("on_rq_complete", "block_rq_complete", false),
+/// Tracepoints: (programs, tracepoint, required). Where a tracepoint's
+/// prototype changed, the programs are tried in order and the first the
+/// verifier accepts is attached (block_rq_issue lost its queue in 5.11).
+const TRACEPOINTS: &[(&[&str], &str, bool)] = &[
+    (&["on_switch"], "sched_switch", true),
+    (&["on_wakeup"], "sched_wakeup", true),
+    (&["on_wakeup_new"], "sched_wakeup_new", true),
+    (&["on_exec"], "sched_process_exec", true),
+    (&["on_exit"], "sched_process_exit", true),
+    (&["on_fork"], "sched_process_fork", false),
+    (&["on_oom_victim"], "mark_victim", false),
+    (&["on_rq_issue_q", "on_rq_issue"], "block_rq_issue", false),
+    (&["on_rq_complete"], "block_rq_complete", false),
 ];
 
 #[derive(Debug)]
@@ -43,6 +48,8 @@ pub struct Probes {
     resolved: HashMap<u32, HashMap<(u64, u64), FileId>>,
     /// The library-lookup hold program loaded (the kernel supports it).
     dlopen_hold: bool,
+    /// What the kernel can do, and so which object is loaded.
+    pub features: Features,
 }
 
 /// What `attach_found` did.
@@ -65,50 +72,55 @@ pub fn own_pid_namespace() -> Option<u64> {
 }
 
 impl Probes {
+    /// Probes the kernel's features and loads the object it can run.
     pub fn load() -> Result<Probes> {
+        let features = Features::probe()?;
+        Self::load_with(features)
+    }
+
+    /// Loads the object `features` choose (tests force the compat one).
+    pub fn load_with(features: Features) -> Result<Probes> {
+        let object = features.object();
+        if object == Object::Compat {
+            tracing::warn!(
+                "kernel without attach cookies, bpf_loop or compare-and-exchange: compat programs (`ingero-agent check` lists what is lost)"
+            );
+        }
         // EbpfLoader::new() parses the kernel's BTF for CO-RE itself; the
         // temporary loader (and that parse) is dropped before the second
         // parse below, for the tp_btf attach points. Two parses alive at once
         // were the agent's peak memory (2 x ~15 MB).
-        let mut ebpf = EbpfLoader::new().load(OBJECT)?;
+        let mut ebpf = EbpfLoader::new().load(if object == Object::Full { OBJECT } else { COMPAT_OBJECT })?;
         let btf = Btf::from_sys_fs()?;
-        for name in ["call_entry", "call_return"] {
-            as_uprobe(prog(&mut ebpf, name)?)?.load().map_err(Error::program(format!("loading {name}")))?;
-        }
-        // The hold at a new library's first lookup needs sleepable uprobes
-        // (Linux 6.0), bpf_loop (5.17) and bpf_find_vma (5.17): optional,
-        // the agent runs without it on older kernels.
-        let dlopen_hold = as_uprobe(prog(&mut ebpf, "dlsym_entry")?)
-            .and_then(|p| p.load().map_err(Error::program("loading dlsym_entry")));
-        if let Err(e) = &dlopen_hold {
-            tracing::warn!(error = %e, "no library hold on this kernel: a library dlopen'd and called at once misses its first calls");
-        }
-        for &(name, tp, required) in TRACEPOINTS {
-            let res = (|| -> Result<()> {
-                let p: &mut BtfTracePoint = prog(&mut ebpf, name)?.try_into().map_err(Error::program(name))?;
-                p.load(tp, &btf).map_err(Error::program(format!("loading tp_btf/{tp}")))?;
-                p.attach().map_err(Error::program(format!("attaching tp_btf/{tp}")))?;
-                Ok(())
-            })();
-            if let Err(e) = res {
-                if required {
-                    return Err(e);
+        let dlopen_hold = match object {
+            Object::Full => {
+                for name in ["call_entry", "call_return"] {
+                    as_uprobe(prog(&mut ebpf, name)?)?.load().map_err(Error::program(format!("loading {name}")))?;
                 }
-                tracing::warn!(tracepoint = tp, error = %e, "optional tracepoint unavailable; continuing without it");
+                load_hold(&mut ebpf, &features)
             }
-        }
+            Object::Compat => {
+                write_op_cookies(&mut ebpf)?;
+                load_compat_calls(&mut ebpf)?;
+                false
+            }
+        };
+        attach_tracepoints(&mut ebpf, &btf)?;
         // Pids in every event are those of the agent's own namespace (a kind
         // node, a nested container), so /proc lookups and --pid agree.
         let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), hold_dlopen: 1, ..Config::default() };
-        let mut p = Probes {
-            ebpf,
-            config,
-            attached: HashSet::new(),
-            resolved: HashMap::new(),
-            dlopen_hold: dlopen_hold.is_ok(),
-        };
+        let mut p = Probes { ebpf, config, attached: HashSet::new(), resolved: HashMap::new(), dlopen_hold, features };
         p.write_config()?;
         Ok(p)
+    }
+
+    /// The entry and return programs of `op`: one shared pair (the cookie
+    /// names the op), or the op's own pair in the compat object.
+    fn call_programs(&self, op: &ops::Op) -> (String, String) {
+        match self.features.object() {
+            Object::Full => ("call_entry".into(), "call_return".into()),
+            Object::Compat => compat_names(op),
+        }
     }
 
     fn write_config(&mut self) -> Result<()> {
@@ -241,11 +253,11 @@ impl Probes {
     /// Attaches every op of `lib` found in the file; returns the symbols
     /// probed. All or nothing: on an error the probes placed are removed.
     fn attach_library(&mut self, path: &Path, lib: Lib) -> Result<Vec<&'static str>> {
-        let mut links: Vec<(&'static str, UProbeLinkId)> = Vec::new();
+        let mut links: Vec<(String, UProbeLinkId)> = Vec::new();
         let res = self.attach_ops(path, lib, &mut links);
         if res.is_err() {
             for (name, id) in links {
-                if let Ok(p) = prog(&mut self.ebpf, name).and_then(as_uprobe) {
+                if let Ok(p) = prog(&mut self.ebpf, &name).and_then(as_uprobe) {
                     let _ = p.detach(id);
                 }
             }
@@ -257,7 +269,7 @@ impl Probes {
         &mut self,
         path: &Path,
         lib: Lib,
-        links: &mut Vec<(&'static str, UProbeLinkId)>,
+        links: &mut Vec<(String, UProbeLinkId)>,
     ) -> Result<Vec<&'static str>> {
         if lib == Lib::Libc {
             if !self.dlopen_hold || self.config.hold_dlopen == 0 {
@@ -275,17 +287,16 @@ impl Probes {
                 tracing::debug!(symbol = op.symbol, path = %path.display(), "symbol not in this library");
                 continue;
             };
-            let point = || UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(offset),
-                cookie: Some(op.cookie()),
-            };
+            let cookie = (self.features.object() == Object::Full).then(|| op.cookie());
+            let point = || UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie };
+            let (entry_name, return_name) = self.call_programs(&op);
             // Return first: a call that passes the entry probe then always
             // has its return seen, so the kernel's per-thread call state
             // (entered at entry, left at return) can never be left behind.
             if op.return_probed() {
-                let ret = prog(&mut self.ebpf, "call_return").and_then(as_uprobe)?;
+                let ret = prog(&mut self.ebpf, &return_name).and_then(as_uprobe)?;
                 match ret.attach(point(), path, UProbeScope::AllProcesses) {
-                    Ok(id) => links.push(("call_return", id)),
+                    Ok(id) => links.push((return_name, id)),
                     // Absent in this build of the library (e.g. no _ptsz variants).
                     Err(e) => {
                         tracing::debug!(symbol = op.symbol, path = %path.display(), error = %e, "symbol not probed");
@@ -293,9 +304,9 @@ impl Probes {
                     }
                 }
             }
-            let entry = prog(&mut self.ebpf, "call_entry").and_then(as_uprobe)?;
+            let entry = prog(&mut self.ebpf, &entry_name).and_then(as_uprobe)?;
             match entry.attach(point(), path, UProbeScope::AllProcesses) {
-                Ok(id) => links.push(("call_entry", id)),
+                Ok(id) => links.push((entry_name, id)),
                 Err(e) if op.return_probed() => {
                     return Err(Error::program(format!("uprobe {} in {}", op.symbol, path.display()))(e));
                 }
@@ -314,11 +325,7 @@ impl Probes {
     /// glibc's `dlsym` and `dlvsym`, entry only (see ebpf/libload.bpf.c):
     /// never a return probe on the loader's functions, which read their own
     /// return address to pick the caller's RUNPATH.
-    fn attach_dlopen(
-        &mut self,
-        path: &Path,
-        links: &mut Vec<(&'static str, UProbeLinkId)>,
-    ) -> Result<Vec<&'static str>> {
+    fn attach_dlopen(&mut self, path: &Path, links: &mut Vec<(String, UProbeLinkId)>) -> Result<Vec<&'static str>> {
         let mut done = Vec::new();
         let offsets = super::offsets::resolve(path, &["dlsym", "dlvsym"])
             .map_err(|e| Error::Open { what: format!("{} (symbols)", path.display()), cause: e })?;
@@ -328,12 +335,81 @@ impl Probes {
             let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: None };
             let entry = prog(&mut self.ebpf, "dlsym_entry").and_then(as_uprobe)?;
             if let Ok(id) = entry.attach(point, path, UProbeScope::AllProcesses) {
-                links.push(("dlsym_entry", id));
+                links.push(("dlsym_entry".into(), id));
                 done.push(symbol);
             }
         }
         Ok(done)
     }
+}
+
+/// The hold at a new library's first lookup (ebpf/libload.bpf.c): only where
+/// the kernel has what it needs (`Features::library_hold`).
+fn load_hold(ebpf: &mut Ebpf, features: &Features) -> bool {
+    if !features.library_hold() {
+        tracing::warn!("no library hold on this kernel: a library dlopen'd and called at once misses its first calls");
+        return false;
+    }
+    let loaded = prog(ebpf, "dlsym_entry")
+        .and_then(as_uprobe)
+        .and_then(|p| p.load().map_err(Error::program("loading dlsym_entry")));
+    if let Err(e) = &loaded {
+        tracing::warn!(error = %e, "no library hold: a library dlopen'd and called at once misses its first calls");
+    }
+    loaded.is_ok()
+}
+
+/// The compat object's programs read their op's cookie from `op_cookies`.
+fn write_op_cookies(ebpf: &mut Ebpf) -> Result<()> {
+    let mut m: Array<&mut MapData, u64> = map(ebpf, "op_cookies")?;
+    for op in ops::all() {
+        m.set(u32::from(op.id), op.cookie(), 0).map_err(Error::map("op_cookies"))?;
+    }
+    Ok(())
+}
+
+fn compat_names(op: &ops::Op) -> (String, String) {
+    (format!("call_entry_{}", op.id), format!("call_return_{}", op.id))
+}
+
+/// Every op's programs, loaded at start as the full object's pair is: a
+/// library mapped later is probed as fast on either object (loading them
+/// at first use delayed a new library's probes by the verifier's time).
+fn load_compat_calls(ebpf: &mut Ebpf) -> Result<()> {
+    for op in ops::all() {
+        let (entry, ret) = compat_names(&op);
+        let names = if op.return_probed() { vec![entry, ret] } else { vec![entry] };
+        for name in names {
+            as_uprobe(prog(ebpf, &name)?)?.load().map_err(Error::program(format!("loading {name}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Attaches the scheduler, process and block tracepoints; an optional one
+/// the kernel lacks is logged and left out.
+fn attach_tracepoints(ebpf: &mut Ebpf, btf: &Btf) -> Result<()> {
+    for &(names, tp, required) in TRACEPOINTS {
+        let mut res = Err(Error::Missing { kind: "program", name: tp.into() });
+        for name in names {
+            res = (|| -> Result<()> {
+                let p: &mut BtfTracePoint = prog(ebpf, name)?.try_into().map_err(Error::program(*name))?;
+                p.load(tp, btf).map_err(Error::program(format!("loading tp_btf/{tp} ({name})")))?;
+                p.attach().map_err(Error::program(format!("attaching tp_btf/{tp}")))?;
+                Ok(())
+            })();
+            if res.is_ok() {
+                break;
+            }
+        }
+        if let Err(e) = res {
+            if required {
+                return Err(e);
+            }
+            tracing::warn!(tracepoint = tp, error = %e, "optional tracepoint unavailable; continuing without it");
+        }
+    }
+    Ok(())
 }
 
 /// A cgroup v2 directory's id (its inode number) and its depth below the

@@ -7,10 +7,13 @@ pub(crate) mod abi;
 #[cfg(test)]
 mod arch_check;
 pub(crate) mod drain;
+pub mod features;
 pub(crate) mod files;
 pub mod libs;
 pub mod load;
 pub mod memory;
+#[cfg(test)]
+mod object_check;
 pub(crate) mod offsets;
 pub mod ops;
 pub(crate) mod statics;
