@@ -94,6 +94,13 @@ impl Agent {
         let loop_stats = Arc::new(LoopStats::default());
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let shipper = rt.spawn(Shipper::new(rx, client, spool, ship_stats.clone(), Duration::from_secs(5)).run());
+        let l = loop_stats.clone();
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(l.watchdog.period()).await;
+                l.watchdog.check();
+            }
+        });
         if let Some(addr) = cfg.metrics_addr {
             let (l, s) = (loop_stats.clone(), ship_stats.clone());
             rt.spawn(async move {

@@ -14,4 +14,5 @@ pub mod probes;
 pub(crate) mod progress;
 pub(crate) mod ship;
 pub(crate) mod stacks;
+pub mod watchdog;
 pub(crate) mod window;

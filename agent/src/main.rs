@@ -91,6 +91,11 @@ struct RunArgs {
     /// traced. Only dlsym's entry is probed: nothing the loader sees changes (no return probes).
     #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
     no_dlopen_hold: bool,
+    /// The probe loop's watchdog: one step of the loop (a process scan, a window) running longer than this
+    /// makes `/healthz` answer 503 with the step and how long it has run (logged once, counted in
+    /// `ingero_agent_probe_loop_overruns_total`), so the liveness probe restarts a stuck agent.
+    #[arg(long, env = "INGERO_WATCHDOG", default_value = "10s", value_parser = humantime::parse_duration)]
+    watchdog: Duration,
     /// Mount point of the cgroup v2 hierarchy.
     #[arg(long, env = "INGERO_CGROUP_MOUNT", default_value = "/sys/fs/cgroup")]
     cgroup_mount: PathBuf,
@@ -239,6 +244,7 @@ fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
         outlier_abs: a.outlier_abs,
         libs: a.libs,
         hold_dlopen: !a.no_dlopen_hold,
+        watchdog: a.watchdog,
     };
     let kube = KubeConfig {
         enabled: a.kubernetes != "off",

@@ -40,6 +40,12 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
         ),
         ("ingero_agent_cached_processes", "gauge", "Processes whose attribution is cached", g(&l.cached_processes)),
         (
+            "ingero_agent_probe_loop_overruns_total",
+            "counter",
+            "Probe loop steps that ran past --watchdog (each made /healthz answer 503 while it ran)",
+            g(&l.watchdog.overruns),
+        ),
+        (
             "ingero_agent_kernel_map_bytes",
             "gauge",
             "Kernel memory of the agent's BPF maps (fdinfo memlock), charged to its memory cgroup",
@@ -97,6 +103,7 @@ fn hold_rows(l: &LoopStats) -> [(&'static str, &'static str, &'static str, u64);
 }
 
 pub(crate) async fn serve(addr: std::net::SocketAddr, l: Arc<LoopStats>, s: Arc<ShipStats>) -> std::io::Result<()> {
+    let health = l.clone();
     let app = axum::Router::new()
         .route(
             "/metrics",
@@ -105,7 +112,18 @@ pub(crate) async fn serve(addr: std::net::SocketAddr, l: Arc<LoopStats>, s: Arc<
                 async move { render(&l, &s) }
             }),
         )
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }));
+        .route(
+            "/healthz",
+            axum::routing::get(move || {
+                let l = health.clone();
+                async move {
+                    match l.watchdog.health() {
+                        Ok(()) => (axum::http::StatusCode::OK, "ok\n".to_string()),
+                        Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {why}\n")),
+                    }
+                }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app).await
 }

@@ -3,6 +3,7 @@
 //! events as they come, a drained window every `--window`, tables to the
 //! shipper on the async runtime.
 
+use crate::watchdog::{Step, Watchdog};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,6 +44,8 @@ pub struct LoopConfig {
     pub libs: Vec<PathBuf>,
     /// Hold a thread at its first lookup in a new CUDA/NCCL library until it is probed.
     pub hold_dlopen: bool,
+    /// A loop step running longer than this makes the agent unhealthy.
+    pub watchdog: Duration,
 }
 
 /// Shared with the metrics endpoint.
@@ -68,6 +71,8 @@ pub struct LoopStats {
     /// Rows refused by the schema check (never expected; counted, not dropped silently).
     pub rows_invalid: AtomicU64,
     pub kube: std::sync::OnceLock<Arc<crate::attribution::apiserver::KubeStats>>,
+    /// What the loop is doing, and whether it is stuck (`/healthz`).
+    pub watchdog: Watchdog,
 }
 
 /// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.
@@ -152,6 +157,7 @@ impl ProbeLoop {
         kube: crate::attribution::KubeSources,
     ) -> Result<ProbeLoop> {
         let rings = Rings::take(&mut probes)?;
+        stats.watchdog.set_limit(cfg.watchdog);
         if let Some(root) = &cfg.cgroup_root {
             probes.set_scope(root)?;
         }
@@ -207,9 +213,11 @@ impl ProbeLoop {
             // being built or sent gets one more drain, so the calls made
             // after this one (a workload that ends just before SIGTERM) ship.
             let last = stop.load(Ordering::Relaxed);
-            let t = Instant::now();
+            let stats = self.stats.clone();
+            let busy = stats.watchdog.enter(Step::CloseWindow);
             let tables = self.close_window(window_start, window_us)?;
-            slow_step("closing a window", t);
+            drop(busy);
+            let _busy = stats.watchdog.enter(Step::SendWindow);
             if tx.blocking_send(tables).is_err() || last {
                 return Ok(());
             }
@@ -282,26 +290,26 @@ impl ProbeLoop {
                 return;
             }
             self.rings.wait_procs(Duration::from_micros(((window_end - now) as u64).min(10_000)));
-            let t = Instant::now();
+            let stats = self.stats.clone();
+            let dog = &stats.watchdog;
+            let busy = dog.enter(Step::ProcessEvents);
             for e in self.rings.procs() {
                 self.on_proc_event(e);
             }
-            slow_step("handling process events", t);
-            let t = Instant::now();
+            drop(busy);
+            let busy = dog.enter(Step::StallStacks);
             self.take_stalls();
-            slow_step("resolving stall stacks", t);
+            drop(busy);
             let now = Instant::now();
             let due: Vec<u32> = self.follow_ups.iter().filter(|(t, _)| *t <= now).map(|(_, p)| *p).collect();
             if !due.is_empty() {
                 self.follow_ups.retain(|(t, _)| *t > now);
-                let t = Instant::now();
+                let _busy = dog.enter(Step::ScanNew);
                 self.scan(&due);
-                slow_step("scanning new processes", t);
             }
             if Instant::now() >= self.next_scan {
-                let t = Instant::now();
+                let _busy = dog.enter(Step::Rescan);
                 self.scan(&libs::pids(self.cfg.cgroup_root.as_deref()));
-                slow_step("rescanning processes", t);
                 self.next_scan = Instant::now() + self.cfg.rescan;
             }
         }
@@ -468,14 +476,6 @@ impl ProbeLoop {
         s.lib_hold_ns.fetch_add(delta.lib_hold_ns, Ordering::Relaxed);
         s.lib_hold_timeouts.fetch_add(delta.lib_hold_timeouts, Ordering::Relaxed);
         s.probe_run_ns.fetch_add(probe_run_ns, Ordering::Relaxed);
-    }
-}
-
-/// A step of the probe loop long enough to delay a held thread's release.
-fn slow_step(what: &str, since: Instant) {
-    let ms = since.elapsed().as_millis() as u64;
-    if ms >= 100 {
-        tracing::debug!(ms, "probe loop busy {what}");
     }
 }
 

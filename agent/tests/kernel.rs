@@ -446,6 +446,14 @@ async fn a_library_dlopened_and_called_at_once_is_traced_from_its_first_call() {
     w.wait();
     let log = agent.stop();
     let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    if !kernel_has_library_hold() {
+        // Linux < 5.19 (or no bpf_find_vma): the stated loss, said at start;
+        // never more calls than were made.
+        assert!(log.contains("no library hold on this kernel"), "{log}");
+        assert!(c.get("cudaLaunchKernel").is_none_or(|x| x.0 <= 777), "{c:?}");
+        assert!(c.get("ncclAllReduce").is_none_or(|x| x.0 <= 33), "{c:?}");
+        return;
+    }
     assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(777), "{c:?}\n{log}");
     assert_eq!(c.get("ncclAllReduce").map(|x| x.0), Some(33), "{c:?}\n{log}");
 }

@@ -95,6 +95,16 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
     assert!(ok, "a RUNPATH plugin load failed with the agent on: {text}\n{log}");
     assert!(text.contains("loaded libplugin.so") && text.contains("loaded libcudart.so.12"), "{text}");
     let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    let c2 = calls_of(&rows(dir.path(), Table::CallWindows).await, pid2);
+    if !kernel_has_library_hold() {
+        // No hold on this kernel (Linux < 5.19): nobody waits, the first
+        // process may lose launches made before the agent attached (the
+        // stated loss), and a process mapping the probed file is exact.
+        assert_eq!((holds, holds_after, timeouts), (0, 0, 0), "{log}");
+        assert!(c.get("cudaLaunchKernel").is_none_or(|x| x.0 <= 2500), "{c:?}");
+        assert_eq!(c2.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "{c2:?}\n{log}");
+        return;
+    }
     assert_eq!(
         c.get("cudaLaunchKernel").map(|x| x.0),
         Some(2500),
@@ -106,7 +116,6 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
     // A new process waits once, for its first scan (its interpreter found
     // before its first calls), not for the file, which is probed now.
     assert_eq!(holds_after, holds + 1, "once per new process, not per lookup\n{log}");
-    let c2 = calls_of(&rows(dir.path(), Table::CallWindows).await, pid2);
     assert_eq!(c2.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "{c2:?}");
 }
 

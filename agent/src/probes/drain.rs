@@ -39,13 +39,28 @@ fn drain_map<K: Pod + Eq + std::hash::Hash, V: Pod>(probes: &mut Probes, name: &
     Ok(out)
 }
 
+/// Returns once every program that may have read the old active index has
+/// finished, so draining the idle half loses no update. Programs run inside
+/// an RCU read-side section (non-sleepable: the kernel's BPF dispatch takes
+/// rcu_read_lock), and membarrier(MEMBARRIER_CMD_GLOBAL) is
+/// synchronize_rcu(). A fixed sleep lost counts whenever a vCPU was
+/// descheduled mid-program (a cloud VM's steal time; seen under qemu).
+fn wait_for_running_programs() {
+    /// MEMBARRIER_CMD_GLOBAL (uapi linux/membarrier.h).
+    const GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes no pointers.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, GLOBAL, 0 as libc::c_long, 0 as libc::c_long) };
+    if r != 0 {
+        // nohz_full kernels refuse GLOBAL: the old margin, generous.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Flips the active half and drains the other one.
 pub(crate) fn drain(probes: &mut Probes) -> Result<Drained> {
     let idle = probes.active();
     probes.flip()?;
-    // Programs that read the old index finish within microseconds (they run
-    // with migration disabled); give them a generous margin.
-    std::thread::sleep(Duration::from_millis(2));
+    wait_for_running_programs();
     let s = if idle == 0 { "a" } else { "b" };
     let calls = drain_map::<CallKey, CallVal>(probes, &format!("calls_{s}"))?;
     let sched = drain_map::<u32, SchedVal>(probes, &format!("sched_{s}"))?;

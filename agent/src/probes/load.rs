@@ -102,6 +102,7 @@ impl Probes {
             Object::Compat => {
                 write_op_cookies(&mut ebpf)?;
                 load_compat_calls(&mut ebpf)?;
+                tracing::warn!("{NO_HOLD}");
                 false
             }
         };
@@ -343,11 +344,13 @@ impl Probes {
     }
 }
 
+const NO_HOLD: &str = "no library hold on this kernel: a library dlopen'd and called at once misses its first calls";
+
 /// The hold at a new library's first lookup (ebpf/libload.bpf.c): only where
 /// the kernel has what it needs (`Features::library_hold`).
 fn load_hold(ebpf: &mut Ebpf, features: &Features) -> bool {
     if !features.library_hold() {
-        tracing::warn!("no library hold on this kernel: a library dlopen'd and called at once misses its first calls");
+        tracing::warn!("{NO_HOLD}");
         return false;
     }
     let loaded = prog(ebpf, "dlsym_entry")
