@@ -174,7 +174,7 @@ struct config {
 	                     * 0: the initial namespace, pids need no translation */
 	__u64 scope_cgroup_id; /* scoped: the cgroup id of the subtree's root ... */
 	__u32 scope_level;     /* ... and its depth below the hierarchy's root */
-	__u32 pad;
+	__u32 hold_max_ms;     /* longest hold at a library lookup; 0: 1000 */
 };
 
 #endif

@@ -16,14 +16,17 @@
  * The looking-up thread (that thread only) is held while the file is a
  * CUDA/NCCL library not yet probed, or its process has not been scanned
  * since it mapped one (once per process): until the agent has attached
- * and releases it, or HOLD_MAX_NS. A file the agent probed is remembered here by
+ * and releases it, or config.hold_max_ms (1 s by default). A file the agent probed is remembered here by
  * its inode, so later lookups (any process mapping that file) go on at once.
  * Nothing is signalled, so no parent sees a stopped child. The wait spins
  * (bpf_loop): BPF offers no way to sleep a task, and stopping it with a
  * signal would stop its whole process and show in its parent's wait(). */
 #include "common.bpf.h"
 
-#define HOLD_MAX_NS (1000ull * 1000 * 1000)
+#define HOLD_MAX_MS_DEFAULT 1000
+/* bpf_loop runs at most 2^23 steps a call (BPF_MAX_LOOPS): a few hundred
+ * ms of polling natively, so the wait is that many calls at most. */
+#define HOLD_LOOPS 64
 #define NAME_MAX_SCAN 160
 
 /* The file behind a mapping, as the kernel places uprobes on it (the real
@@ -111,10 +114,10 @@ static long still_held(__u64 i, void *ctx)
 }
 
 /* Wakes the agent and waits for it; returns whether it probed the file. */
-static __always_inline int hold(__u64 ids, struct counters *cn)
+static __always_inline int hold(struct config *c, __u64 ids, struct counters *cn)
 {
 	__u64 t0 = bpf_ktime_get_ns();
-	__u64 deadline = t0 + HOLD_MAX_NS;
+	__u64 deadline = t0 + (__u64)(c->hold_max_ms ? c->hold_max_ms : HOLD_MAX_MS_DEFAULT) * 1000000;
 	if (bpf_map_update_elem(&held, &ids, &deadline, BPF_ANY))
 		return 0;
 	struct proc_event *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
@@ -134,7 +137,12 @@ static __always_inline int hold(__u64 ids, struct counters *cn)
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	/* Wake the agent now: the thread waits for it. */
 	bpf_ringbuf_submit(e, 0);
-	bpf_loop(1 << 23, still_held, &ids, 0);
+	for (int i = 0; i < HOLD_LOOPS; i++) {
+		bpf_loop(1 << 23, still_held, &ids, 0);
+		__u64 *d = bpf_map_lookup_elem(&held, &ids);
+		if (!d || !*d || bpf_ktime_get_ns() > *d)
+			break;
+	}
 	__u64 *left = bpf_map_lookup_elem(&held, &ids);
 	int probed = left && *left == 0;
 	if (cn) {
@@ -186,7 +194,7 @@ int dlsym_entry(struct pt_regs *ctx)
 	if (id.ino && bpf_map_lookup_elem(&probed_files, &id) && bpf_map_lookup_elem(&known_procs, &tgid))
 		return 0;
 	__u8 one = 1;
-	if (hold(ids, ctrs()) && id.ino)
+	if (hold(c, ids, ctrs()) && id.ino)
 		bpf_map_update_elem(&probed_files, &id, &one, BPF_ANY);
 	return 0;
 }

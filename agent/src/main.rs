@@ -91,6 +91,10 @@ struct RunArgs {
     /// traced. Only dlsym's entry is probed: nothing the loader sees changes (no return probes).
     #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
     no_dlopen_hold: bool,
+    /// The longest a thread is held at such a lookup (at most 10s): it spins one CPU while held, and goes
+    /// on untraced when this runs out (counted in `ingero_agent_library_hold_timeouts_total`).
+    #[arg(long, env = "INGERO_DLOPEN_HOLD_MAX", default_value = "1s", value_parser = hold_max)]
+    dlopen_hold_max: Duration,
     /// The probe loop's watchdog: one step of the loop (a process scan, a window) running longer than this
     /// makes `/healthz` answer 503 with the step and how long it has run (logged once, counted in
     /// `ingero_agent_probe_loop_overruns_total`), so the liveness probe restarts a stuck agent.
@@ -244,6 +248,7 @@ fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
         outlier_abs: a.outlier_abs,
         libs: a.libs,
         hold_dlopen: !a.no_dlopen_hold,
+        hold_max: a.dlopen_hold_max,
         watchdog: a.watchdog,
     };
     let kube = KubeConfig {
@@ -270,4 +275,13 @@ fn run(a: RunArgs) -> Result<(), error::Error> {
     let probes = probes::load::Probes::load()?;
     release_free_heap();
     Agent::start(config(a)?, probes)?.wait()
+}
+
+/// `--dlopen-hold-max`: a duration from 1ms to 10s.
+fn hold_max(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(10) {
+        return Err(format!("{s}: between 1ms and 10s (a held thread spins a CPU)"));
+    }
+    Ok(d)
 }

@@ -44,6 +44,8 @@ pub struct LoopConfig {
     pub libs: Vec<PathBuf>,
     /// Hold a thread at its first lookup in a new CUDA/NCCL library until it is probed.
     pub hold_dlopen: bool,
+    /// The longest a held thread waits (it spins a CPU meanwhile).
+    pub hold_max: Duration,
     /// A loop step running longer than this makes the agent unhealthy.
     pub watchdog: Duration,
 }
@@ -161,7 +163,7 @@ impl ProbeLoop {
         if let Some(root) = &cfg.cgroup_root {
             probes.set_scope(root)?;
         }
-        probes.set_hold_dlopen(cfg.hold_dlopen)?;
+        probes.set_hold_dlopen(cfg.hold_dlopen, cfg.hold_max)?;
         if !cfg.pids.is_empty() {
             for &p in &cfg.pids {
                 probes.track(p)?;

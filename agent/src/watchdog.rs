@@ -134,7 +134,8 @@ impl Watchdog {
 
     /// How often `check` should run.
     pub fn period(&self) -> Duration {
-        (Duration::from_micros(self.limit_us.load(Ordering::Relaxed)) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+        (Duration::from_micros(self.limit_us.load(Ordering::Relaxed)) / 4)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1))
     }
 }
 

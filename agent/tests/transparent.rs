@@ -110,12 +110,15 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
         Some(2500),
         "launches right after the load (holds {holds}, timed out {timeouts}): {c:?}\n{log}"
     );
-    // One hold, for the one new library file, well inside its 1 s bound.
-    assert!(took < Duration::from_secs(5), "the program took {took:?}");
+    // One hold, for the one new library file, well inside its 1 s bound
+    // (10 s under emulation: fixtures::store_args).
+    assert!(emulated() || took < Duration::from_secs(5), "the program took {took:?}");
     assert_eq!((holds, timeouts), (1, 0), "one hold for one new library file, released by the agent\n{log}");
-    // A new process waits once, for its first scan (its interpreter found
-    // before its first calls), not for the file, which is probed now.
-    assert_eq!(holds_after, holds + 1, "once per new process, not per lookup\n{log}");
+    // A new process waits at most once, for its first scan (its interpreter
+    // found before its first calls), not for the file, which is probed now;
+    // not at all when that scan came first (the exec event is handled while
+    // the process starts).
+    assert!(holds_after <= holds + 1, "once per new process, not per lookup: {holds} then {holds_after}\n{log}");
     assert_eq!(c2.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "{c2:?}");
 }
 

@@ -232,7 +232,8 @@ pub(crate) struct Config {
     /// (read where the cgroup array cannot be: sleepable programs).
     pub scope_cgroup_id: u64,
     pub scope_level: u32,
-    pub pad: u32,
+    /// Longest hold at a new library's first lookup, ms (0: 1000).
+    pub hold_max_ms: u32,
 }
 
 /// Plain-old-data mirrors of the C structs: no padding holes with

@@ -22,6 +22,19 @@ use crate::error::{Error, Result};
 pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ingero.bpf.o"));
 pub(crate) static COMPAT_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ingero-compat.bpf.o"));
 
+/// LRU maps sized with the node (`lru_entries`): calls and block requests in
+/// progress, and each thread's current call.
+const LRU_MAPS: [&str; 3] = ["inflight", "io_inflight", "thread_calls"];
+
+/// Entries of an LRU map on a node with `cpus` possible CPUs. The kernel's
+/// common LRU keeps up to 128 free entries per CPU (LOCAL_FREE_TARGET): at
+/// 16,384 entries and 128+ CPUs the per-CPU lists hold them all and live
+/// entries (a thread's call in progress) are evicted while the map is far
+/// from full. Twice that per CPU, never below the built-in 16,384.
+fn lru_entries(cpus: u64) -> u32 {
+    (cpus.saturating_mul(256)).clamp(16_384, 1 << 20) as u32
+}
+
 /// Tracepoints: (programs, tracepoint, required). Where a tracepoint's
 /// prototype changed, the programs are tried in order and the first the
 /// verifier accepts is attached (block_rq_issue lost its queue in 5.11).
@@ -90,7 +103,12 @@ impl Probes {
         // temporary loader (and that parse) is dropped before the second
         // parse below, for the tp_btf attach points. Two parses alive at once
         // were the agent's peak memory (2 x ~15 MB).
-        let mut ebpf = EbpfLoader::new().load(if object == Object::Full { OBJECT } else { COMPAT_OBJECT })?;
+        let mut loader = EbpfLoader::new();
+        let lru_entries = lru_entries(super::memory::possible_cpus());
+        for name in LRU_MAPS {
+            loader.map_max_entries(name, lru_entries);
+        }
+        let mut ebpf = loader.load(if object == Object::Full { OBJECT } else { COMPAT_OBJECT })?;
         let btf = Btf::from_sys_fs()?;
         let dlopen_hold = match object {
             Object::Full => {
@@ -170,8 +188,9 @@ impl Probes {
     }
 
     /// Whether a thread is held at a new CUDA/NCCL library's first lookup until it is probed.
-    pub fn set_hold_dlopen(&mut self, on: bool) -> Result<()> {
+    pub fn set_hold_dlopen(&mut self, on: bool, max: std::time::Duration) -> Result<()> {
         self.config.hold_dlopen = (on && self.dlopen_hold) as u32;
+        self.config.hold_max_ms = max.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
         self.write_config()
     }
 
@@ -448,4 +467,18 @@ where
 {
     let m = ebpf.map_mut(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
     T::try_from(m).map_err(Error::map(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lru_entries;
+
+    #[test]
+    fn lru_maps_keep_twice_every_cpus_free_list() {
+        assert_eq!(lru_entries(2), 16_384, "the built-in size on small nodes");
+        assert_eq!(lru_entries(64), 16_384);
+        assert_eq!(lru_entries(128), 32_768, "128 CPUs x 128 free entries would hold all 16,384");
+        assert_eq!(lru_entries(224), 57_344);
+        assert_eq!(lru_entries(256), 65_536);
+    }
 }
