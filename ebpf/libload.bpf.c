@@ -107,6 +107,10 @@ static long file_of_vma(struct task_struct *task, struct vm_area_struct *vma, vo
 	return 0;
 }
 
+/* One step of the wait. On some kernels (Debian's 6.1) the spinning thread
+ * keeps RCU grace periods from ending, and registering a uprobe waits for
+ * one: the agent then sees its probing take the whole hold and turns holds
+ * off (probe_loop.rs, hold_outlasted). */
 static long still_held(__u64 i, void *ctx)
 {
 	__u64 *deadline = bpf_map_lookup_elem(&held, ctx);

@@ -95,7 +95,7 @@ pub fn run_checks() -> Vec<Check> {
         "capabilities",
         has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)),
         format!("CapEff={caps:#x}: BPF+PERFMON or SYS_ADMIN"),
-        "run as root, or grant CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE",
+        "run as root, or grant CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_SYS_RESOURCE, CAP_SYS_NICE",
     ));
     out.push(Check::warn_unless(
         "process scans",

@@ -335,6 +335,25 @@ impl ProbeLoop {
         }
     }
 
+    /// Turns the hold off when probing a held process took the whole hold:
+    /// on kernels where the spinning held thread keeps RCU grace periods
+    /// from ending (seen on Debian's 6.1), registering a uprobe waits for one
+    /// (rcu_sync_enter in register_for_each_vma), so every hold would run
+    /// out and cost its thread the full bound for nothing.
+    fn hold_outlasted(&mut self, took: Duration) {
+        if !self.cfg.hold_dlopen || took < self.cfg.hold_max.mul_f64(0.9) {
+            return;
+        }
+        self.cfg.hold_dlopen = false;
+        tracing::warn!(
+            took_ms = took.as_millis() as u64,
+            "library hold turned off: probing a held process took the whole hold (on this kernel a held thread delays uprobe registration); first calls into a library dlopen'd and called at once are missed"
+        );
+        if let Err(e) = self.probes.set_hold_dlopen(false, self.cfg.hold_max) {
+            tracing::warn!(error = %e, "cannot turn the library hold off");
+        }
+    }
+
     fn on_proc_event(&mut self, e: ProcEvent) {
         match e.kind {
             PROC_DLOPEN => {
@@ -343,12 +362,9 @@ impl ProbeLoop {
                 let t = Instant::now();
                 self.scan(&[e.tgid]);
                 self.probes.release(e.tgid, e.other);
-                tracing::debug!(
-                    pid = e.tgid,
-                    tid = e.other,
-                    held_us = t.elapsed().as_micros() as u64,
-                    "library lookup held"
-                );
+                let took = t.elapsed();
+                tracing::debug!(pid = e.tgid, tid = e.other, held_us = took.as_micros() as u64, "library lookup held");
+                self.hold_outlasted(took);
                 return;
             }
             PROC_EXEC | PROC_FORK => {

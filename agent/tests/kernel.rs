@@ -446,10 +446,11 @@ async fn a_library_dlopened_and_called_at_once_is_traced_from_its_first_call() {
     w.wait();
     let log = agent.stop();
     let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
-    if !kernel_has_library_hold() {
-        // Linux < 5.19 (or no bpf_find_vma): the stated loss, said at start;
-        // never more calls than were made.
-        assert!(log.contains("no library hold on this kernel"), "{log}");
+    if !kernel_has_library_hold() || hold_turned_off(&log) {
+        // Linux < 5.19 (or no bpf_find_vma), or a kernel where the held
+        // thread delays probing (the agent turns holds off after the first):
+        // the stated loss, said in the log; never more calls than were made.
+        assert!(log.contains("no library hold on this kernel") || hold_turned_off(&log), "{log}");
         assert!(c.get("cudaLaunchKernel").is_none_or(|x| x.0 <= 777), "{c:?}");
         assert!(c.get("ncclAllReduce").is_none_or(|x| x.0 <= 33), "{c:?}");
         return;

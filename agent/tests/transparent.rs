@@ -96,6 +96,15 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
     assert!(text.contains("loaded libplugin.so") && text.contains("loaded libcudart.so.12"), "{text}");
     let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
     let c2 = calls_of(&rows(dir.path(), Table::CallWindows).await, pid2);
+    if hold_turned_off(&log) {
+        // A kernel where the held thread delays uprobe registration: the one
+        // hold ran out, the agent said so and holds no more; the first
+        // process may lose launches, never gains any; the second is exact.
+        assert_eq!((holds, holds_after, timeouts), (1, 1, 1), "{log}");
+        assert!(c.get("cudaLaunchKernel").is_none_or(|x| x.0 <= 2500), "{c:?}");
+        assert_eq!(c2.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "{c2:?}\n{log}");
+        return;
+    }
     if !kernel_has_library_hold() {
         // No hold on this kernel (Linux < 5.19): nobody waits, the first
         // process may lose launches made before the agent attached (the

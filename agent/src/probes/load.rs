@@ -31,7 +31,7 @@ const LRU_MAPS: [&str; 3] = ["inflight", "io_inflight", "thread_calls"];
 /// 16,384 entries and 128+ CPUs the per-CPU lists hold them all and live
 /// entries (a thread's call in progress) are evicted while the map is far
 /// from full. Twice that per CPU, never below the built-in 16,384.
-fn lru_entries(cpus: u64) -> u32 {
+pub(crate) fn lru_entries(cpus: u64) -> u32 {
     (cpus.saturating_mul(256)).clamp(16_384, 1 << 20) as u32
 }
 

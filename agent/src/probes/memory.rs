@@ -15,6 +15,7 @@ const PERCPU_TYPES: [u32; 3] = [
     10, // BPF_MAP_TYPE_LRU_PERCPU_HASH
 ];
 const HASH: u32 = 1;
+const LRU_HASH: u32 = 9;
 const BPF_F_NO_PREALLOC: u32 = 1;
 
 /// One map as fdinfo describes it.
@@ -97,9 +98,15 @@ impl MapMemory {
     /// Bytes the same maps would need on a node with `cpus` possible CPUs.
     pub fn at_cpus(&self, cpus: u64) -> u64 {
         let here = self.possible_cpus.max(1);
+        let (lru_here, lru_there) =
+            (u64::from(super::load::lru_entries(here)), u64::from(super::load::lru_entries(cpus)));
         self.maps
             .iter()
             .map(|m| {
+                // The LRU maps the loader sizes by CPU count (load::LRU_MAPS).
+                if m.map_type == LRU_HASH && m.max_entries == lru_here {
+                    return m.memlock * lru_there / lru_here;
+                }
                 let pc = m.per_cpu_bytes(here);
                 m.memlock - pc + pc * cpus / here
             })
@@ -157,5 +164,19 @@ mod tests {
         assert_eq!(mm.total(), 3700);
         assert_eq!(mm.at_cpus(2), 3700);
         assert_eq!(mm.at_cpus(256), 2000 * 128 + 500 + 1000 + 100 * 256);
+    }
+
+    #[test]
+    fn lru_maps_sized_by_the_loader_grow_with_cpus() {
+        let mm = MapMemory {
+            maps: vec![
+                // One of load::LRU_MAPS (16,384 entries below 64 CPUs) and a fixed-size LRU map.
+                MapInfo { map_type: 9, max_entries: 16_384, map_flags: 0, memlock: 1_000_000 },
+                MapInfo { map_type: 9, max_entries: 65_536, map_flags: 0, memlock: 4_000_000 },
+            ],
+            possible_cpus: 2,
+        };
+        assert_eq!(mm.at_cpus(2), 5_000_000);
+        assert_eq!(mm.at_cpus(256), 4_000_000 + 4_000_000, "65,536 entries at 256 CPUs");
     }
 }
