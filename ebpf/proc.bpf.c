@@ -47,7 +47,15 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
 	struct config *c = cfg();
-	if (c && in_scope(c))
+	if (!c)
+		return 0;
+#ifndef INGERO_COMPAT
+	/* A new image is scanned anew before its first lookups go on. */
+	__u32 tgid = 0, tid = 0;
+	if (task_ids(c, p, &tgid, &tid))
+		bpf_map_delete_elem(&known_procs, &tgid);
+#endif
+	if (in_scope(c))
 		emit(c, PROC_EXEC, p, 0, 0);
 	return 0;
 }

@@ -22,6 +22,7 @@ use crate::probes::drain::{self, Rings};
 use crate::probes::load::{Attached, Probes, map};
 use crate::probes::ops::Lib;
 use crate::probes::statics::StaticRuntimes;
+use crate::probes::unpreempted::Unpreempted;
 use crate::probes::{libs, ops};
 use crate::stacks::Stacks;
 use crate::window::{HostFacts, Stall, WindowBuilder, WindowCtx};
@@ -369,6 +370,13 @@ impl ProbeLoop {
             }
             PROC_EXEC | PROC_FORK => {
                 let pid = if e.kind == PROC_FORK { e.other } else { e.tgid };
+                if e.kind == PROC_EXEC {
+                    // A new image: what was derived from the old one (its
+                    // interpreter's layout, its maps) no longer holds.
+                    let _rt = Unpreempted::for_maps(&self.probes.features);
+                    self.probes.forget(pid);
+                    self.stacks.forget(pid);
+                }
                 self.attr.refresh(pid);
                 self.scan(&[pid]);
                 // The loader maps DT_NEEDED libraries and programs dlopen
@@ -464,6 +472,7 @@ impl ProbeLoop {
 
     /// Drops what is cached about processes that exited.
     fn forget_exited(&mut self) {
+        let _rt = Unpreempted::for_maps(&self.probes.features);
         for e in self.events.drain(..) {
             if e.kind == PROC_EXIT {
                 self.attr.forget(e.tgid);
@@ -524,6 +533,7 @@ fn update_thresholds(probes: &mut Probes, d: &drain::Drained, medians: &mut Hash
             }
         }
     }
+    let _rt = Unpreempted::for_maps(&probes.features);
     let Ok(mut thr): std::result::Result<Array<&mut MapData, u64>, _> = map(&mut probes.ebpf, "thresholds") else {
         return;
     };

@@ -2,6 +2,7 @@
 //! Reads the kernel's aggregates once per window (flip A/B, then drain the
 //! idle half, so no increment is lost) and the event ring buffers.
 
+use super::unpreempted::Unpreempted;
 use std::time::Duration;
 
 use aya::Pod;
@@ -56,50 +57,9 @@ fn wait_for_running_programs() {
     }
 }
 
-/// Keeps the calling thread from being preempted by ordinary tasks while
-/// it lives, on kernels that need it. Before Linux 5.19 a uprobe runs its
-/// programs through trace_call_bpf, which skips them on a CPU whose
-/// `bpf_prog_active` is raised, and every map syscall raises it for its
-/// duration: were this thread preempted inside one, the call a workload made
-/// on that CPU meanwhile would go uncounted (seen on 5.10: one launch in
-/// 2,500). At real-time priority the syscall runs to its end before any
-/// workload's code runs there. Held for the drain only (milliseconds a
-/// second); without CAP_SYS_NICE it is a no-op, logged once.
-struct Unpreempted(bool);
-
-impl Unpreempted {
-    fn new(needed: bool) -> Unpreempted {
-        if !needed {
-            return Unpreempted(false);
-        }
-        let p = libc::sched_param { sched_priority: 1 };
-        // SAFETY: pid 0 is this thread; the param outlives the call.
-        let ok = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0;
-        if !ok {
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| {
-                tracing::warn!(error = %std::io::Error::last_os_error(), "no real-time priority for the drain (CAP_SYS_NICE): on this kernel a call made while the drain is preempted may go uncounted");
-            });
-        }
-        Unpreempted(ok)
-    }
-}
-
-impl Drop for Unpreempted {
-    fn drop(&mut self) {
-        if self.0 {
-            let p = libc::sched_param { sched_priority: 0 };
-            // SAFETY: as above; back to the normal policy (nice is kept).
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
-        }
-    }
-}
-
 /// Flips the active half and drains the other one.
 pub(crate) fn drain(probes: &mut Probes) -> Result<Drained> {
-    // Sleepable uprobes came with the uprobe dispatch that ignores
-    // bpf_prog_active (5.19): the same probe tells both.
-    let _rt = Unpreempted::new(!probes.features.has(super::features::SLEEPABLE_UPROBE));
+    let _rt = Unpreempted::for_maps(&probes.features);
     let idle = probes.active();
     probes.flip()?;
     wait_for_running_programs();
@@ -114,7 +74,7 @@ pub(crate) fn drain(probes: &mut Probes) -> Result<Drained> {
 /// The traced call each thread is inside now (tid → call), read without
 /// changing the map: the programs own it.
 pub(crate) fn calls_in_flight(probes: &mut Probes) -> Result<Vec<(u32, ThreadCall)>> {
-    let _rt = Unpreempted::new(!probes.features.has(super::features::SLEEPABLE_UPROBE));
+    let _rt = Unpreempted::for_maps(&probes.features);
     let m: BpfHashMap<&mut MapData, u32, ThreadCall> = map(&mut probes.ebpf, "thread_calls")?;
     Ok(m.iter().filter_map(|kv| kv.ok()).collect())
 }

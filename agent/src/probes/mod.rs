@@ -17,3 +17,4 @@ mod object_check;
 pub(crate) mod offsets;
 pub mod ops;
 pub(crate) mod statics;
+pub(crate) mod unpreempted;
