@@ -5,6 +5,8 @@
 # read .ko.xz), mounts this machine's root read-only over 9p (tag "host") and
 # a writable results folder (tag "out"), then runs $out/cmd.sh in a chroot of
 # the host root and writes its exit status to $out/rc (scripts/vm/run.sh).
+# Scratch space is a tmpfs at /run/tmp (TMPDIR): /tmp stays the host's,
+# read-only, so a checkout under /tmp is visible in the guest.
 set -euo pipefail
 mods="$1" bb="$2" out="$(realpath -m "$3")"
 work="$(mktemp -d)"
@@ -50,7 +52,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host /m
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out "/mnt$out" || echo "ingero-vm: mounting $out failed"
 for d in proc sys dev; do mount --bind "/$d" "/mnt/$d"; done
 chroot /mnt /bin/sh -c '
-  mount -t tmpfs tmp /tmp; mount -t tmpfs run /run
+  mount -t tmpfs run /run; mkdir -m 1777 /run/tmp
   mkdir -p /dev/pts /dev/shm; mount -t devpts pts /dev/pts; mount -t tmpfs shm /dev/shm
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
   mount -t debugfs nodev /sys/kernel/debug 2>/dev/null

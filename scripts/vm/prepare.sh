@@ -49,19 +49,22 @@ newest() {
 for s in $SERIES; do
   pkg="$(newest "$s")"
   [ -n "$pkg" ] || { echo "no linux-image package for $s" >&2; exit 1; }
+  # The cache is of this package built by this initramfs script.
+  pkg="$pkg $(sha256sum scripts/vm/initramfs.sh | cut -c1-12)"
   dest="$VM_DIR/$s"
   if [ -f "$dest/.ready" ] && [ "$(cat "$dest/.ready")" = "$pkg" ]; then
     echo "== $s: $pkg (cached)"; continue
   fi
   echo "== $s: $pkg"
   rm -rf "$dest" && mkdir -p "$dest/pkg"
-  (cd "$VM_DIR/debs" && rm -f "$pkg"_*.deb && apt-get -qq "${APT[@]}" download "$pkg")
-  dpkg-deb -x "$VM_DIR"/debs/"$pkg"_*.deb "$dest/pkg"
+  name="${pkg%% *}"
+  (cd "$VM_DIR/debs" && rm -f "$name"_*.deb && apt-get -qq "${APT[@]}" download "$name")
+  dpkg-deb -x "$VM_DIR"/debs/"$name"_*.deb "$dest/pkg"
   release="$(ls "$dest/pkg/lib/modules")"
   cp "$dest/pkg/boot/vmlinuz-$release" "$dest/vmlinuz"
   # The package ships no modules.dep (its postinst runs depmod).
   /sbin/depmod -b "$dest/pkg" "$release"
   scripts/vm/initramfs.sh "$dest/pkg/lib/modules/$release" "$VM_DIR/busybox" "$dest/initrd.gz"
-  rm -rf "$dest/pkg" "$VM_DIR"/debs/"$pkg"_*.deb
+  rm -rf "$dest/pkg" "$VM_DIR"/debs/"$name"_*.deb
   echo "$pkg" >"$dest/.ready"
 done

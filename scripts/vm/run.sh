@@ -12,12 +12,11 @@ here="$(pwd)"
 VM_DIR="$(realpath -m "${INGERO_VM_DIR:-$(dirname "$0")/../../target/vm}")"
 kdir="$VM_DIR/$series"
 [ -f "$kdir/.ready" ] || { echo "kernel $series not prepared: run scripts/vm/prepare.sh" >&2; exit 2; }
-# Not under /tmp: the guest mounts its own tmpfs there.
 mkdir -p "$VM_DIR/runs"
 out="$(mktemp -d "$VM_DIR/runs/XXXXXX")"
 trap 'rm -rf "$out"' EXIT
 {
-  echo "export PATH='$PATH' HOME=/root CI='${CI:-}' INGERO_VM_OUT='$out' INGERO_VM_KERNEL='$series'"
+  echo "export PATH='$PATH' HOME=/root TMPDIR=/run/tmp CI='${CI:-}' INGERO_VM_OUT='$out' INGERO_VM_KERNEL='$series'"
   for v in RUST_LOG INGERO_TEST_LOG RUST_BACKTRACE; do
     [ -n "${!v:-}" ] && printf "export %s='%s'\n" "$v" "${!v}"
   done
