@@ -44,8 +44,9 @@ fn drain_map<K: Pod + Eq + std::hash::Hash, V: Pod>(probes: &mut Probes, name: &
 /// finished, so draining the idle half loses no update. Programs run inside
 /// an RCU read-side section (non-sleepable: the kernel's BPF dispatch takes
 /// rcu_read_lock), and membarrier(MEMBARRIER_CMD_GLOBAL) is
-/// synchronize_rcu(). A fixed sleep lost counts whenever a vCPU was
-/// descheduled mid-program (a cloud VM's steal time; seen under qemu).
+/// synchronize_rcu(). A fixed sleep loses counts whenever a vCPU is
+/// descheduled mid-program (a cloud VM's steal time; seen under qemu), so
+/// the sleep is kept only where a grace period could wait for a held thread.
 fn wait_for_running_programs(holds_possible: bool) {
     /// MEMBARRIER_CMD_GLOBAL (uapi linux/membarrier.h).
     const GLOBAL: libc::c_long = 1;

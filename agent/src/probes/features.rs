@@ -84,11 +84,6 @@ impl Features {
         Ok(Features { has })
     }
 
-    /// Features as given (tests, and a kernel known by other means).
-    pub fn from(has: &[(Feature, bool)]) -> Features {
-        Features { has: has.to_vec() }
-    }
-
     pub fn has(&self, f: Feature) -> bool {
         self.has.iter().any(|&(g, ok)| g == f && ok)
     }
