@@ -18,14 +18,15 @@
  * since it mapped one (once per process): until the agent has attached
  * and releases it, or config.hold_max_ms (1 s by default). A file the agent probed is remembered here by
  * its inode, so later lookups (any process mapping that file) go on at once.
- * Nothing is signalled, so no parent sees a stopped child. The wait spins
- * (bpf_loop): BPF offers no way to sleep a task, and stopping it with a
- * signal would stop its whole process and show in its parent's wait(). */
+ * Nothing is signalled, so no parent sees a stopped child. The wait polls
+ * (bpf_loop) and yields the CPU at every step (still_held): BPF offers no
+ * way to sleep a task, and stopping it with a signal would stop its whole
+ * process and show in its parent's wait(). */
 #include "common.bpf.h"
 
 #define HOLD_MAX_MS_DEFAULT 1000
-/* bpf_loop runs at most 2^23 steps a call (BPF_MAX_LOOPS): a few hundred
- * ms of polling natively, so the wait is that many calls at most. */
+/* bpf_loop runs at most 2^23 steps a call (BPF_MAX_LOOPS), each step
+ * about a microsecond; the deadline ends the wait, this only bounds it. */
 #define HOLD_LOOPS 64
 #define NAME_MAX_SCAN 160
 
@@ -65,6 +66,25 @@ struct {
 	__type(key, __u64);
 	__type(value, __u64);
 } held SEC(".maps");
+
+/* Set by the agent while it closes the probes of unused files (detacher.rs):
+ * each close waits for every sleepable program in flight (an RCU tasks
+ * trace grace period) while holding the kernel's trace event lock, which the
+ * agent's next attach needs. A held thread would then wait for an attach
+ * that waits for it: so no thread is held, and none stays held, meanwhile. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} holds_paused SEC(".maps");
+
+static __always_inline int paused(void)
+{
+	__u32 zero = 0;
+	__u32 *p = bpf_map_lookup_elem(&holds_paused, &zero);
+	return p && *p;
+}
 
 /* Per CPU: the library's path (too big for the stack). */
 struct {
@@ -107,19 +127,35 @@ static long file_of_vma(struct task_struct *task, struct vm_area_struct *vma, vo
 	return 0;
 }
 
-/* One step of the wait. On some kernels (Debian's 6.1) the spinning thread
- * keeps RCU grace periods from ending, and registering a uprobe waits for
- * one: the agent then sees its probing take the whole hold and turns holds
- * off (probe_loop.rs, hold_outlasted). */
+/* What a step of the wait reads: the held thread's ids and its stack. */
+struct hold_wait {
+	__u64 ids;
+	__u64 sp;
+};
+
+/* One step of the wait. The wait is not a bare spin: each step reads a
+ * byte of the thread's own stack through bpf_copy_from_user_task, whose
+ * page walk (get_user_pages) calls cond_resched. The held thread thus gives
+ * its CPU to anything runnable at once (on a kernel without preemption a
+ * bare spin kept the agent, which is to release it, off a 2-CPU node's
+ * CPUs for the whole hold), and on kernels without preemptible RCU it
+ * reports the quiescent state that registering the new library's uprobes
+ * waits for (dup_mmap_sem's grace period; Debian's 6.1 waited out every
+ * hold). The agent still turns holds off if probing a held process takes
+ * the whole hold (probe_loop.rs, hold_outlasted). */
 static long still_held(__u64 i, void *ctx)
 {
-	__u64 *deadline = bpf_map_lookup_elem(&held, ctx);
-	return !deadline || !*deadline || bpf_ktime_get_ns() > *deadline;
+	struct hold_wait *w = ctx;
+	char byte;
+	bpf_copy_from_user_task(&byte, 1, (void *)w->sp, bpf_get_current_task_btf(), 0);
+	__u64 *deadline = bpf_map_lookup_elem(&held, &w->ids);
+	return !deadline || !*deadline || bpf_ktime_get_ns() > *deadline || paused();
 }
 
 /* Wakes the agent and waits for it; returns whether it probed the file. */
-static __always_inline int hold(struct config *c, __u64 ids, struct counters *cn)
+static __always_inline int hold(struct config *c, __u64 ids, __u64 sp, struct counters *cn)
 {
+	struct hold_wait w = { .ids = ids, .sp = sp };
 	__u64 t0 = bpf_ktime_get_ns();
 	__u64 deadline = t0 + (__u64)(c->hold_max_ms ? c->hold_max_ms : HOLD_MAX_MS_DEFAULT) * 1000000;
 	if (bpf_map_update_elem(&held, &ids, &deadline, BPF_ANY))
@@ -142,9 +178,9 @@ static __always_inline int hold(struct config *c, __u64 ids, struct counters *cn
 	/* Wake the agent now: the thread waits for it. */
 	bpf_ringbuf_submit(e, 0);
 	for (int i = 0; i < HOLD_LOOPS; i++) {
-		bpf_loop(1 << 23, still_held, &ids, 0);
+		bpf_loop(1 << 23, still_held, &w, 0);
 		__u64 *d = bpf_map_lookup_elem(&held, &ids);
-		if (!d || !*d || bpf_ktime_get_ns() > *d)
+		if (!d || !*d || bpf_ktime_get_ns() > *d || paused())
 			break;
 	}
 	__u64 *left = bpf_map_lookup_elem(&held, &ids);
@@ -168,7 +204,7 @@ int dlsym_entry(struct pt_regs *ctx)
 	/* A sleepable program may not read the cgroup array in_scope() uses:
 	 * the scope is compared by cgroup id at its depth instead. */
 	struct config *c = cfg();
-	if (!c || !c->hold_dlopen)
+	if (!c || !c->hold_dlopen || paused())
 		return 0;
 	if (c->scoped && bpf_get_current_ancestor_cgroup_id(c->scope_level) != c->scope_cgroup_id)
 		return 0;
@@ -198,7 +234,7 @@ int dlsym_entry(struct pt_regs *ctx)
 	if (id.ino && bpf_map_lookup_elem(&probed_files, &id) && bpf_map_lookup_elem(&known_procs, &tgid))
 		return 0;
 	__u8 one = 1;
-	if (hold(c, ids, ctrs()) && id.ino)
+	if (hold(c, ids, PT_REGS_SP(ctx), ctrs()) && id.ino)
 		bpf_map_update_elem(&probed_files, &id, &one, BPF_ANY);
 	return 0;
 }

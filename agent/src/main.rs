@@ -91,10 +91,20 @@ struct RunArgs {
     /// traced. Only dlsym's entry is probed: nothing the loader sees changes (no return probes).
     #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
     no_dlopen_hold: bool,
-    /// The longest a thread is held at such a lookup (at most 10s): it spins one CPU while held, and goes
-    /// on untraced when this runs out (counted in `ingero_agent_library_hold_timeouts_total`).
+    /// The longest a thread is held at such a lookup (at most 10s): it polls on its CPU while held
+    /// (yielding it to anything runnable), and goes on untraced when this runs out (counted in
+    /// `ingero_agent_library_hold_timeouts_total`).
     #[arg(long, env = "INGERO_DLOPEN_HOLD_MAX", default_value = "1s", value_parser = hold_max)]
     dlopen_hold_max: Duration,
+    /// A library file that no traced process has mapped for this long has its probes detached (its
+    /// uprobes and their file descriptors freed), so nodes that run many short jobs, each with its own
+    /// copy of the CUDA libraries, stay flat. Files given with `--lib` or found in the usual CUDA
+    /// directories stay probed. A file mapped again later is probed again (held at its first lookup).
+    /// Detaching is slow on the kernel's side (~120 ms a probe: two RCU grace periods each) and no
+    /// lookup is held while probes close, so a new library's first calls may be missed meanwhile:
+    /// keep this long where jobs restart from the same image.
+    #[arg(long, env = "INGERO_DETACH_UNUSED_AFTER", default_value = "10m", value_parser = humantime::parse_duration)]
+    detach_unused_after: Duration,
     /// The probe loop's watchdog: one step of the loop (a process scan, a window) running longer than this
     /// makes `/healthz` answer 503 with the step and how long it has run (logged once, counted in
     /// `ingero_agent_probe_loop_overruns_total`), so the liveness probe restarts a stuck agent.
@@ -249,6 +259,7 @@ fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
         libs: a.libs,
         hold_dlopen: !a.no_dlopen_hold,
         hold_max: a.dlopen_hold_max,
+        detach_unused_after: a.detach_unused_after,
         watchdog: a.watchdog,
     };
     let kube = KubeConfig {
@@ -281,7 +292,7 @@ fn run(a: RunArgs) -> Result<(), error::Error> {
 fn hold_max(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_millis(1) || d > Duration::from_secs(10) {
-        return Err(format!("{s}: between 1ms and 10s (a held thread spins a CPU)"));
+        return Err(format!("{s}: between 1ms and 10s (a held thread polls on its CPU)"));
     }
     Ok(d)
 }

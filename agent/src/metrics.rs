@@ -25,7 +25,7 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
             "eBPF program run time (BPF_STATS_RUN_TIME)",
             g(&l.probe_run_ns),
         ),
-        ("ingero_agent_libraries", "gauge", "Distinct library files probed", g(&l.libraries)),
+        ("ingero_agent_libraries", "gauge", "Distinct library files probed now", g(&l.libraries)),
         (
             "ingero_agent_attach_failures_total",
             "counter",
@@ -58,6 +58,7 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
     ];
     let mut rows = rows.to_vec();
     rows.extend(hold_rows(l));
+    rows.extend(detach_rows(l));
     if let Some(k) = l.kube.get() {
         rows.extend([
             (
@@ -75,6 +76,25 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
     }
     out
+}
+
+/// Probes of library files no process maps any more (detacher.rs).
+fn detach_rows(l: &LoopStats) -> [(&'static str, &'static str, &'static str, u64); 2] {
+    let g = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
+    [
+        (
+            "ingero_agent_library_detaches_total",
+            "counter",
+            "Library files whose probes were detached because no traced process mapped them (--detach-unused-after)",
+            g(&l.library_detaches),
+        ),
+        (
+            "ingero_agent_uprobes_detaching",
+            "gauge",
+            "Uprobes of detached library files not closed yet (each close waits for RCU grace periods)",
+            g(&l.uprobes_detaching),
+        ),
+    ]
 }
 
 /// The hold at a new library's first lookup (ebpf/libload.bpf.c).

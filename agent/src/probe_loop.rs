@@ -16,6 +16,7 @@ use ingero_proto::hist::Histogram;
 use tokio::sync::mpsc;
 
 use crate::attribution::Attributor;
+use crate::detacher::Detacher;
 use crate::error::Result;
 use crate::probes::abi::{Counters, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK, ProcEvent};
 use crate::probes::drain::{self, Rings};
@@ -47,6 +48,8 @@ pub struct LoopConfig {
     pub hold_dlopen: bool,
     /// The longest a held thread waits (it spins a CPU meanwhile).
     pub hold_max: Duration,
+    /// Probes of a library file no scanned process has mapped this long are detached.
+    pub detach_unused_after: Duration,
     /// A loop step running longer than this makes the agent unhealthy.
     pub watchdog: Duration,
 }
@@ -67,6 +70,10 @@ pub struct LoopStats {
     pub libraries: AtomicU64,
     /// Library files that could not be probed (each is retried on the next scan).
     pub attach_failures: AtomicU64,
+    /// Library files whose probes were detached (no traced process mapped them).
+    pub library_detaches: AtomicU64,
+    /// Uprobes taken off detached files and not closed yet.
+    pub uprobes_detaching: AtomicU64,
     /// Kernel memory of the BPF maps (fdinfo memlock).
     pub kernel_map_bytes: AtomicU64,
     /// Processes whose attribution is cached.
@@ -141,6 +148,8 @@ pub struct ProbeLoop {
     last_counters: Counters,
     run_time_fd: Option<std::os::fd::OwnedFd>,
     last_run_ns: u64,
+    /// Closes the probes of library files no process maps any more.
+    detacher: Detacher,
 }
 
 impl std::fmt::Debug for ProbeLoop {
@@ -190,6 +199,7 @@ impl ProbeLoop {
             last_counters: Counters::default(),
             run_time_fd: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
             last_run_ns: 0,
+            detacher: Detacher::start(stats.clone(), probes.take_holds_paused()),
             probes,
             cfg,
             stats,
@@ -234,7 +244,6 @@ impl ProbeLoop {
         for f in libs::well_known(&self.cfg.libs) {
             match self.probes.attach_found(&f) {
                 Ok(Attached::Now(syms)) if !syms.is_empty() => {
-                    self.stats.libraries.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(library = %f.path.display(), probes = syms.len(), "attached ahead of use");
                 }
                 Ok(_) => {}
@@ -244,6 +253,7 @@ impl ProbeLoop {
                 }
             }
         }
+        self.stats.libraries.store(self.probes.probed_files() as u64, Ordering::Relaxed);
     }
 
     /// Probes the CUDA/NCCL libraries these processes map.
@@ -272,7 +282,7 @@ impl ProbeLoop {
     fn attach(&mut self, pid: u32, f: &libs::Found) {
         match self.probes.attach_found(f) {
             Ok(Attached::Now(syms)) => {
-                self.stats.libraries.fetch_add(1, Ordering::Relaxed);
+                self.stats.libraries.store(self.probes.probed_files() as u64, Ordering::Relaxed);
                 tracing::info!(pid, library = %f.mapped_as, probes = syms.len(), "attached");
             }
             Ok(Attached::Already) => {}
@@ -447,6 +457,7 @@ impl ProbeLoop {
         let invalid = built.invalid_rows + meta.invalid_rows + progress.invalid_rows;
         self.stats.rows_invalid.fetch_add(invalid, Ordering::Relaxed);
         self.forget_exited();
+        self.detach_unused();
         update_thresholds(&mut self.probes, &d, &mut self.medians, &self.cfg);
         self.count_window(&delta, probe_run_ns);
         Ok(built.tables)
@@ -491,6 +502,22 @@ impl ProbeLoop {
             self.last_call_us.remove(&pid);
         }
         self.stats.cached_processes.store(self.attr.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Frees the probes of library files no process maps any more: taken
+    /// here, closed by the detacher thread (each close waits out RCU grace
+    /// periods; on the loop that stalled every held lookup behind it).
+    fn detach_unused(&mut self) {
+        let _rt = Unpreempted::for_maps(&self.probes.features);
+        let (n, links) = self.probes.take_unused(self.cfg.detach_unused_after);
+        let probed = self.probes.probed_files() as u64;
+        self.stats.libraries.store(probed, Ordering::Relaxed);
+        if n > 0 {
+            self.stats.library_detaches.fetch_add(n as u64, Ordering::Relaxed);
+            self.stats.uprobes_detaching.fetch_add(links.len() as u64, Ordering::Relaxed);
+            tracing::info!(files = n, probed, "detaching library files no traced process maps");
+            self.detacher.send(links);
+        }
     }
 
     fn count_window(&self, delta: &Counters, probe_run_ns: u64) {

@@ -86,6 +86,8 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
     std::thread::sleep(Duration::from_millis(2200));
     let holds = metric(&addr, "ingero_agent_library_holds_total");
     let timeouts = metric(&addr, "ingero_agent_library_hold_timeouts_total");
+    let held_us = metric(&addr, "ingero_agent_library_hold_microseconds_total");
+    eprintln!("holds {holds}, held {held_us} µs in all, timed out {timeouts}");
     // Again: the file is probed now.
     let (ok2, text2, pid2) = run_in(&cg, &main, &args);
     std::thread::sleep(Duration::from_millis(2200));
@@ -128,22 +130,13 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
     // (10 s under emulation: fixtures::store_args).
     assert!(emulated() || took < Duration::from_secs(5), "the program took {took:?}");
     assert_eq!((holds, timeouts), (1, 0), "one hold for one new library file, released by the agent\n{log}");
+    // Released once probed, in a fraction of the bound: the held thread
+    // yields its CPU, so the agent is not kept from running (BENCHMARKS.md).
+    assert!(emulated() || held_us < 250_000, "held {held_us} µs\n{log}");
     // A new process waits at most once, for its first scan (its interpreter
     // found before its first calls), not for the file, which is probed now;
     // not at all when that scan came first (the exec event is handled while
     // the process starts).
     assert!(holds_after <= holds + 1, "once per new process, not per lookup: {holds} then {holds_after}\n{log}");
     assert_eq!(c2.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "{c2:?}");
-}
-
-/// A counter from the agent's /metrics.
-fn metric(addr: &str, name: &str) -> u64 {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in:\n{body}"))
 }

@@ -4,13 +4,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use aya::maps::{Array, CgroupArray, HashMap as BpfHashMap, MapData};
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope};
 use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::abi::{Config, PyProc};
+use super::attached::{Attachments, Links};
 use super::features::{Features, Object};
 use super::files::{FileId, OpenLib};
 use super::libs::Found;
@@ -54,8 +56,9 @@ const TRACEPOINTS: &[(&[&str], &str, bool)] = &[
 pub struct Probes {
     pub ebpf: Ebpf,
     config: Config,
-    /// Files already probed, by what the kernel probes: each is attached once.
-    attached: HashSet<FileId>,
+    /// Files already probed, by what the kernel probes: each is attached
+    /// once, and detached when no scanned process maps it (`detach_unused`).
+    attached: Attachments,
     /// pid → (device, inode) of a maps line → the file it is, so a rescan
     /// does not reopen every library of every process.
     resolved: HashMap<u32, HashMap<(u64, u64), FileId>>,
@@ -128,7 +131,8 @@ impl Probes {
         // Pids in every event are those of the agent's own namespace (a kind
         // node, a nested container), so /proc lookups and --pid agree.
         let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), hold_dlopen: 1, ..Config::default() };
-        let mut p = Probes { ebpf, config, attached: HashSet::new(), resolved: HashMap::new(), dlopen_hold, features };
+        let mut p =
+            Probes { ebpf, config, attached: Attachments::default(), resolved: HashMap::new(), dlopen_hold, features };
         p.write_config()?;
         Ok(p)
     }
@@ -200,12 +204,8 @@ impl Probes {
     /// is not known here: the kernel learns it at its first hold instead.
     fn mark_probed(&mut self, id: &FileId) {
         let FileId::Inode(dev, ino) = *id else { return };
-        let kdev = (libc::major(dev) << 20) | libc::minor(dev);
-        let mut key = [0u8; 16];
-        key[..8].copy_from_slice(&ino.to_ne_bytes());
-        key[8..12].copy_from_slice(&kdev.to_ne_bytes());
         if let Ok(mut m) = map::<BpfHashMap<&mut MapData, [u8; 16], u8>>(&mut self.ebpf, "probed_files") {
-            let _ = m.insert(key, 1, 0);
+            let _ = m.insert(kernel_file_key(dev, ino), 1, 0);
         }
     }
 
@@ -214,6 +214,11 @@ impl Probes {
     pub fn mark_known(&mut self, pid: u32) {
         if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u8>>(&mut self.ebpf, "known_procs") {
             let _ = m.insert(pid, 1, 0);
+            // Exited meanwhile: the kernel's exit cleanup ran before this
+            // insert, so nothing else would remove it.
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = m.remove(&pid);
+            }
         }
     }
 
@@ -221,10 +226,10 @@ impl Probes {
     /// libraries are probed (0 tells the kernel so; it then remembers the file).
     pub fn release(&mut self, tgid: u32, tid: u32) {
         let key = (u64::from(tgid) << 32) | u64::from(tid);
-        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u64, u64>>(&mut self.ebpf, "held")
-            && m.get(&key, 0).is_ok()
-        {
-            let _ = m.insert(key, 0, 0);
+        // BPF_EXIST: a thread whose hold already ended (and removed its
+        // entry) must not get one back from this write, never to be removed.
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u64, u64>>(&mut self.ebpf, "held") {
+            let _ = m.insert(key, 0, BPF_EXIST);
         }
     }
 
@@ -241,6 +246,9 @@ impl Probes {
     /// Drops what was learnt of a process that has exited.
     pub fn forget(&mut self, pid: u32) {
         self.resolved.remove(&pid);
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u8>>(&mut self.ebpf, "known_procs") {
+            let _ = m.remove(&pid);
+        }
         if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, PyProc>>(&mut self.ebpf, "py_procs") {
             let _ = m.remove(&pid);
         }
@@ -269,33 +277,93 @@ impl Probes {
         if self.attached.contains(&open.id) {
             return Ok(Attached::Already);
         }
-        let syms = self.attach_library(&open.fd_path(), f.lib)?;
+        let (syms, links) = self.attach_library(&open.fd_path(), f.lib)?;
         self.mark_probed(&open.id);
-        self.attached.insert(open.id);
+        // Probed ahead of use (pid 0: `--lib`, the usual directories): kept.
+        self.attached.insert(open.id, links, f.pid == 0);
         Ok(Attached::Now(syms))
     }
 
-    /// Attaches every op of `lib` found in the file; returns the symbols
-    /// probed. All or nothing: on an error the probes placed are removed.
-    fn attach_library(&mut self, path: &Path, lib: Lib) -> Result<Vec<&'static str>> {
-        let mut links: Vec<(String, UProbeLinkId)> = Vec::new();
-        let res = self.attach_ops(path, lib, &mut links);
-        if res.is_err() {
-            for (name, id) in links {
-                if let Ok(p) = prog(&mut self.ebpf, &name).and_then(as_uprobe) {
-                    let _ = p.detach(id);
-                }
-            }
+    /// The switch that keeps threads from being held while probes are
+    /// closed (ebpf/libload.bpf.c, holds_paused), for the detacher thread;
+    /// None where no hold is loaded.
+    pub fn take_holds_paused(&mut self) -> Option<Array<MapData, u32>> {
+        if !self.dlopen_hold {
+            return None;
         }
-        res
+        self.ebpf.take_map("holds_paused").and_then(|m| Array::try_from(m).ok())
     }
 
-    fn attach_ops(
-        &mut self,
-        path: &Path,
-        lib: Lib,
-        links: &mut Vec<(String, UProbeLinkId)>,
-    ) -> Result<Vec<&'static str>> {
+    /// Library files probed now.
+    pub fn probed_files(&self) -> usize {
+        self.attached.len()
+    }
+
+    /// Takes the probes of every file that no scanned process has mapped
+    /// for `ttl` (files probed ahead of use stay); returns how many files and
+    /// their links, which detach when dropped. Dropping is slow (each closes
+    /// with an RCU grace period, and one that waits for sleepable programs
+    /// in flight, ~10 ms on a quiet node): the caller drops them off the
+    /// probe loop. The kernel's record of probed files is trimmed to match,
+    /// so a process that maps such a file later is held at its first lookup.
+    pub fn take_unused(&mut self, ttl: Duration) -> (usize, Vec<UProbeLink>) {
+        let in_use: HashSet<&FileId> = self.resolved.values().flat_map(|m| m.values()).collect();
+        let gone = self.attached.take_unused(&in_use, Instant::now(), ttl);
+        let n = gone.len();
+        let mut taken = Vec::new();
+        for (name, id) in gone.into_iter().flat_map(|(_, links)| links) {
+            match prog(&mut self.ebpf, &name)
+                .and_then(as_uprobe)
+                .and_then(|p| p.take_link(id).map_err(Error::program("taking a uprobe link")))
+            {
+                Ok(link) => taken.push(link),
+                Err(e) => tracing::warn!(program = name, error = %e, "detaching a uprobe"),
+            }
+        }
+        if n > 0 {
+            self.trim_probed_files();
+        }
+        (n, taken)
+    }
+
+    /// Keeps in `probed_files` only the files still probed. An overlayfs
+    /// file's kernel key is learnt by the kernel alone, so it goes too: its
+    /// next new process is held once more, briefly, and the kernel relearns it.
+    fn trim_probed_files(&mut self) {
+        let keep: HashSet<[u8; 16]> = self.attached.inodes().map(|(dev, ino)| kernel_file_key(dev, ino)).collect();
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, [u8; 16], u8>>(&mut self.ebpf, "probed_files") {
+            let stale: Vec<[u8; 16]> = m.keys().filter_map(|k| k.ok()).filter(|k| !keep.contains(k)).collect();
+            for k in stale {
+                let _ = m.remove(&k);
+            }
+        }
+    }
+
+    fn detach_links(&mut self, links: impl Iterator<Item = (String, UProbeLinkId)>) {
+        for (name, id) in links {
+            if let Ok(p) = prog(&mut self.ebpf, &name).and_then(as_uprobe)
+                && let Err(e) = p.detach(id)
+            {
+                tracing::warn!(program = name, error = %e, "detaching a uprobe");
+            }
+        }
+    }
+
+    /// Attaches every op of `lib` found in the file; returns the symbols
+    /// probed and the probes. All or nothing: on an error the probes placed
+    /// are removed.
+    fn attach_library(&mut self, path: &Path, lib: Lib) -> Result<(Vec<&'static str>, Links)> {
+        let mut links: Links = Vec::new();
+        match self.attach_ops(path, lib, &mut links) {
+            Ok(syms) => Ok((syms, links)),
+            Err(e) => {
+                self.detach_links(links.into_iter());
+                Err(e)
+            }
+        }
+    }
+
+    fn attach_ops(&mut self, path: &Path, lib: Lib, links: &mut Links) -> Result<Vec<&'static str>> {
         if lib == Lib::Libc {
             if !self.dlopen_hold || self.config.hold_dlopen == 0 {
                 return Ok(vec![]);
@@ -350,7 +418,7 @@ impl Probes {
     /// glibc's `dlsym` and `dlvsym`, entry only (see ebpf/libload.bpf.c):
     /// never a return probe on the loader's functions, which read their own
     /// return address to pick the caller's RUNPATH.
-    fn attach_dlopen(&mut self, path: &Path, links: &mut Vec<(String, UProbeLinkId)>) -> Result<Vec<&'static str>> {
+    fn attach_dlopen(&mut self, path: &Path, links: &mut Links) -> Result<Vec<&'static str>> {
         let mut done = Vec::new();
         let offsets = super::offsets::resolve(path, &["dlsym", "dlvsym"])
             .map_err(|e| Error::Open { what: format!("{} (symbols)", path.display()), cause: e })?;
@@ -366,6 +434,19 @@ impl Probes {
         }
         Ok(done)
     }
+}
+
+/// `bpf_map_update_elem` flag: update an existing entry only (uapi bpf.h).
+const BPF_EXIST: u64 = 2;
+
+/// A file as `probed_files` keys it (ebpf/libload.bpf.c `struct file_id`):
+/// inode, then the kernel's own device number (MKDEV: major << 20 | minor).
+fn kernel_file_key(dev: u64, ino: u64) -> [u8; 16] {
+    let kdev = (libc::major(dev) << 20) | libc::minor(dev);
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&ino.to_ne_bytes());
+    key[8..12].copy_from_slice(&kdev.to_ne_bytes());
+    key
 }
 
 const NO_HOLD: &str = "no library hold on this kernel: a library dlopen'd and called at once misses its first calls";

@@ -6,6 +6,7 @@
 pub(crate) mod abi;
 #[cfg(test)]
 mod arch_check;
+mod attached;
 pub(crate) mod drain;
 pub mod features;
 pub(crate) mod files;

@@ -43,6 +43,7 @@ const HELPERS: &[(i32, &str, Version)] = &[
     (174, "get_attach_cookie", (5, 15)),
     (180, "find_vma", (5, 17)),
     (181, "loop", (5, 17)),
+    (191, "copy_from_user_task", (5, 18)),
 ];
 
 /// Atomic operations other than a plain add (fetch, xchg, cmpxchg, and/or/xor).
@@ -111,8 +112,9 @@ fn the_compat_object_loads_on_linux_5_10() {
 #[test]
 fn the_full_object_needs_no_more_than_its_features() {
     // Chosen when cookies, bpf_loop and cmpxchg are present (5.17); the
-    // hold (dlsym_entry) is loaded only with sleepable uprobes on top.
-    let hold = ["dlsym_entry"];
+    // hold (dlsym_entry and its wait's step) is loaded only with sleepable
+    // uprobes on top.
+    let hold = ["dlsym_entry", "still_held"];
     let floor = parse_version(features::LOOP.since);
     let over: Vec<String> =
         above(OBJECT, floor).into_iter().filter(|l| !hold.iter().any(|h| l.starts_with(h))).collect();
