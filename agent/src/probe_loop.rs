@@ -86,6 +86,9 @@ pub struct LoopStats {
 }
 
 /// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.
+/// Holds in a row that outlast their probing before the hold is turned off.
+const HOLDS_OUTLASTED_OFF: u32 = 3;
+
 fn mono_to_wall_us() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the timespec we own.
@@ -150,6 +153,8 @@ pub struct ProbeLoop {
     last_run_ns: u64,
     /// Closes the probes of library files no process maps any more.
     detacher: Detacher,
+    /// Holds in a row whose probing took the whole hold (`hold_outlasted`).
+    holds_outlasted: u32,
 }
 
 impl std::fmt::Debug for ProbeLoop {
@@ -200,6 +205,7 @@ impl ProbeLoop {
             run_time_fd: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
             last_run_ns: 0,
             detacher: Detacher::start(stats.clone(), probes.take_holds_paused()),
+            holds_outlasted: 0,
             probes,
             cfg,
             stats,
@@ -352,13 +358,25 @@ impl ProbeLoop {
     /// (rcu_sync_enter in register_for_each_vma), so every hold would run
     /// out and cost its thread the full bound for nothing.
     fn hold_outlasted(&mut self, took: Duration) {
-        if !self.cfg.hold_dlopen || took < self.cfg.hold_max.mul_f64(0.9) {
+        if !self.cfg.hold_dlopen {
+            return;
+        }
+        if took < self.cfg.hold_max.mul_f64(0.9) {
+            self.holds_outlasted = 0;
+            return;
+        }
+        // One slow probing (a loaded node, another tool's probes closing)
+        // costs one bounded wait; only a kernel where every hold outlasts
+        // its probing turns the hold off.
+        self.holds_outlasted += 1;
+        if self.holds_outlasted < HOLDS_OUTLASTED_OFF {
+            tracing::info!(took_ms = took.as_millis() as u64, "probing a held process took the whole hold");
             return;
         }
         self.cfg.hold_dlopen = false;
         tracing::warn!(
             took_ms = took.as_millis() as u64,
-            "library hold turned off: probing a held process took the whole hold (on this kernel a held thread delays uprobe registration); first calls into a library dlopen'd and called at once are missed"
+            "library hold turned off: probing a held process took the whole hold {HOLDS_OUTLASTED_OFF} times in a row (on this kernel a held thread delays uprobe registration); first calls into a library dlopen'd and called at once are missed"
         );
         if let Err(e) = self.probes.set_hold_dlopen(false, self.cfg.hold_max) {
             tracing::warn!(error = %e, "cannot turn the library hold off");
