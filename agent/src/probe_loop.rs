@@ -352,11 +352,9 @@ impl ProbeLoop {
         }
     }
 
-    /// Turns the hold off when probing a held process took the whole hold:
-    /// on kernels where the spinning held thread keeps RCU grace periods
-    /// from ending (seen on Debian's 6.1), registering a uprobe waits for one
-    /// (rcu_sync_enter in register_for_each_vma), so every hold would run
-    /// out and cost its thread the full bound for nothing.
+    /// Turns the hold off where every hold outlasts its probing (a kernel
+    /// where a held thread delays uprobe registration): each would cost its
+    /// thread the full bound for nothing.
     fn hold_outlasted(&mut self, took: Duration) {
         if !self.cfg.hold_dlopen {
             return;
