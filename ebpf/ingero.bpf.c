@@ -7,9 +7,9 @@
  * hold, a racy max. The agent probes the kernel's features and loads the
  * object it can (agent/src/probes/features.rs states each loss). */
 #include "calls.bpf.c"
+#ifndef INGERO_COMPAT
+#include "libload.bpf.c" /* before sched: a held thread's wait is not run-queue wait */
+#endif
 #include "sched.bpf.c"
 #include "io.bpf.c"
-#ifndef INGERO_COMPAT
-#include "libload.bpf.c"
-#endif
 #include "proc.bpf.c"

@@ -16,7 +16,8 @@
  * The looking-up thread (that thread only) is held while the file is a
  * CUDA/NCCL library not yet probed, or its process has not been scanned
  * since it mapped one (once per process): until the agent has attached
- * and releases it, or config.hold_max_ms (1 s by default). A file the agent probed is remembered here by
+ * and releases it, or the process has been held config.hold_max_ms (1 s by
+ * default) in all (hold_spent). A file the agent probed is remembered here by
  * its inode, so later lookups (any process mapping that file) go on at once.
  * Nothing is signalled, so no parent sees a stopped child. The wait polls
  * (bpf_loop) and yields the CPU at every step (still_held): BPF offers no
@@ -66,6 +67,20 @@ struct {
 	__type(key, __u64);
 	__type(value, __u64);
 } held SEC(".maps");
+
+/* Time each process has spent held since its exec (ns). A process is held
+ * at most config.hold_max_ms in all, however many libraries it looks up and
+ * however slow the agent is to probe them (a process that looks up symbols
+ * one by one while the agent still probes would otherwise wait the whole
+ * bound at each lookup); threads held at the same time each wait at most
+ * what was left when they began. Removed at exec and exit (proc.bpf.c). A
+ * plain hash (sleepable programs): when it is full, nobody is held. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} hold_spent SEC(".maps");
 
 /* Set by the agent while it closes the probes of unused files (detacher.rs):
  * each close waits for every sleepable program in flight (an RCU tasks
@@ -152,12 +167,13 @@ static long still_held(__u64 i, void *ctx)
 	return !deadline || !*deadline || bpf_ktime_get_ns() > *deadline || paused();
 }
 
-/* Wakes the agent and waits for it; returns whether it probed the file. */
-static __always_inline int hold(struct config *c, __u64 ids, __u64 sp, struct counters *cn)
+/* Wakes the agent and waits for it, at most `left` ns; returns whether it
+ * probed the file. */
+static __always_inline int hold(__u64 left, __u64 ids, __u64 sp, struct counters *cn, __u64 *spent)
 {
 	struct hold_wait w = { .ids = ids, .sp = sp };
 	__u64 t0 = bpf_ktime_get_ns();
-	__u64 deadline = t0 + (__u64)(c->hold_max_ms ? c->hold_max_ms : HOLD_MAX_MS_DEFAULT) * 1000000;
+	__u64 deadline = t0 + left;
 	if (bpf_map_update_elem(&held, &ids, &deadline, BPF_ANY))
 		return 0;
 	struct proc_event *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
@@ -183,12 +199,14 @@ static __always_inline int hold(struct config *c, __u64 ids, __u64 sp, struct co
 		if (!d || !*d || bpf_ktime_get_ns() > *d || paused())
 			break;
 	}
-	__u64 *left = bpf_map_lookup_elem(&held, &ids);
-	int probed = left && *left == 0;
+	__u64 *end = bpf_map_lookup_elem(&held, &ids);
+	int probed = end && *end == 0;
+	__u64 took = bpf_ktime_get_ns() - t0;
+	__sync_fetch_and_add(spent, took);
 	if (cn) {
 		cn->lib_holds++;
-		cn->lib_hold_ns += bpf_ktime_get_ns() - t0;
-		if (left && *left)
+		cn->lib_hold_ns += took;
+		if (end && *end)
 			cn->lib_hold_timeouts++;
 	}
 	bpf_map_delete_elem(&held, &ids);
@@ -233,8 +251,14 @@ int dlsym_entry(struct pt_regs *ctx)
 	 * whose call sites a Python script's start needs). */
 	if (id.ino && bpf_map_lookup_elem(&probed_files, &id) && bpf_map_lookup_elem(&known_procs, &tgid))
 		return 0;
+	/* What is left of the process's budget; no budget, no hold. */
+	__u64 zero_ns = 0, budget = (__u64)(c->hold_max_ms ? c->hold_max_ms : HOLD_MAX_MS_DEFAULT) * 1000000;
+	bpf_map_update_elem(&hold_spent, &tgid, &zero_ns, BPF_NOEXIST);
+	__u64 *spent = bpf_map_lookup_elem(&hold_spent, &tgid);
+	if (!spent || *spent >= budget)
+		return 0;
 	__u8 one = 1;
-	if (hold(c, ids, PT_REGS_SP(ctx), ctrs()) && id.ino)
+	if (hold(budget - *spent, ids, PT_REGS_SP(ctx), ctrs(), spent) && id.ino)
 		bpf_map_update_elem(&probed_files, &id, &one, BPF_ANY);
 	return 0;
 }

@@ -52,8 +52,10 @@ int BPF_PROG(on_exec, struct task_struct *p)
 #ifndef INGERO_COMPAT
 	/* A new image is scanned anew before its first lookups go on. */
 	__u32 tgid = 0, tid = 0;
-	if (task_ids(c, p, &tgid, &tid))
+	if (task_ids(c, p, &tgid, &tid)) {
 		bpf_map_delete_elem(&known_procs, &tgid);
+		bpf_map_delete_elem(&hold_spent, &tgid);
+	}
 #endif
 	if (in_scope(c))
 		emit(c, PROC_EXEC, p, 0, 0);
@@ -80,6 +82,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	 * the signal in its low 7 bits: (status << 8) | signal. */
 #ifndef INGERO_COMPAT
 	bpf_map_delete_elem(&known_procs, &tgid);
+	bpf_map_delete_elem(&hold_spent, &tgid);
 #endif
 	int was_tracked = bpf_map_delete_elem(&tracked, &tgid) == 0;
 	if (was_tracked || in_scope(c))

@@ -10,6 +10,7 @@
 #define TASK_RUNNING 0
 #define ST_OFF 1  /* switched out while blocked/sleeping */
 #define ST_RUNQ 2 /* runnable, waiting for a CPU */
+#define ST_HELD 3 /* gave its CPU away while the agent holds it (libload.bpf.c) */
 
 struct sched_map {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -98,6 +99,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			ADD(v->on_ns, now - ts->since_ns);
 		int runnable = preempt || task_state(prev) == TASK_RUNNING;
 		struct thread_state st = { .since_ns = now, .state = runnable ? ST_RUNQ : ST_OFF };
+#ifndef INGERO_COMPAT
+		/* A held thread yields at every step of its wait: the agent's doing,
+		 * not a CPU the workload lacked (a report would call it contention). */
+		__u64 hid = ((__u64)ptgid << 32) | ptid;
+		if (runnable && bpf_map_lookup_elem(&held, &hid))
+			st.state = ST_HELD;
+#endif
 		struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &ptid);
 		st.in_call = tc && tc->depth > 0;
 		bpf_map_update_elem(&threads, &ptid, &st, BPF_ANY);

@@ -140,3 +140,47 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
     assert!(holds_after <= holds + 1, "once per new process, not per lookup: {holds} then {holds_after}\n{log}");
     assert_eq!(c2.get("cudaLaunchKernel").map(|x| x.0), Some(2500), "{c2:?}");
 }
+
+/// However slow the agent is to probe (here: it never releases anyone), a
+/// process is held at most the hold's bound in all, not at each lookup: a
+/// program that looks a CUDA library's symbols up one by one would
+/// otherwise wait the whole bound at every one (seen: 6 s at a job's start
+/// with three agents probing on two CPUs).
+#[test]
+fn a_process_is_held_at_most_the_bound_in_all_however_slow_the_agent() {
+    use ingero_agent::probes::{libs, load::Probes, ops::Lib};
+    if !can_trace() {
+        return;
+    }
+    if !kernel_has_library_hold() {
+        eprintln!(
+            "SKIP: this kernel runs no library hold (its stated loss: first calls of a library loaded at run time)"
+        );
+        return;
+    }
+    const BOUND: Duration = Duration::from_millis(300);
+    let dir = tempfile::tempdir().unwrap();
+    let cg = Cgroup::new(&format!("ingero-test-hold-budget-{}", std::process::id()));
+    let (lib, _) = build(&dir.path().join("bin"));
+    let main = dir.path().join("dlsym_repeat");
+    cc(&["-O1"], &main, "dlsym_repeat.c");
+
+    let mut probes = Probes::load().expect("loading the probes");
+    probes.set_scope(&cg.0).unwrap();
+    probes.set_hold_dlopen(true, BOUND).unwrap();
+    let libc = libs::well_known(&[]).into_iter().find(|f| f.lib == Lib::Libc).expect("glibc's libc.so.6");
+    probes.attach_found(&libc).expect("probing libc's dlsym");
+
+    const LOOKUPS: usize = 8;
+    let (ok, text, _) = run_in(&cg, &main, &[lib.to_str().unwrap(), "cudaLaunchKernel", &LOOKUPS.to_string()]);
+    assert!(ok, "dlsym_repeat failed: {text}");
+    let took: Vec<Duration> = text.lines().map(|l| Duration::from_micros(l.trim().parse().unwrap())).collect();
+    assert_eq!(took.len(), LOOKUPS, "{text}");
+    let total: Duration = took.iter().sum();
+    eprintln!("lookups took {took:?} (total {total:?}, bound {BOUND:?})");
+    // Held: nobody released the first lookup, so it ran out its bound...
+    assert!(took[0] >= BOUND.mul_f64(0.9), "the first lookup was not held: {took:?}");
+    // ...and the process's later lookups had no bound left (without the
+    // per-process budget: {LOOKUPS} x {BOUND}).
+    assert!(total < BOUND * 2, "held {total:?} in all, bound {BOUND:?}: {took:?}");
+}
