@@ -28,6 +28,37 @@ use object::read::{ReadCache, ReadCacheOps};
 /// real ones, is a few MB.
 pub(crate) const MAX_READ: u64 = 256 << 20;
 
+/// The most of a `/proc/PID/maps` read: the kernel's default
+/// `vm.max_map_count` (65,530 mappings) at ~250 bytes a line. A process
+/// controls its own maps (mappings, their paths), so its text is read capped.
+pub(crate) const MAX_MAPS: u64 = 16 << 20;
+/// The most of a `/proc/PID/environ` read (the job variables are looked up
+/// in it; a container's environment is a few KB, `execve` allows MBs).
+pub(crate) const MAX_ENVIRON: u64 = 1 << 20;
+/// The most of a `/proc/PID/cmdline` read (it is only shown).
+pub(crate) const MAX_CMDLINE: u64 = 64 << 10;
+
+/// Reads at most `cap` bytes of a file a process controls (procfs text):
+/// a longer one is cut at its last whole line (or NUL), so no parser sees a
+/// torn record, and said at debug.
+pub(crate) fn read_capped(path: impl AsRef<Path>, cap: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = Vec::new();
+    File::open(path.as_ref())?.take(cap).read_to_end(&mut b)?;
+    if b.len() as u64 == cap {
+        let keep = b.iter().rposition(|&c| c == b'\n' || c == 0).map_or(0, |i| i + 1);
+        b.truncate(keep);
+        tracing::debug!(path = %path.as_ref().display(), cap, "read cut at its cap");
+    }
+    Ok(b)
+}
+
+/// [`read_capped`] of `/proc/PID/maps`, as text (a path that is not UTF-8
+/// keeps its line, with replacement characters: it will not open).
+pub(crate) fn read_maps(pid: u32) -> io::Result<String> {
+    read_capped(format!("/proc/{pid}/maps"), MAX_MAPS).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
 /// `struct open_how` (linux/openat2.h): libc's is non-exhaustive.
 #[repr(C)]
 struct OpenHow {
@@ -98,6 +129,57 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
 
 fn open_plain(path: &Path) -> io::Result<File> {
     std::fs::OpenOptions::new().read(true).custom_flags(OPEN_FLAGS & !libc::O_RDONLY).open(path)
+}
+
+/// The most symbol and string table bytes an ELF file may state for the
+/// agent to parse it: `object` reads every symbol table whole when it parses
+/// a file, and a sparse file can state any size. Real ones are far smaller
+/// (libpython under 1 MiB, glibc 0.1 MiB, a debug build of this agent 30 MiB).
+pub(crate) const MAX_ELF_TABLES: u64 = 64 << 20;
+/// The most section headers a file may state (`e_shnum`, or section 0's
+/// size when it overflows): read whole before anything else.
+const MAX_SECTIONS: u64 = 1 << 16;
+
+/// What parsing `data` would read of its symbol and string tables, from
+/// its ELF and section headers alone; None when those are not ELF, or
+/// state more section headers than any real file has.
+pub(crate) fn elf_table_bytes<'a, R: ReadRef<'a>>(data: R) -> Option<u64> {
+    match object::FileKind::parse(data).ok()? {
+        object::FileKind::Elf32 => table_bytes::<object::elf::FileHeader32<object::Endianness>, R>(data),
+        object::FileKind::Elf64 => table_bytes::<object::elf::FileHeader64<object::Endianness>, R>(data),
+        _ => None,
+    }
+}
+
+fn table_bytes<'a, H: object::read::elf::FileHeader, R: ReadRef<'a>>(data: R) -> Option<u64> {
+    use object::elf::{SHT_DYNSYM, SHT_STRTAB, SHT_SYMTAB};
+    use object::read::elf::SectionHeader;
+    let h = H::parse(data).ok()?;
+    let e = h.endian().ok()?;
+    if h.shnum(e, data).ok()? as u64 > MAX_SECTIONS {
+        return None;
+    }
+    let sections = h.section_headers(e, data).ok()?;
+    Some(
+        sections
+            .iter()
+            .filter(|s| matches!(s.sh_type(e), SHT_SYMTAB | SHT_DYNSYM | SHT_STRTAB))
+            .fold(0u64, |n, s| n.saturating_add(s.sh_size(e).into())),
+    )
+}
+
+/// Parses an ELF file read through `cache`, unless its headers state more
+/// than `max_tables` bytes of symbol and string tables (checked before any
+/// table is read).
+pub(crate) fn parse_elf(cache: &Capped<File>, max_tables: u64) -> io::Result<object::File<'_, &Capped<File>>> {
+    match elf_table_bytes(cache) {
+        Some(n) if n > max_tables => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("symbol tables of {} MiB, over the {} MiB the agent reads", n >> 20, max_tables >> 20),
+        )),
+        Some(_) => object::File::parse(cache).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        None => Err(io::Error::new(io::ErrorKind::InvalidData, "not an ELF file the agent reads")),
+    }
 }
 
 /// An ELF reader that refuses single reads over [`MAX_READ`] and past the
@@ -177,6 +259,20 @@ mod tests {
         }
         std::fs::write(root.path().join("lib.so"), b"x").unwrap();
         assert!(open_in_root(root.path(), Path::new("lib.so")).is_ok());
+    }
+
+    #[test]
+    fn procfs_text_is_read_capped_at_a_whole_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("maps");
+        std::fs::write(&p, "line one\nline two\nline three\n").unwrap();
+        assert_eq!(read_capped(&p, 1 << 20).unwrap(), b"line one\nline two\nline three\n");
+        assert_eq!(read_capped(&p, 20).unwrap(), b"line one\nline two\n", "cut at the last whole line");
+        assert_eq!(read_capped(&p, 5).unwrap(), b"", "no whole line fits");
+        std::fs::write(&p, b"a=1\0b=2\0c=3").unwrap();
+        assert_eq!(read_capped(&p, 9).unwrap(), b"a=1\0b=2\0", "environ: cut at a NUL");
+        let own = read_maps(std::process::id()).unwrap();
+        assert!(own.lines().count() > 5 && own.ends_with('\n'), "{own}");
     }
 
     #[test]

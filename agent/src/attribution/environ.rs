@@ -33,7 +33,9 @@ pub(crate) fn parse(environ: &[u8]) -> JobEnv {
 }
 
 pub(crate) fn of_pid(pid: u32) -> JobEnv {
-    std::fs::read(format!("/proc/{pid}/environ")).map(|b| parse(&b)).unwrap_or_default()
+    crate::podfs::read_capped(format!("/proc/{pid}/environ"), crate::podfs::MAX_ENVIRON)
+        .map(|b| parse(&b))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

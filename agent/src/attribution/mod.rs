@@ -199,7 +199,7 @@ fn mount_relative(mount: &std::path::Path, ns_root: &std::path::Path, path: &str
 fn read(pid: u32, mount: &std::path::Path, ns_root: &std::path::Path) -> ProcInfo {
     let comm =
         std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default();
-    let mut cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+    let mut cmdline = crate::podfs::read_capped(format!("/proc/{pid}/cmdline"), crate::podfs::MAX_CMDLINE)
         .map(|b| {
             b.split(|&c| c == 0)
                 .filter(|s| !s.is_empty())

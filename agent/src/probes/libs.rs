@@ -76,7 +76,7 @@ pub(crate) fn parse_dev(s: &str) -> Option<u64> {
 
 /// Libraries mapped by one process (empty when it is gone or unreadable).
 pub fn scan_pid(pid: u32) -> Vec<Found> {
-    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+    match crate::podfs::read_maps(pid) {
         Ok(m) => parse_maps(pid, &m, Path::new("/proc")),
         Err(_) => Vec::new(),
     }
@@ -85,7 +85,7 @@ pub fn scan_pid(pid: u32) -> Vec<Found> {
 /// Like `scan_pid`, and where the process maps the driver but no libcudart,
 /// the executable or library that holds a statically linked runtime.
 pub fn scan_pid_with_statics(pid: u32, statics: &mut super::statics::StaticRuntimes) -> Vec<Found> {
-    let Ok(m) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let Ok(m) = crate::podfs::read_maps(pid) else { return Vec::new() };
     let mut found = parse_maps(pid, &m, Path::new("/proc"));
     let driver_only = found.iter().any(|f| f.lib == Lib::Cuda) && !found.iter().any(|f| f.lib == Lib::Cudart);
     if driver_only {

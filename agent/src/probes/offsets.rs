@@ -18,7 +18,7 @@ use crate::podfs::{Capped, open_regular};
 /// `names` → file offset, for those the file defines (dynamic symbols first).
 pub(crate) fn resolve(path: &Path, names: &[&str]) -> std::io::Result<HashMap<String, u64>> {
     let cache = Capped::new(open_regular(path)?);
-    let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
+    let obj = crate::podfs::parse_elf(&cache, crate::podfs::MAX_ELF_TABLES)?;
     let translate = matches!(obj.kind(), ObjectKind::Dynamic | ObjectKind::Executable);
     let mut out = HashMap::new();
     for s in obj.dynamic_symbols().chain(obj.symbols()) {

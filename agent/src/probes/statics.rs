@@ -83,7 +83,7 @@ fn is_system_library(name: &str) -> bool {
 /// a library lookup (a sleepable uprobe), and this runs during such holds.
 pub(crate) fn has_symbol(path: &Path, symbol: &str) -> std::io::Result<bool> {
     let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
-    let Ok(obj) = object::File::parse(&cache) else { return Ok(false) };
+    let Ok(obj) = crate::podfs::parse_elf(&cache, crate::podfs::MAX_ELF_TABLES) else { return Ok(false) };
     let defines = |s: object::Symbol<'_, '_, &crate::podfs::Capped<File>>| !s.is_undefined() && s.name() == Ok(symbol);
     Ok(obj.dynamic_symbols().any(defines) || obj.symbols().any(defines))
 }

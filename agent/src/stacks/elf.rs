@@ -95,6 +95,13 @@ pub(crate) struct Elf {
     symbols: Vec<(u64, u64, String)>,
 }
 
+/// The most symbol and string table bytes a file may state for the agent
+/// to keep its symbols (native frames' function names): they are kept in
+/// memory while the file is in use. A libpython states under 1 MiB, glibc
+/// 0.1 MiB; a bigger file (an unstripped C++ program, libtorch_cuda's names)
+/// gives its frames a file and offset but no function name.
+pub(crate) const MAX_TABLE_BYTES: u64 = 8 << 20;
+
 /// PT_LOAD segments: file range and virtual address of each.
 fn load_segments<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> Vec<Load> {
     obj.segments()
@@ -106,9 +113,14 @@ fn load_segments<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> Vec<L
 }
 
 impl Elf {
+    /// Load segments and symbols; a file whose tables exceed
+    /// [`MAX_TABLE_BYTES`] is kept without symbols (and said once, at debug).
     pub(crate) fn open(path: &Path) -> std::io::Result<Elf> {
         let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
-        let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
+        let obj = crate::podfs::parse_elf(&cache, MAX_TABLE_BYTES).map_err(|e| {
+            tracing::debug!(path = %path.display(), error = %e, "native frames without function names");
+            e
+        })?;
         let loads = load_segments(&obj);
         let mut symbols: Vec<(u64, u64, String)> = obj
             .symbols()
@@ -126,7 +138,7 @@ impl Elf {
     /// the whole table (a libpython has ~15,000 symbols).
     pub(crate) fn open_for(path: &Path, names: &[&str]) -> std::io::Result<(Elf, Vec<Option<u64>>)> {
         let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
-        let obj = object::File::parse(&cache).map_err(std::io::Error::other)?;
+        let obj = crate::podfs::parse_elf(&cache, crate::podfs::MAX_ELF_TABLES)?;
         let loads = load_segments(&obj);
         let mut found = vec![None; names.len()];
         for s in obj.dynamic_symbols().chain(obj.symbols()) {
@@ -142,6 +154,12 @@ impl Elf {
             }
         }
         Ok((Elf { loads, symbols: Vec::new() }, found))
+    }
+
+    /// What this table holds in memory, roughly (for the cache's budget).
+    pub(crate) fn bytes(&self) -> usize {
+        self.symbols.iter().map(|s| std::mem::size_of::<(u64, u64, String)>() + s.2.len()).sum::<usize>()
+            + self.loads.len() * std::mem::size_of::<Load>()
     }
 
     /// The symbol containing `vaddr` (or the closest one below it when
@@ -170,14 +188,47 @@ mod tests {
         assert!(mapping_of(&m, 0x7f0000000010).is_none());
     }
 
-    /// This test binary's own `main`: found by address through its maps.
+    /// A copy of glibc whose `.dynsym` header claims 200 MiB (the file made
+    /// sparse to match): its symbols are not read, and nothing that size
+    /// is allocated; the untouched copy still resolves.
+    #[test]
+    fn a_file_claiming_huge_symbol_tables_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("libc-copy.so");
+        std::fs::copy("/usr/lib/x86_64-linux-gnu/libc.so.6", &good).unwrap();
+        let (_, found) = Elf::open_for(&good, &["malloc"]).unwrap();
+        assert!(found[0].is_some(), "the untouched copy resolves malloc");
+        assert!(Elf::open(&good).unwrap().bytes() > 0);
+
+        let mut b = std::fs::read(&good).unwrap();
+        let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u16_at = |b: &[u8], o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap()) as usize;
+        let (shoff, shentsize, shnum) = (u64_at(&b, 0x28) as usize, u16_at(&b, 0x3a), u16_at(&b, 0x3c));
+        let dynsym = (0..shnum)
+            .map(|i| shoff + i * shentsize)
+            .find(|&h| u32::from_le_bytes(b[h + 4..h + 8].try_into().unwrap()) == object::elf::SHT_DYNSYM)
+            .expect("glibc has a .dynsym");
+        b[dynsym + 32..dynsym + 40].copy_from_slice(&(200u64 << 20).to_le_bytes());
+        let bad = dir.path().join("libc-claims.so");
+        std::fs::write(&bad, &b).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&bad).unwrap().set_len(1 << 30).unwrap();
+
+        let e = Elf::open(&bad).unwrap_err().to_string();
+        assert!(e.contains("symbol tables of 200 MiB, over the 8 MiB"), "{e}");
+        let e = Elf::open_for(&bad, &["malloc"]).unwrap_err().to_string();
+        assert!(e.contains("symbol tables of 200 MiB, over the 64 MiB"), "{e}");
+    }
+
+    /// glibc's `malloc`, as this process maps it: found by address through
+    /// its maps (this test binary's own tables, 30 MiB in a debug build,
+    /// are over what the agent keeps).
     #[test]
     fn own_symbols_through_own_maps() {
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
-        let addr = maps_lines as fn() as usize as u64;
-        let m = mapping_of(&maps, addr).expect("the test's own code is mapped");
+        let addr = libc::malloc as *const () as usize as u64;
+        let m = mapping_of(&maps, addr).expect("libc is mapped");
         let elf = Elf::open(&m.open_path(std::process::id())).unwrap();
         let name = elf.symbol_at(m.vaddr(&elf, addr).unwrap()).unwrap();
-        assert!(name.contains("maps_lines"), "{name}");
+        assert!(name.contains("malloc"), "{name}");
     }
 }

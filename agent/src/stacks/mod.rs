@@ -19,8 +19,11 @@ use pymem::ProcMem;
 use crate::probes::abi::StallEvent;
 use crate::probes::load::Probes;
 
-/// ELF files whose symbols are kept (by device and inode).
+/// ELF files whose symbols are kept (by device and inode)...
 const MAX_FILES: usize = 512;
+/// ...and what their tables may hold in all: past either, the cache starts
+/// over (each file's own tables are capped by `elf::MAX_TABLE_BYTES`).
+const MAX_SYMBOL_BYTES: usize = 16 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
@@ -88,6 +91,8 @@ pub(crate) struct Stacks {
     /// Processes already looked at for an interpreter.
     checked: HashSet<u32>,
     files: HashMap<(u64, u64), Option<Arc<Elf>>>,
+    /// What `files` holds, by `Elf::bytes`.
+    files_bytes: usize,
 }
 
 impl Stacks {
@@ -97,7 +102,7 @@ impl Stacks {
         if !self.checked.insert(pid) {
             return;
         }
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return };
+        let Ok(text) = crate::podfs::read_maps(pid) else { return };
         let maps = elf::parse_maps(&text);
         let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok();
         let read = |addr: u64, len: usize| {
@@ -158,7 +163,7 @@ impl Stacks {
         let p = self.procs.entry(pid).or_default();
         if addrs.iter().any(|&a| elf::mapping_of(&p.maps, a).is_none()) {
             // A library loaded since (or a process seen for the first time).
-            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            if let Ok(text) = crate::podfs::read_maps(pid) {
                 p.maps = elf::parse_maps(&text);
             }
         }
@@ -193,10 +198,18 @@ impl Stacks {
     }
 
     fn elf(&mut self, pid: u32, m: &Mapping) -> Option<Arc<Elf>> {
-        if self.files.len() >= MAX_FILES && !self.files.contains_key(&m.id) {
-            self.files.clear();
+        if let Some(e) = self.files.get(&m.id) {
+            return e.clone();
         }
-        self.files.entry(m.id).or_insert_with(|| Elf::open(&m.open_path(pid)).ok().map(Arc::new)).clone()
+        let elf = Elf::open(&m.open_path(pid)).ok().map(Arc::new);
+        let bytes = elf.as_ref().map_or(0, |e| e.bytes());
+        if self.files.len() >= MAX_FILES || self.files_bytes + bytes > MAX_SYMBOL_BYTES {
+            self.files.clear();
+            self.files_bytes = 0;
+        }
+        self.files_bytes += bytes;
+        self.files.insert(m.id, elf.clone());
+        elf
     }
 
     /// Forgets an exited process (its entry in the kernel goes with `Probes::forget`).

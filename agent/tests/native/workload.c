@@ -7,6 +7,8 @@
  *                [threads:N:SYMBOL] (N threads, one after another, each calls
  *                             SYMBOL once and exits: tids come and go)
  *                [kill:SIG]   (the process kills itself with signal SIG)
+ *                [chroot:DIR] (changes root: every path it mapped then names
+ *                             whatever DIR holds there, as a hostile pod's would)
  *                [gate]       (hangs for good, asleep in host code, once the
  *                             file $FAKE_HANG_DIR/<pid> exists: a rank that
  *                             stops making progress)
@@ -86,6 +88,11 @@ int main(int argc, char **argv)
 			volatile unsigned long x = 0;
 			while (clock_ms(CLOCK_THREAD_CPUTIME_ID) < end)
 				x++;
+		} else if (!strncmp(a, "chroot:", 7)) {
+			if (chroot(a + 7) || chdir("/")) {
+				perror("chroot");
+				return 7;
+			}
 		} else if (!strcmp(a, "gate")) {
 			const char *dir = getenv("FAKE_HANG_DIR");
 			char path[4096];
