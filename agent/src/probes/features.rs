@@ -102,3 +102,43 @@ impl Features {
         self.object() == Object::Full && self.has(SLEEPABLE_UPROBE) && self.has(FIND_VMA)
     }
 }
+
+/// Whether this kernel may run a uprobe program on a per-CPU private BPF
+/// stack (Linux 6.13+, for programs with 64+ bytes of stack). There the
+/// library hold is unsafe: its wait yields the CPU, another thread's
+/// `dlsym_entry` can then run on that CPU in the same stack, and the held
+/// thread resumes on an overwritten frame (seen on 6.18: the workload killed
+/// by an oops in `dlsym_entry`). No program can observe this, so the
+/// release decides (a distribution's older kernel with the feature
+/// backported is not caught).
+pub fn private_bpf_stacks(release: &str) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter(|p| !p.is_empty());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (6, 13)
+}
+
+/// This kernel's release (`uname -r`), empty when unreadable.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::private_bpf_stacks;
+
+    #[test]
+    fn private_stacks_from_6_13() {
+        for (r, want) in [
+            ("6.18.44-fc-v595", true),
+            ("6.13.0", true),
+            ("7.0.1-arch1", true),
+            ("6.12.117+deb12-amd64", false),
+            ("6.1.0-56-amd64", false),
+            ("5.10.0-46-amd64", false),
+            ("", false),
+        ] {
+            assert_eq!(private_bpf_stacks(r), want, "{r}");
+        }
+    }
+}
