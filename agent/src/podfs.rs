@@ -143,7 +143,7 @@ const MAX_SECTIONS: u64 = 1 << 16;
 /// What parsing `data` would read of its symbol and string tables, from
 /// its ELF and section headers alone; None when those are not ELF, or
 /// state more section headers than any real file has.
-pub(crate) fn elf_table_bytes<'a, R: ReadRef<'a>>(data: R) -> Option<u64> {
+fn elf_table_bytes<'a, R: ReadRef<'a>>(data: R) -> Option<u64> {
     match object::FileKind::parse(data).ok()? {
         object::FileKind::Elf32 => table_bytes::<object::elf::FileHeader32<object::Endianness>, R>(data),
         object::FileKind::Elf64 => table_bytes::<object::elf::FileHeader64<object::Endianness>, R>(data),
