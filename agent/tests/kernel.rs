@@ -80,15 +80,19 @@ async fn exact_counts_durations_and_errors_across_libraries_and_paths() {
     // Durations match what the workload itself measured around its calls
     // (sleeps overshoot on a loaded machine, so compare with the truth).
     let within = |probe_ns: u64, wall_ns: f64, what: &str| {
+        // Under emulation a trap costs ~100× more and lands outside the probes.
+        let low = if emulated() { 0.75 } else { 0.9 };
         let r = probe_ns as f64 / wall_ns;
-        assert!((0.9..=1.0).contains(&r), "{what}: probes measured {probe_ns} ns, workload {wall_ns} ns ({r:.3})");
+        assert!((low..=1.0).contains(&r), "{what}: probes measured {probe_ns} ns, workload {wall_ns} ns ({r:.3})");
     };
     within(ca["cudaStreamSynchronize"].2, wall_a["cudaStreamSynchronize"], "15 x 4 ms sync");
     assert!(ca["cudaStreamSynchronize"].2 >= 60_000_000);
     let cb = calls_of(&calls, pb);
     assert_eq!(cb["ncclAllReduce"].0, 9, "{cb:?}");
     assert_eq!(cb["ncclGroupStart"].0, 4);
-    assert!(cb["ncclAllReduce"].2 < 5_000_000, "collectives return at once: {cb:?}");
+    // Blocking collectives would take the 27 ms of device work they enqueue;
+    // half of it leaves room for emulated traps (~0.5 ms a call under qemu).
+    assert!(cb["ncclAllReduce"].2 < 13_500_000, "collectives return at once: {cb:?}");
     within(cb["cudaStreamSynchronize"].2, wall_b["cudaStreamSynchronize"], "sync after 9 x 3 ms of collectives");
     assert!(cb["cudaStreamSynchronize"].2 >= 27_000_000, "{cb:?}");
     assert!(!cb.contains_key("cuLaunchKernel"), "NCCL's own kernel launches counted as the program's: {cb:?}");
