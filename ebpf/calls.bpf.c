@@ -290,16 +290,38 @@ static __always_inline int on_return(struct pt_regs *ctx, __u64 cookie)
 }
 
 #ifndef INGERO_COMPAT
+#if defined(__TARGET_ARCH_x86)
+/* Never filled: a tail call into it always falls through. It is here for
+ * what the verifier does with it: Linux 6.13+ runs a program whose frame is
+ * 64 bytes or more on a per-CPU private stack, except a program with a tail
+ * call. A uprobe program runs with preemption on; on a preemptible kernel
+ * (PREEMPT_LAZY, PREEMPT) a second run on the same CPU would share the
+ * preempted run's frame, pointers included. On x86-64 only: other JITs mix
+ * tail calls and subprograms (call_return walks stacks in subprograms) from
+ * later kernels than our 5.17 floor, and arm64 is not tested here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} own_stack SEC(".maps");
+#define OWN_STACK(ctx) bpf_tail_call(ctx, &own_stack, 0)
+#else
+#define OWN_STACK(ctx)
+#endif
+
 /* One entry and one return program for every op: the cookie names it. */
 SEC("uprobe")
 int call_entry(struct pt_regs *ctx)
 {
+	OWN_STACK(ctx);
 	return on_entry(ctx, bpf_get_attach_cookie(ctx));
 }
 
 SEC("uretprobe")
 int call_return(struct pt_regs *ctx)
 {
+	OWN_STACK(ctx);
 	return on_return(ctx, bpf_get_attach_cookie(ctx));
 }
 #else

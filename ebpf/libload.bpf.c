@@ -142,10 +142,18 @@ static long file_of_vma(struct task_struct *task, struct vm_area_struct *vma, vo
 	return 0;
 }
 
-/* What a step of the wait reads: the held thread's ids and its stack. */
+/* Everything a held thread keeps while it waits, in the one frame that
+ * is live across the wait. Linux 6.13+ runs a program whose frame is 64
+ * bytes or more on a per-CPU private stack; the wait yields its CPU, and a
+ * second lookup on that CPU would then run on the same stack and overwrite
+ * the held thread's frame (seen: an oops in dlsym_entry, the workload
+ * killed). So every function here keeps its frame under 64 bytes
+ * (probes/object_check.rs checks the built object) and the wait's
+ * variables live in this struct, not in registers spilled anywhere. */
 struct hold_wait {
 	__u64 ids;
 	__u64 sp;
+	struct file_id id;
 };
 
 /* One step of the wait. The wait is not a bare spin: each step reads a
@@ -167,18 +175,19 @@ static long still_held(__u64 i, void *ctx)
 	return !deadline || !*deadline || bpf_ktime_get_ns() > *deadline || paused();
 }
 
-/* Wakes the agent and waits for it, at most `left` ns; returns whether it
- * probed the file. */
-static __always_inline int hold(__u64 left, __u64 ids, __u64 sp, struct counters *cn, __u64 *spent)
+/* Wakes the agent and waits for it, at most `left` ns, charging the time to
+ * the process's budget; returns whether it probed the file. A function of
+ * its own (not inlined) so that its frame stays small. */
+static __noinline int hold(struct hold_wait *w, __u64 left, __u64 *spent)
 {
-	struct hold_wait w = { .ids = ids, .sp = sp };
 	__u64 t0 = bpf_ktime_get_ns();
 	__u64 deadline = t0 + left;
-	if (bpf_map_update_elem(&held, &ids, &deadline, BPF_ANY))
+	if (bpf_map_update_elem(&held, &w->ids, &deadline, BPF_ANY))
 		return 0;
 	struct proc_event *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
 	if (!e) {
-		bpf_map_delete_elem(&held, &ids);
+		bpf_map_delete_elem(&held, &w->ids);
+		struct counters *cn = ctrs();
 		if (cn)
 			cn->ringbuf_drops++;
 		return 0;
@@ -186,31 +195,67 @@ static __always_inline int hold(__u64 left, __u64 ids, __u64 sp, struct counters
 	e->ts_ns = t0;
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	e->kind = PROC_DLOPEN;
-	e->tgid = ids >> 32;
-	e->other = (__u32)ids;
+	e->tgid = w->ids >> 32;
+	e->other = (__u32)w->ids;
 	e->value = 0;
 	e->extra = 0;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	/* Wake the agent now: the thread waits for it. */
 	bpf_ringbuf_submit(e, 0);
 	for (int i = 0; i < HOLD_LOOPS; i++) {
-		bpf_loop(1 << 23, still_held, &w, 0);
-		__u64 *d = bpf_map_lookup_elem(&held, &ids);
+		bpf_loop(1 << 23, still_held, w, 0);
+		__u64 *d = bpf_map_lookup_elem(&held, &w->ids);
 		if (!d || !*d || bpf_ktime_get_ns() > *d || paused())
 			break;
 	}
-	__u64 *end = bpf_map_lookup_elem(&held, &ids);
+	__u64 *end = bpf_map_lookup_elem(&held, &w->ids);
 	int probed = end && *end == 0;
 	__u64 took = bpf_ktime_get_ns() - t0;
 	__sync_fetch_and_add(spent, took);
+	struct counters *cn = ctrs();
 	if (cn) {
 		cn->lib_holds++;
 		cn->lib_hold_ns += took;
-		if (end && *end)
+		if (!probed)
 			cn->lib_hold_timeouts++;
 	}
-	bpf_map_delete_elem(&held, &ids);
+	bpf_map_delete_elem(&held, &w->ids);
 	return probed;
+}
+
+/* Whether the library behind a dlsym handle is a CUDA/NCCL one, and the
+ * file it is mapped from. Nothing here waits; its own small frame. */
+static __noinline int traced_handle(__u64 handle, struct file_id *id)
+{
+	struct link_map_head lm;
+	if (bpf_probe_read_user(&lm, sizeof(lm), (void *)handle) || !lm.l_name || !lm.l_ld)
+		return 0;
+	__u32 zero = 0;
+	char *buf = bpf_map_lookup_elem(&lib_name, &zero);
+	if (!buf)
+		return 0;
+	__builtin_memset(buf, 0, NAME_MAX_SCAN + 16);
+	if (bpf_probe_read_user_str(buf, NAME_MAX_SCAN, (void *)lm.l_name) <= 0 || !traced_name(buf))
+		return 0;
+	bpf_find_vma(bpf_get_current_task_btf(), lm.l_ld, file_of_vma, id, 0);
+	return 1;
+}
+
+/* pid_in_ns() in a frame of its own. */
+static __noinline __u32 dlsym_pid(struct pid *p, struct config *c)
+{
+	return pid_in_ns(p, c);
+}
+
+/* current_ids(), each step in a small frame. */
+static __noinline __u64 dlsym_ids(struct config *c)
+{
+	if (!c->pidns_ino)
+		return bpf_get_current_pid_tgid();
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	__u32 tid = dlsym_pid(BPF_CORE_READ(t, thread_pid), c);
+	__u32 tgid = dlsym_pid(BPF_CORE_READ(t, group_leader, thread_pid), c);
+	return tid && tgid ? ((__u64)tgid << 32) | tid : 0;
 }
 
 /* Sleepable: a non-sleepable program runs under rcu_read_lock, and placing
@@ -230,35 +275,29 @@ int dlsym_entry(struct pt_regs *ctx)
 	/* RTLD_DEFAULT (0) and RTLD_NEXT (-1) name no library. */
 	if (handle == 0 || handle == (__u64)-1)
 		return 0;
-	struct link_map_head lm;
-	if (bpf_probe_read_user(&lm, sizeof(lm), (void *)handle) || !lm.l_name || !lm.l_ld)
+	struct hold_wait w = {};
+	if (!traced_handle(handle, &w.id))
 		return 0;
-	__u32 zero = 0;
-	char *buf = bpf_map_lookup_elem(&lib_name, &zero);
-	if (!buf)
+	w.ids = dlsym_ids(c);
+	if (!w.ids)
 		return 0;
-	__builtin_memset(buf, 0, NAME_MAX_SCAN + 16);
-	if (bpf_probe_read_user_str(buf, NAME_MAX_SCAN, (void *)lm.l_name) <= 0 || !traced_name(buf))
-		return 0;
-	struct file_id id = {};
-	bpf_find_vma(bpf_get_current_task_btf(), lm.l_ld, file_of_vma, &id, 0);
-	__u64 ids = current_ids(c);
-	if (!ids)
-		return 0;
-	__u32 tgid = ids >> 32;
+	__u32 tgid = w.ids >> 32;
 	/* Held only for a file never probed, or once per process that the
 	 * agent has not scanned yet (a process's first calls are the ones
 	 * whose call sites a Python script's start needs). */
-	if (id.ino && bpf_map_lookup_elem(&probed_files, &id) && bpf_map_lookup_elem(&known_procs, &tgid))
+	if (w.id.ino && bpf_map_lookup_elem(&probed_files, &w.id) && bpf_map_lookup_elem(&known_procs, &tgid))
 		return 0;
-	/* What is left of the process's budget; no budget, no hold. */
-	__u64 zero_ns = 0, budget = (__u64)(c->hold_max_ms ? c->hold_max_ms : HOLD_MAX_MS_DEFAULT) * 1000000;
-	bpf_map_update_elem(&hold_spent, &tgid, &zero_ns, BPF_NOEXIST);
+	/* What is left of the process's budget; no budget, no hold (w.sp is
+	 * still 0: the new process's first value). */
+	__u64 budget = (__u64)(c->hold_max_ms ? c->hold_max_ms : HOLD_MAX_MS_DEFAULT) * 1000000;
+	bpf_map_update_elem(&hold_spent, &tgid, &w.sp, BPF_NOEXIST);
 	__u64 *spent = bpf_map_lookup_elem(&hold_spent, &tgid);
 	if (!spent || *spent >= budget)
 		return 0;
-	__u8 one = 1;
-	if (hold(budget - *spent, ids, PT_REGS_SP(ctx), ctrs(), spent) && id.ino)
-		bpf_map_update_elem(&probed_files, &id, &one, BPF_ANY);
+	w.sp = PT_REGS_SP(ctx);
+	if (hold(&w, budget - *spent, spent) && w.id.ino) {
+		__u8 one = 1;
+		bpf_map_update_elem(&probed_files, &w.id, &one, BPF_ANY);
+	}
 	return 0;
 }

@@ -91,12 +91,6 @@ struct RunArgs {
     /// traced. Only dlsym's entry is probed: nothing the loader sees changes (no return probes).
     #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
     no_dlopen_hold: bool,
-    /// Hold also on Linux 6.13+, where BPF may run the hold's program on a per-CPU private stack that
-    /// another thread's lookup on the same CPU overwrites while a held thread waits (seen on 6.18: a
-    /// workload killed by an oops). Off by default there: a library dlopen'd and called at once then
-    /// misses its first calls (milliseconds), as on kernels without the hold.
-    #[arg(long, env = "INGERO_DLOPEN_HOLD_ANY_KERNEL")]
-    dlopen_hold_any_kernel: bool,
     /// The longest a thread is held at such a lookup (at most 10s): it polls on its CPU while held
     /// (yielding it to anything runnable), and goes on untraced when this runs out (counted in
     /// `ingero_agent_library_hold_timeouts_total`).
@@ -263,7 +257,7 @@ fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
         outlier_min: a.outlier_min,
         outlier_abs: a.outlier_abs,
         libs: a.libs,
-        hold_dlopen: !a.no_dlopen_hold && hold_safe_here(a.dlopen_hold_any_kernel),
+        hold_dlopen: !a.no_dlopen_hold,
         hold_max: a.dlopen_hold_max,
         detach_unused_after: a.detach_unused_after,
         watchdog: a.watchdog,
@@ -295,21 +289,6 @@ fn run(a: RunArgs) -> Result<(), error::Error> {
 }
 
 /// `--dlopen-hold-max`: a duration from 1ms to 10s.
-/// The library hold is off by default where the kernel may run it on a
-/// private BPF stack (`features::private_bpf_stacks`), said once.
-fn hold_safe_here(any_kernel: bool) -> bool {
-    let release = ingero_agent::probes::features::kernel_release();
-    if any_kernel || !ingero_agent::probes::features::private_bpf_stacks(&release) {
-        return true;
-    }
-    tracing::warn!(
-        kernel = %release,
-        "library hold off on Linux 6.13+ (BPF private stacks; --dlopen-hold-any-kernel turns it on): \
-         a library dlopen'd and called at once misses its first calls"
-    );
-    false
-}
-
 fn hold_max(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_millis(1) || d > Duration::from_secs(10) {

@@ -23,6 +23,7 @@ const HELPERS: &[(i32, &str, Version)] = &[
     (3, "map_delete_elem", (3, 19)),
     (4, "probe_read", (4, 1)),
     (5, "ktime_get_ns", (4, 1)),
+    (12, "tail_call", (4, 2)),
     (14, "get_current_pid_tgid", (4, 2)),
     (16, "get_current_comm", (4, 2)),
     (35, "get_current_task", (4, 8)),
@@ -85,6 +86,56 @@ fn needs(obj: &[u8]) -> Vec<(String, Vec<(Version, String)>)> {
             i += if op == 0x18 { 16 } else { 8 };
         }
         out.push((sym.name().unwrap().to_string(), uses));
+    }
+    out
+}
+
+/// Linux 6.13+ runs a function whose frame, rounded up to 16 bytes, is this
+/// big or bigger on a per-CPU private stack (verifier.c,
+/// BPF_PRIV_STACK_MIN_SIZE): shared by every run of it on that CPU.
+const PRIVATE_STACK_FROM: usize = 64;
+
+/// The frame one function uses: its deepest access below r10, or pointer
+/// made from r10 (handed to a helper or kept in a register).
+fn frame_bytes(code: &[u8]) -> usize {
+    let (mut deepest, mut from_fp) = (0i64, [false; 11]);
+    for insn in code.chunks_exact(8) {
+        let (op, dst, src) = (insn[0], usize::from(insn[1] & 0xf), usize::from(insn[1] >> 4));
+        let off = i64::from(i16::from_le_bytes([insn[2], insn[3]]));
+        let imm = i64::from(i32::from_le_bytes(insn[4..8].try_into().unwrap()));
+        match op & 0x7 {
+            // LDX: a load from the frame; the loaded register is a value.
+            0x1 => {
+                if src == 10 {
+                    deepest = deepest.max(-off);
+                }
+                from_fp[dst] = false;
+            }
+            // ST / STX into the frame.
+            0x2 | 0x3 if dst == 10 => deepest = deepest.max(-off),
+            // ALU64: `rX = r10` makes a frame pointer, `rX += imm` moves it.
+            0x7 if dst != 10 => match op {
+                0xbf => from_fp[dst] = src == 10,
+                0x07 if from_fp[dst] => deepest = deepest.max(-imm),
+                _ => from_fp[dst] = false,
+            },
+            // A call clobbers r0-r5.
+            0x5 if op == 0x85 => from_fp[..6].fill(false),
+            _ => {}
+        }
+    }
+    deepest.max(0) as usize
+}
+
+/// Every function of `obj`: (section, name, frame bytes).
+fn frames(obj: &[u8]) -> Vec<(String, String, usize)> {
+    let file = object::File::parse(obj).expect("a BPF ELF object");
+    let mut out = Vec::new();
+    for sym in file.symbols().filter(|s| s.kind() == SymbolKind::Text && s.size() > 0) {
+        let sec = file.section_by_index(sym.section_index().expect("in a section")).expect("section");
+        let (at, len) = (sym.address() as usize, sym.size() as usize);
+        let code = &sec.data().expect("section data")[at..at + len];
+        out.push((sec.name().unwrap_or("").to_string(), sym.name().unwrap().to_string(), frame_bytes(code)));
     }
     out
 }
@@ -154,4 +205,52 @@ fn a_newer_helper_is_caught() {
     assert!(over.iter().any(|l| l.contains("bpf_get_attach_cookie")), "{over:?}");
     assert!(over.iter().any(|l| l.contains("bpf_loop")), "{over:?}");
     assert!(over.iter().any(|l| l.contains("atomic op 0xf1")), "{over:?}");
+}
+
+#[test]
+fn the_hold_never_runs_on_a_private_stack() {
+    // A held thread yields its CPU inside dlsym_entry (and the functions it
+    // calls, all in .text); on a private stack the next lookup on that CPU
+    // would overwrite the held thread's frame (an oops on 6.18).
+    let frames = frames(OBJECT);
+    assert!(frames.iter().any(|f| f.1 == "dlsym_entry"), "{frames:?}");
+    let big: Vec<_> = frames
+        .iter()
+        .filter(|(sec, _, bytes)| (sec == "uprobe.s" || sec == ".text") && bytes.next_multiple_of(16) >= PRIVATE_STACK_FROM)
+        .collect();
+    assert!(big.is_empty(), "frames of {PRIVATE_STACK_FROM}+ bytes: {big:?}");
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn no_uprobe_program_runs_on_a_private_stack() {
+    // A uprobe program can be preempted on a preemptible kernel: one with a
+    // big frame has a tail call, which keeps the kernel from giving it a
+    // private stack (ebpf/calls.bpf.c, own_stack).
+    let needs = needs(OBJECT);
+    let unguarded: Vec<_> = frames(OBJECT)
+        .into_iter()
+        .filter(|(sec, _, _)| sec.starts_with("uprobe") || sec.starts_with("uretprobe"))
+        .filter(|(_, _, bytes)| bytes.next_multiple_of(16) >= PRIVATE_STACK_FROM)
+        .filter(|(_, f, _)| !needs.iter().any(|(n, uses)| n == f && uses.iter().any(|u| u.1 == "bpf_tail_call")))
+        .collect();
+    assert_eq!(unguarded, Vec::new());
+}
+
+#[test]
+fn a_frame_is_measured_by_its_deepest_slot() {
+    // r1 = r10; r1 += -72; call 1; *(u64 *)(r10 - 16) = r0; r0 = *(u64 *)(r10 - 8)
+    let code: Vec<u8> = [
+        [0xbf, 0xa1, 0, 0, 0, 0, 0, 0],
+        [0x07, 0x01, 0, 0, 0xb8, 0xff, 0xff, 0xff],
+        [0x85, 0x00, 0, 0, 1, 0, 0, 0],
+        [0x7b, 0x0a, 0xf0, 0xff, 0, 0, 0, 0],
+        [0x79, 0xa0, 0xf8, 0xff, 0, 0, 0, 0],
+    ]
+    .concat();
+    assert_eq!(frame_bytes(&code), 72);
+    assert_eq!(frame_bytes(&code[16..]), 16);
+    // The check sees the full object's big frames (call_return keeps a
+    // whole event on its stack).
+    assert!(frames(OBJECT).iter().any(|f| f.1 == "call_return" && f.2 >= PRIVATE_STACK_FROM));
 }
