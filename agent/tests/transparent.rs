@@ -184,3 +184,76 @@ fn a_process_is_held_at_most_the_bound_in_all_however_slow_the_agent() {
     // per-process budget: {LOOKUPS} x {BOUND}).
     assert!(total < BOUND * 2, "held {total:?} in all, bound {BOUND:?}: {took:?}");
 }
+
+/// The JIT's prologue that points r9 at a per-CPU private stack on x86-64
+/// (`add r9, gs:[this_cpu_off]`, arch/x86/net/bpf_jit_comp.c).
+const PRIVATE_STACK_PROLOGUE: [u8; 5] = [0x65, 0x4c, 0x03, 0x0c, 0x25];
+
+/// The JIT'd image of a loaded program (BPF_OBJ_GET_INFO_BY_FD).
+fn jited(id: u32) -> Vec<u8> {
+    // SAFETY: the attr buffer outlives the call, and every pointer placed in
+    // it points at a live buffer of the length stated beside it.
+    let sys = |cmd: libc::c_long, attr: &mut [u64; 16]| unsafe {
+        libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), std::mem::size_of_val(attr))
+    };
+    let mut attr = [0u64; 16];
+    attr[0] = u64::from(id);
+    let fd = sys(13, &mut attr); // BPF_PROG_GET_FD_BY_ID
+    assert!(fd >= 0, "program {id}: {}", std::io::Error::last_os_error());
+    // struct bpf_prog_info: jited_prog_len at byte 16, jited_prog_insns at 24.
+    let mut info = [0u64; 32];
+    let get = |info: &mut [u64; 32]| {
+        let mut a = [0u64; 16];
+        a[0] = fd as u64 | (std::mem::size_of_val(info) as u64) << 32;
+        a[1] = info.as_mut_ptr() as u64;
+        assert_eq!(sys(15, &mut a), 0, "{}", std::io::Error::last_os_error()); // BPF_OBJ_GET_INFO_BY_FD
+    };
+    get(&mut info);
+    let len = (info[2] & 0xffff_ffff) as usize;
+    let mut image = vec![0u8; len];
+    info = [0u64; 32];
+    info[2] = len as u64;
+    info[3] = image.as_mut_ptr() as u64;
+    get(&mut info);
+    // SAFETY: fd is the descriptor opened above, closed once.
+    unsafe { libc::close(fd as i32) };
+    image
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn no_program_a_workload_runs_uses_a_per_cpu_private_stack() {
+    // Linux 6.13+ gives a program with a 64+ byte frame a per-CPU stack;
+    // a uprobe program can be preempted (and the hold yields), and a second
+    // run on that CPU would then overwrite the first one's frame.
+    if !can_trace() {
+        return;
+    }
+    let _probes = ingero_agent::probes::load::Probes::load().expect("loading the probes");
+    let uses_private = |id: u32| jited(id).windows(5).any(|w| w == PRIVATE_STACK_PROLOGUE);
+    let mut seen = std::collections::BTreeMap::new();
+    for p in aya::programs::loaded_programs().flatten() {
+        // The compat object (before 5.17) names its programs call_entry_<op>.
+        let name = p.name_as_str().unwrap_or("").trim_end_matches(|c: char| c.is_ascii_digit() || c == '_');
+        if ["call_entry", "call_return", "dlsym_entry", "on_switch"].contains(&name) {
+            seen.entry(name.to_string()).or_insert_with(Vec::new).push(uses_private(p.id()));
+        }
+    }
+    eprintln!("programs on a private stack: {seen:?}");
+    // The compat object loads its call programs at attach; it runs where
+    // no kernel gives private stacks (before 5.17).
+    use ingero_agent::probes::features::{Features, Object};
+    let full = Features::probe().unwrap().object() == Object::Full;
+    let calls = full.then_some(["call_entry", "call_return"]).into_iter().flatten();
+    for name in calls.chain(kernel_has_library_hold().then_some("dlsym_entry")) {
+        let runs = seen.get(name).unwrap_or_else(|| panic!("{name} not loaded: {seen:?}"));
+        assert!(runs.iter().all(|p| !p), "{name} runs on a private stack");
+    }
+    // The check sees one where the kernel gives them: the scheduler
+    // tracepoint (160-byte frame, the kernel's own recursion guard).
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let v: Vec<u32> = release.split(|c: char| !c.is_ascii_digit()).take(2).map(|p| p.parse().unwrap_or(0)).collect();
+    if (v[0], v[1]) >= (6, 13) {
+        assert!(seen["on_switch"].iter().any(|p| *p), "on_switch shows no private stack on {release}");
+    }
+}

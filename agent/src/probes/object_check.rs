@@ -216,7 +216,9 @@ fn the_hold_never_runs_on_a_private_stack() {
     assert!(frames.iter().any(|f| f.1 == "dlsym_entry"), "{frames:?}");
     let big: Vec<_> = frames
         .iter()
-        .filter(|(sec, _, bytes)| (sec == "uprobe.s" || sec == ".text") && bytes.next_multiple_of(16) >= PRIVATE_STACK_FROM)
+        .filter(|(sec, _, bytes)| {
+            (sec == "uprobe.s" || sec == ".text") && bytes.next_multiple_of(16) >= PRIVATE_STACK_FROM
+        })
         .collect();
     assert!(big.is_empty(), "frames of {PRIVATE_STACK_FROM}+ bytes: {big:?}");
 }
