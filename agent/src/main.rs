@@ -208,7 +208,8 @@ fn main() -> ExitCode {
 /// gives each thread an arena of its own (up to 8 per CPU) and reuses a page
 /// freed in one only there: under library churn the agent's heap grew 4.5 MB
 /// over 60 files with them, 1.3 MB with one (BENCHMARKS.md). Its threads
-/// allocate little, so sharing one arena costs nothing measurable.
+/// allocate little (a window's rows a second, an attach now and then), so
+/// they seldom meet at the arena's lock.
 fn one_heap_arena() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets a glibc tunable; no thread has allocated yet
