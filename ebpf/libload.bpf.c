@@ -216,7 +216,7 @@ static __noinline int hold(struct hold_wait *w, __u64 left, __u64 *spent)
 	if (cn) {
 		cn->lib_holds++;
 		cn->lib_hold_ns += took;
-		if (!probed)
+		if (end && *end)
 			cn->lib_hold_timeouts++;
 	}
 	bpf_map_delete_elem(&held, &w->ids);
