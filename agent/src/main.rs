@@ -91,9 +91,9 @@ struct RunArgs {
     /// traced. Only dlsym's entry is probed: nothing the loader sees changes (no return probes).
     #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
     no_dlopen_hold: bool,
-    /// The longest a thread is held at such a lookup (at most 10s): it polls on its CPU while held
-    /// (yielding it to anything runnable), and goes on untraced when this runs out (counted in
-    /// `ingero_agent_library_hold_timeouts_total`).
+    /// The most a process is held at such lookups, all of them together (at most 10s; exec starts it
+    /// anew): a held thread polls on its CPU (yielding it to anything runnable), and goes on untraced
+    /// when this runs out (counted in `ingero_agent_library_hold_timeouts_total`).
     #[arg(long, env = "INGERO_DLOPEN_HOLD_MAX", default_value = "1s", value_parser = hold_max)]
     dlopen_hold_max: Duration,
     /// A library file that no traced process has mapped for this long has its probes detached (its
