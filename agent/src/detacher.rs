@@ -45,6 +45,9 @@ impl Detacher {
                     pause(0);
                     counted.uprobes_detaching.fetch_sub(1, Ordering::Relaxed);
                 }
+                // What those probes' bookkeeping held goes back to the kernel:
+                // the agent's memory follows the probes it has now, not its peak.
+                crate::heap::release_free();
             }
         });
         if let Err(e) = spawned {

@@ -8,6 +8,7 @@ pub mod check;
 pub(crate) mod detacher;
 pub(crate) mod embedded;
 pub mod error;
+pub mod heap;
 pub(crate) mod metrics;
 pub(crate) mod podfs;
 pub mod probe_loop;

@@ -204,30 +204,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// One malloc arena for the whole agent, set before any thread starts. glibc
-/// gives each thread an arena of its own (up to 8 per CPU) and reuses a page
-/// freed in one only there: under library churn the agent's heap grew 4.5 MB
-/// over 60 files with them, 1.3 MB with one (BENCHMARKS.md). Its threads
-/// allocate little (a window's rows a second, an attach now and then), so
-/// they seldom meet at the arena's lock.
-fn one_heap_arena() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets a glibc tunable; no thread has allocated yet
-    // beyond this one.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-}
-
-/// Returns freed heap pages to the kernel (glibc keeps them otherwise).
-fn release_free_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only walks glibc's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// Refuses flags that cannot work before anything is loaded.
 fn validate(a: &RunArgs) -> Result<(), error::Error> {
     if a.window < Duration::from_millis(100) {
@@ -295,12 +271,12 @@ fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
 
 fn run(a: RunArgs) -> Result<(), error::Error> {
     validate(&a)?;
-    one_heap_arena();
+    ingero_agent::heap::one_arena();
     // Load first, while little else is allocated: parsing the kernel's BTF
     // and relocating against it is the agent's largest transient (~25 MB),
     // then give the freed heap back to the kernel.
     let probes = probes::load::Probes::load()?;
-    release_free_heap();
+    ingero_agent::heap::release_free();
     Agent::start(config(a)?, probes)?.wait()
 }
 

@@ -11,7 +11,7 @@ mod fixtures;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use arrow::array::{AsArray, RecordBatch};
@@ -34,28 +34,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         lo + self.0 % (hi - lo)
     }
-}
-
-fn serve(dir: &Path, port: u16) -> Child {
-    let bin = Path::new(env!("CARGO_BIN_EXE_ingero-agent")).with_file_name("ingero");
-    assert!(bin.is_file(), "{} is missing: build the workspace (cargo build --workspace)", bin.display());
-    let child = Command::new(bin)
-        .arg("serve")
-        .arg(format!("--store=file://{}", dir.join("data").display()))
-        .arg(format!("--wal-dir={}", dir.join("wal").display()))
-        .arg(format!("--listen=127.0.0.1:{port}"))
-        .arg("--http-listen=127.0.0.1:0")
-        .args(["--flush-rows=3000", "--flush-age=1s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "ingero serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
 }
 
 fn kill9(c: &mut Child) {
