@@ -215,8 +215,8 @@ async fn library_files_through_short_lived_processes_leave_the_agent_flat() {
     // the churn, holds pause while probes close (detacher.rs), so a process
     // started then may lose its first launches (the stated cost), never gain.
     // SAFETY: kill takes any pid; the server is our unreaped child.
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    assert!(server.wait().unwrap().success(), "ingero serve failed");
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
+    assert!(server.0.wait().unwrap().success(), "ingero serve failed");
     let calls = rows(dir.path(), Table::CallWindows).await;
     let count = |p: u32| calls_of(&calls, p).get("cudaLaunchKernel").map_or(0, |c| c.0);
     let over: Vec<u32> = pids.iter().chain(&again).copied().filter(|&p| count(p) > LAUNCHES).collect();

@@ -128,7 +128,7 @@ async fn acked_batches_are_stored_exactly_once_across_aggregator_and_agent_kills
     let (mut kills, mut spool_at_kill) = (0, BTreeSet::new());
     while started.elapsed() < Duration::from_secs(36) {
         tokio::time::sleep(Duration::from_millis(rng.between(300, 2500))).await;
-        kill9(&mut server);
+        kill9(&mut server.0);
         kills += 1;
         tokio::time::sleep(Duration::from_millis(rng.between(100, 1500))).await;
         if kills == 2 {
@@ -148,8 +148,8 @@ async fn acked_batches_are_stored_exactly_once_across_aggregator_and_agent_kills
     tokio::time::sleep(Duration::from_millis(500)).await;
     let acks: Vec<u64> = agents.into_iter().map(|a| acked(&a.stop())).collect();
     // SAFETY: kill takes any pid; ours is a child we have not reaped.
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    assert!(server.wait().unwrap().success());
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
+    assert!(server.0.wait().unwrap().success());
     eprintln!("{kills} aggregator kills; acknowledged per agent (last run): {acks:?}");
 
     let nw = windows(&rows(dir.path(), Table::NodeWindows).await);
