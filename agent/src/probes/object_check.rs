@@ -53,18 +53,26 @@ const ATOMICS_SINCE: Version = (5, 12);
 const SLEEPABLE_UPROBE_SINCE: Version = (5, 19);
 
 /// What one function of an object needs: (version, why) per use.
-fn needs(obj: &[u8]) -> Vec<(String, Vec<(Version, String)>)> {
+/// Every function of `obj`: (section, name, instructions).
+fn functions(obj: &[u8]) -> Vec<(String, String, &[u8])> {
     let file = object::File::parse(obj).expect("a BPF ELF object");
     let mut out = Vec::new();
     for sym in file.symbols().filter(|s| s.kind() == SymbolKind::Text && s.size() > 0) {
         let sec = file.section_by_index(sym.section_index().expect("in a section")).expect("section");
-        let data = sec.data().expect("section data");
         let (at, len) = (sym.address() as usize, sym.size() as usize);
+        let data: &[u8] = sec.data().expect("section data");
+        out.push((sec.name().unwrap_or("").to_string(), sym.name().unwrap().to_string(), &data[at..at + len]));
+    }
+    out
+}
+
+fn needs(obj: &[u8]) -> Vec<(String, Vec<(Version, String)>)> {
+    let mut out = Vec::new();
+    for (sec, name, code) in functions(obj) {
         let mut uses = Vec::new();
-        if sec.name().unwrap_or("").starts_with("uprobe.s") {
+        if sec.starts_with("uprobe.s") {
             uses.push((SLEEPABLE_UPROBE_SINCE, "sleepable uprobe".to_string()));
         }
-        let code = &data[at..at + len];
         let mut i = 0;
         while i + 8 <= code.len() {
             let (op, src, imm) =
@@ -74,10 +82,10 @@ fn needs(obj: &[u8]) -> Vec<(String, Vec<(Version, String)>)> {
                 (0x85, 0) => match HELPERS.iter().find(|h| h.0 == imm) {
                     Some(&(_, name, v)) => uses.push((v, format!("bpf_{name}"))),
                     None => {
-                        panic!("{}: helper {imm} is not in HELPERS: add it with its first kernel", sym.name().unwrap())
+                        panic!("{name}: helper {imm} is not in HELPERS: add it with its first kernel")
                     }
                 },
-                (0x85, 2) => panic!("{}: kfunc call: not supported on the kernels we target", sym.name().unwrap()),
+                (0x85, 2) => panic!("{name}: kfunc call: not supported on the kernels we target"),
                 // BPF_STX | BPF_ATOMIC (W or DW): imm 0 is a plain add (XADD, any kernel).
                 (0xc3 | 0xdb, _) if imm != 0 => uses.push((ATOMICS_SINCE, format!("atomic op {imm:#x}"))),
                 _ => {}
@@ -85,7 +93,7 @@ fn needs(obj: &[u8]) -> Vec<(String, Vec<(Version, String)>)> {
             // BPF_LD | BPF_IMM | BPF_DW takes two slots.
             i += if op == 0x18 { 16 } else { 8 };
         }
-        out.push((sym.name().unwrap().to_string(), uses));
+        out.push((name, uses));
     }
     out
 }
@@ -129,15 +137,7 @@ fn frame_bytes(code: &[u8]) -> usize {
 
 /// Every function of `obj`: (section, name, frame bytes).
 fn frames(obj: &[u8]) -> Vec<(String, String, usize)> {
-    let file = object::File::parse(obj).expect("a BPF ELF object");
-    let mut out = Vec::new();
-    for sym in file.symbols().filter(|s| s.kind() == SymbolKind::Text && s.size() > 0) {
-        let sec = file.section_by_index(sym.section_index().expect("in a section")).expect("section");
-        let (at, len) = (sym.address() as usize, sym.size() as usize);
-        let code = &sec.data().expect("section data")[at..at + len];
-        out.push((sec.name().unwrap_or("").to_string(), sym.name().unwrap().to_string(), frame_bytes(code)));
-    }
-    out
+    functions(obj).into_iter().map(|(sec, name, code)| (sec, name, frame_bytes(code))).collect()
 }
 
 /// Functions of `obj` that need a kernel newer than `floor`, with why.
