@@ -62,18 +62,16 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } procs SEC(".maps");
 
+AGG_FN(calls_a_get, calls_a, struct call_key, struct call_val)
+AGG_FN(calls_b_get, calls_b, struct call_key, struct call_val)
+
 static __always_inline struct call_val *call_agg(struct config *c, struct call_key *k)
 {
-	void *m = c->active ? (void *)&calls_b : (void *)&calls_a;
-	/* The common case first: the aggregate exists (one lookup, no zero value). */
-	struct call_val *v = bpf_map_lookup_elem(m, k);
-	if (v)
-		return v;
 	__u32 zero = 0;
 	struct call_val *z = bpf_map_lookup_elem(&zero_call, &zero);
 	if (!z)
 		return 0;
-	return AGG_GET(m, k, z);
+	return c->active ? calls_b_get(k, z) : calls_a_get(k, z);
 }
 
 static __always_inline void track(__u32 tgid)
@@ -114,6 +112,7 @@ static __always_inline void comm_init(struct pt_regs *ctx, __u32 tgid, struct co
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+#ifdef INGERO_COMPAT
 /* True while an entry-only call recorded in tc has not returned: its
  * return address is still in the slot its entry found it in. Once it
  * returns, the caller's next call overwrites that slot (same frame, same
@@ -129,15 +128,12 @@ static __always_inline int entry_only_live(struct thread_call *tc, __u64 sp)
 	return ret == tc->ret;
 }
 
-/* Enters a call on this thread; returns 1 when the thread is inside a
- * traced call (this one is made by that one: not counted again). Only calls
- * whose return is probed deepen the state. A call is inside the recorded one
- * only if its frame is below that call's entry frame (the stack grows down):
- * a state left behind (a return never seen: the return probe was attached
- * after the call entered) is replaced, never trusted forever. A runtime
- * launch (COOKIE_BRACKET) has no return probe: one trap per launch, not two
- * (issue: the return probe doubled the cost of every launch). */
-static __always_inline int enter(__u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now, __u64 sp)
+/* Linux < 5.17 (no bpf_find_vma): a runtime launch (COOKIE_BRACKET)
+ * records its frame and return address, and a driver call below that
+ * frame while the address is still there is the launch's own. One user
+ * read per launch (~95 ns here). */
+static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now,
+				 __u64 sp)
 {
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
 	int nested = tc && (tc->depth > 0 ? sp < tc->sp : entry_only_live(tc, sp));
@@ -172,6 +168,104 @@ static __always_inline int enter(__u32 tid, __u32 tgid, __u32 op, __u64 cookie, 
 	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
 	return 0;
 }
+#else
+struct text_range {
+	__u64 lo;
+	__u64 hi;
+};
+
+static long text_of_vma(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
+{
+	struct text_range *r = ctx;
+	r->lo = vma->vm_start;
+	r->hi = vma->vm_end;
+	return 0;
+}
+
+/* The code mapping of the dynamic runtime a launch runs in (its first
+ * launch on a thread, or its first through another copy of the runtime,
+ * learns it; then one compare per launch). False while the process's mmap
+ * lock is taken: learnt at the next launch. Not inlined: its frame stays
+ * small (a private stack is no place for a walk of the process's maps). */
+static __noinline int runtime_text(__u64 ip, struct text_range *r)
+{
+	return !bpf_find_vma(bpf_get_current_task_btf(), ip, text_of_vma, r, 0) && r->hi;
+}
+
+static __always_inline void learn_runtime(struct thread_call *tc, __u32 tid, __u32 tgid, __u64 ip)
+{
+	struct text_range r = {};
+	if (!runtime_text(ip, &r))
+		return;
+	if (tc) {
+		tc->text_lo = r.lo;
+		tc->text_hi = r.hi;
+		return;
+	}
+	struct thread_call fresh = { .tgid = tgid, .text_lo = r.lo, .text_hi = r.hi };
+	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_NOEXIST);
+}
+
+/* The address this call returns to: on x86-64 the word at the stack
+ * pointer, on arm64 the link register. */
+static __always_inline __u64 return_address(struct pt_regs *ctx)
+{
+#if defined(__TARGET_ARCH_x86)
+	__u64 ret = 0;
+	bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx));
+	return ret;
+#else
+	return PT_REGS_RET(ctx);
+#endif
+}
+
+/* Enters a call on this thread; returns 1 when the call is made by a traced
+ * call (counted there, not again):
+ * - inside a return-probed call: its frame is below that call's entry
+ *   frame (the stack grows down; a state left behind by a return never
+ *   seen is replaced, never trusted forever);
+ * - a driver call that an entry-only runtime call makes (COOKIE_RT_CALLEE
+ *   ops: the driver's launches under cudaLaunchKernel): it returns into
+ *   the runtime's code, which the thread's slot has learnt.
+ * An entry-only runtime launch (COOKIE_BRACKET) reads its slot and writes
+ * nothing: one trap, one lookup, no user memory read per launch (issue:
+ * the bracket's return-address read was ~95 ns of a launch's ~335). */
+static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now,
+				 __u64 sp)
+{
+	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
+	if (tc && tc->depth > 0 && sp < tc->sp) {
+		if (cookie & COOKIE_TIMED)
+			ADD(tc->depth, 1);
+		return 1;
+	}
+	if (cookie & COOKIE_BRACKET) {
+		__u64 ip = PT_REGS_IP(ctx);
+		if (!tc || ip < tc->text_lo || ip >= tc->text_hi)
+			learn_runtime(tc, tid, tgid, ip);
+		return 0;
+	}
+	if ((cookie & COOKIE_RT_CALLEE) && tc && tc->text_hi) {
+		__u64 ret = return_address(ctx);
+		if (ret >= tc->text_lo && ret < tc->text_hi)
+			return 1;
+	}
+	if (!(cookie & COOKIE_TIMED))
+		return 0;
+	if (tc) {
+		/* Outermost: the slot keeps the runtime it has learnt. */
+		tc->since_ns = now;
+		tc->tgid = tgid;
+		tc->op = op;
+		tc->sp = sp;
+		tc->depth = 1;
+		return 0;
+	}
+	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .depth = 1, .sp = sp };
+	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
+	return 0;
+}
+#endif
 
 static __always_inline int on_entry(struct pt_regs *ctx, __u64 cookie)
 {
@@ -188,25 +282,30 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u64 cookie)
 	/* A clock read only where a start time is kept (entry-only launches
 	 * keep none: this runs at every launch). */
 	__u64 now = cookie & COOKIE_TIMED ? bpf_ktime_get_ns() : 0;
-	if (enter((__u32)pid_tgid, tgid, op, cookie, now, PT_REGS_SP(ctx)))
+	if (enter(ctx, (__u32)pid_tgid, tgid, op, cookie, now, PT_REGS_SP(ctx)))
 		return 0;
-	track(tgid);
 	struct counters *cn = ctrs();
 	if (cn)
 		cn->events++;
 	if (cookie & COOKIE_COMM_INIT)
 		comm_init(ctx, tgid, cn);
 	if (cookie & COOKIE_TIMED) {
+		track(tgid);
 		struct inflight_key k = { .pid_tgid = pid_tgid, .op = op };
 		if (bpf_map_update_elem(&inflight, &k, &now, BPF_ANY) && cn)
 			cn->inflight_full++;
 		return 0;
 	}
-	/* Entry-only op (launches): count it now. */
+	/* Entry-only op (launches): count it now. The process is marked a
+	 * CUDA user at its first count of a window (its aggregate is new), not
+	 * at every launch: one map lookup less per launch. */
 	struct call_key key = { .tgid = tgid, .op = op };
 	struct call_val *v = call_agg(c, &key);
-	if (v)
+	if (v) {
+		if (!v->count)
+			track(tgid);
 		ADD(v->count, 1);
+	}
 	return 0;
 }
 
@@ -217,10 +316,16 @@ static __always_inline void leave(__u32 tid)
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
 	if (!tc || tc->depth == 0)
 		return;
-	if (tc->depth > 1)
+	if (tc->depth > 1) {
 		ADD(tc->depth, -1);
-	else
-		bpf_map_delete_elem(&thread_calls, &tid);
+		return;
+	}
+#ifdef INGERO_COMPAT
+	bpf_map_delete_elem(&thread_calls, &tid);
+#else
+	/* Kept for the runtime it has learnt; removed at thread exit. */
+	tc->depth = 0;
+#endif
 }
 
 /* Reports an outlier call with where it was made (stacks.bpf.h). */

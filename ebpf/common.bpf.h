@@ -222,4 +222,17 @@ static __always_inline void atomic_max(__u64 *slot, __u64 v)
 		__v;                                                                \
 	})
 
+
+/* Defines NAME(key, zero): MAP's aggregate for key, created when absent.
+ * One function per map of an A/B pair: a lookup instruction reached with
+ * either half (chosen at run time) makes the verifier call the map through
+ * a pointer, a retpoline on most hosts (~40 ns a launch here), where a
+ * lookup that only ever sees one map is inlined. Not inlined itself, so
+ * the compiler cannot merge the two halves' lookups back into one. */
+#define AGG_FN(name, map, K, V)                                \
+	static __noinline V *name(K *key, V *zero)             \
+	{                                                      \
+		return AGG_GET(&map, key, zero);               \
+	}
+
 #endif

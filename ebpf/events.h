@@ -17,6 +17,7 @@
 #define COOKIE_COMM_INIT (1u << 17)  /* ncclCommInitRank: report rank and nranks */
 #define COOKIE_BRACKET (1u << 18)    /* a runtime launch that may call the driver: entry-only,
                                       * it marks the thread as inside it while its frame lives */
+#define COOKIE_RT_CALLEE (1u << 19)  /* a driver call that an entry-only runtime call makes */
 
 #define MAX_OPS 256
 /* Op ids the compat object has a program pair for (calls.bpf.c). */
@@ -60,7 +61,9 @@ struct thread_call {
 	__u32 depth;
 	__u32 pad;
 	__u64 sp;  /* stack pointer at the outermost call's entry */
-	__u64 ret; /* entry-only call: the return address at sp; 0 otherwise */
+	__u64 ret; /* entry-only call: the return address at sp; 0 otherwise (compat) */
+	__u64 text_lo; /* the code mapping of the runtime the thread launches through */
+	__u64 text_hi;
 };
 
 struct cgroup_val {

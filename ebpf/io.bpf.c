@@ -68,6 +68,9 @@ static __always_inline __u32 rq_dev(struct request *rq)
 	return BPF_CORE_READ((struct block_device *)part, bd_dev);
 }
 
+AGG_FN(io_a_get, io_a, struct io_key, struct io_val)
+AGG_FN(io_b_get, io_b, struct io_key, struct io_val)
+
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(on_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
@@ -86,7 +89,7 @@ int BPF_PROG(on_rq_complete, struct request *rq, int error, unsigned int nr_byte
 	struct io_val *z = bpf_map_lookup_elem(&zero_io, &zero);
 	if (!z)
 		return 0;
-	struct io_val *v = c->active ? AGG_GET(&io_b, &k, z) : AGG_GET(&io_a, &k, z);
+	struct io_val *v = c->active ? io_b_get(&k, z) : io_a_get(&k, z);
 	if (!v)
 		return 0;
 	ADD(v->count, 1);

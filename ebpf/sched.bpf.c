@@ -52,12 +52,15 @@ struct {
 	__type(value, __u64);
 } cpu_since SEC(".maps");
 
+AGG_FN(sched_a_get, sched_a, __u32, struct sched_val)
+AGG_FN(sched_b_get, sched_b, __u32, struct sched_val)
+AGG_FN(cgcpu_a_get, cgcpu_a, __u64, struct cgroup_val)
+AGG_FN(cgcpu_b_get, cgcpu_b, __u64, struct cgroup_val)
+
 static __always_inline struct sched_val *sched_agg(struct config *c, __u32 tgid)
 {
 	struct sched_val zero = {};
-	if (c->active)
-		return AGG_GET(&sched_b, &tgid, &zero);
-	return AGG_GET(&sched_a, &tgid, &zero);
+	return c->active ? sched_b_get(&tgid, &zero) : sched_a_get(&tgid, &zero);
 }
 
 static __always_inline int is_tracked(struct config *c, __u32 tgid)
@@ -81,7 +84,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		if (*since && now > *since && BPF_CORE_READ(prev, pid) != 0) {
 			__u64 cg = bpf_get_current_cgroup_id();
 			struct cgroup_val cz = {};
-			struct cgroup_val *cv = c->active ? AGG_GET(&cgcpu_b, &cg, &cz) : AGG_GET(&cgcpu_a, &cg, &cz);
+			struct cgroup_val *cv = c->active ? cgcpu_b_get(&cg, &cz) : cgcpu_a_get(&cg, &cz);
 			if (cv) {
 				ADD(cv->on_ns, now - *since);
 				ADD(cv->switches, 1);

@@ -109,6 +109,8 @@ struct file {
 };
 
 struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_end;
 	struct file *vm_file;
 };
 

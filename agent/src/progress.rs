@@ -77,7 +77,7 @@ mod tests {
 
     fn call(tgid: u32, op: &str, since_ns: u64) -> ThreadCall {
         let id = ops::all().iter().find(|o| o.symbol == op).unwrap().id as u32;
-        ThreadCall { since_ns, tgid, op: id, depth: 1, pad: 0, sp: 0, ret: 0 }
+        ThreadCall { since_ns, tgid, op: id, depth: 1, ..ThreadCall::default() }
     }
 
     #[test]

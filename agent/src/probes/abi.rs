@@ -8,6 +8,7 @@ pub(crate) const HIST_BUCKETS: usize = 252;
 pub(crate) const COOKIE_TIMED: u64 = 1 << 16;
 pub(crate) const COOKIE_COMM_INIT: u64 = 1 << 17;
 pub(crate) const COOKIE_BRACKET: u64 = 1 << 18;
+pub(crate) const COOKIE_RT_CALLEE: u64 = 1 << 19;
 
 pub(crate) const PROC_EXEC: u32 = 1;
 pub(crate) const PROC_EXIT: u32 = 2;
@@ -60,8 +61,12 @@ pub(crate) struct ThreadCall {
     pub pad: u32,
     /// Stack pointer at the outermost call's entry.
     pub sp: u64,
-    /// Entry-only call: the return address found at `sp`; 0 otherwise.
+    /// Entry-only call: the return address found at `sp`; 0 otherwise
+    /// (the compat object's bracket).
     pub ret: u64,
+    /// The code mapping of the dynamic runtime the thread launches through.
+    pub text_lo: u64,
+    pub text_hi: u64,
 }
 
 #[repr(C)]
@@ -254,7 +259,8 @@ const _: () = {
     assert!(offset_of!(CallVal, hist) == 32);
     assert!(size_of::<SchedVal>() == 72);
     assert!(offset_of!(SchedVal, off_call_ns) == 56);
-    assert!(size_of::<ThreadCall>() == 40);
+    assert!(size_of::<ThreadCall>() == 56);
+    assert!(offset_of!(ThreadCall, text_lo) == 40);
     assert!(offset_of!(ThreadCall, ret) == 32);
     assert!(offset_of!(ThreadCall, sp) == 24);
     assert!(offset_of!(ThreadCall, depth) == 16);

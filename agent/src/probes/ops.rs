@@ -2,7 +2,7 @@
 //! The traced functions: which library, which symbol, whether the return is
 //! probed (only where a duration is needed).
 
-use super::abi::{COOKIE_BRACKET, COOKIE_COMM_INIT, COOKIE_TIMED};
+use super::abi::{COOKIE_BRACKET, COOKIE_COMM_INIT, COOKIE_RT_CALLEE, COOKIE_TIMED};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lib {
@@ -71,6 +71,17 @@ impl Op {
             | if self.timed { COOKIE_TIMED } else { 0 }
             | if self.bracketed() { COOKIE_BRACKET } else { 0 }
             | if self.comm_init { COOKIE_COMM_INIT } else { 0 }
+            | if self.runtime_callee() { COOKIE_RT_CALLEE } else { 0 }
+    }
+
+    /// A driver call that the dynamic runtime makes for one of its
+    /// entry-only calls (`cudaLaunchKernel` → `cuLaunchKernel`, `cudaFree` →
+    /// `cuMemFree_v2`): when it returns into that runtime's code it is that
+    /// call's own and is not counted again (see `enter` in
+    /// ebpf/calls.bpf.c). Only these: a driver call the runtime makes for a
+    /// runtime call we do not trace is the only record of it, and stays.
+    pub fn runtime_callee(&self) -> bool {
+        self.lib == Lib::Cuda && RUNTIME_CALLEES.iter().any(|s| self.symbol.starts_with(s))
     }
 
     /// An untimed runtime call that marks the thread as inside it while its
@@ -88,6 +99,17 @@ impl Op {
         self.timed
     }
 }
+
+/// Driver entry points whose callers in the dynamic runtime are entry-only
+/// traced ops (prefixes: `_ptsz`/`Ex` variants included).
+const RUNTIME_CALLEES: &[&str] = &[
+    "cuLaunchKernel",
+    "cuLaunchCooperativeKernel",
+    "cuGraphLaunch",
+    "cuStreamWaitEvent",
+    "cuMemAllocAsync",
+    "cuMemFree_v2",
+];
 
 macro_rules! ops {
     ($(($lib:ident, $sym:literal, $timed:literal $(, $ci:literal)?)),* $(,)?) => {
@@ -212,6 +234,39 @@ mod tests {
         assert_eq!(Lib::from_file_name("libcuda-extras.so.1"), None);
         assert_eq!(Lib::from_file_name("libc.so.6"), Some(Lib::Libc));
         assert_eq!(Lib::from_file_name("libcap.so.2"), None);
+    }
+
+    fn by_symbol(symbol: &str) -> Option<Op> {
+        all().into_iter().find(|o| o.symbol == symbol)
+    }
+
+    #[test]
+    fn only_driver_calls_under_entry_only_runtime_calls_are_runtime_callees() {
+        let callees: Vec<_> = all().iter().filter(|o| o.runtime_callee()).map(|o| o.symbol).collect();
+        assert_eq!(
+            callees,
+            [
+                "cuLaunchKernel",
+                "cuLaunchKernel_ptsz",
+                "cuLaunchKernelEx",
+                "cuLaunchKernelEx_ptsz",
+                "cuStreamWaitEvent",
+                "cuStreamWaitEvent_ptsz",
+                "cuMemFree_v2",
+                "cuMemAllocAsync",
+                "cuMemAllocAsync_ptsz",
+                "cuGraphLaunch",
+                "cuGraphLaunch_ptsz",
+                "cuLaunchCooperativeKernel",
+                "cuLaunchCooperativeKernel_ptsz",
+            ]
+        );
+        // Each has its runtime caller traced entry-only (bracketed).
+        for (driver, runtime) in [("cuMemFree_v2", "cudaFree"), ("cuGraphLaunch", "cudaGraphLaunch")] {
+            assert!(by_symbol(driver).unwrap().cookie() & COOKIE_RT_CALLEE != 0);
+            assert!(by_symbol(runtime).unwrap().bracketed());
+        }
+        assert_eq!(by_symbol("cuMemcpy").unwrap().cookie() & COOKIE_RT_CALLEE, 0);
     }
 
     #[test]
