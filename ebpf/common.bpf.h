@@ -145,6 +145,18 @@ static __always_inline int task_ids(struct config *c, struct task_struct *t, __u
 	return *tid && *tgid;
 }
 
+/* task_ids for a task the kernel hands a tp_btf program (a trusted
+ * pointer): plain loads, where each BPF_CORE_READ is a helper call (the
+ * scheduler's programs run at every context switch). */
+static __always_inline int task_ids_trusted(struct config *c, struct task_struct *t, __u32 *tgid, __u32 *tid)
+{
+	if (c->pidns_ino)
+		return task_ids(c, t, tgid, tid);
+	*tgid = t->tgid;
+	*tid = t->pid;
+	return 1;
+}
+
 /* The current task's ids as (tgid << 32 | tid), 0 when not visible. */
 static __always_inline __u64 current_ids(struct config *c)
 {

@@ -81,7 +81,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	 * The idle task (pid 0) is no cgroup's work. */
 	__u64 *since = bpf_map_lookup_elem(&cpu_since, &zero);
 	if (since) {
-		if (*since && now > *since && BPF_CORE_READ(prev, pid) != 0) {
+		if (*since && now > *since && prev->pid != 0) {
 			__u64 cg = bpf_get_current_cgroup_id();
 			struct cgroup_val cz = {};
 			struct cgroup_val *cv = c->active ? cgcpu_b_get(&cg, &cz) : cgcpu_a_get(&cg, &cz);
@@ -94,7 +94,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	}
 
 	__u32 ptgid = 0, ptid = 0;
-	if (task_ids(c, prev, &ptgid, &ptid) && ptid && is_tracked(c, ptgid)) {
+	if (task_ids_trusted(c, prev, &ptgid, &ptid) && ptid && is_tracked(c, ptgid)) {
 		struct sched_val *v = sched_agg(c, ptgid);
 		struct thread_state *ts = bpf_map_lookup_elem(&threads, &ptid);
 		/* on-CPU time since it was switched in */
@@ -111,7 +111,14 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 #endif
 		struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &ptid);
 		st.in_call = tc && tc->depth > 0;
-		bpf_map_update_elem(&threads, &ptid, &st, BPF_ANY);
+		/* In place: an LRU update per switch costs more than the rest. */
+		if (ts) {
+			ts->since_ns = st.since_ns;
+			ts->state = st.state;
+			ts->in_call = st.in_call;
+		} else {
+			bpf_map_update_elem(&threads, &ptid, &st, BPF_ANY);
+		}
 		if (v) {
 			if (runnable)
 				ADD(v->involuntary, 1);
@@ -121,7 +128,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	}
 
 	__u32 ntgid = 0, ntid = 0;
-	if (task_ids(c, next, &ntgid, &ntid) && ntid && is_tracked(c, ntgid)) {
+	if (task_ids_trusted(c, next, &ntgid, &ntid) && ntid && is_tracked(c, ntgid)) {
 		struct thread_state *ts = bpf_map_lookup_elem(&threads, &ntid);
 		struct sched_val *v = sched_agg(c, ntgid);
 		if (ts && v && ts->since_ns && now > ts->since_ns) {
@@ -137,8 +144,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 					ADD(v->off_call_ns, d);
 			}
 		}
-		struct thread_state st = { .since_ns = now, .state = 0 };
-		bpf_map_update_elem(&threads, &ntid, &st, BPF_ANY);
+		if (ts) {
+			ts->since_ns = now;
+			ts->state = 0;
+		} else {
+			struct thread_state st = { .since_ns = now, .state = 0 };
+			bpf_map_update_elem(&threads, &ntid, &st, BPF_ANY);
+		}
 	}
 	return 0;
 }
@@ -150,7 +162,7 @@ static __always_inline void woken(struct task_struct *p, int fresh)
 	if (!c)
 		return;
 	__u32 tgid = 0, tid = 0;
-	if (!task_ids(c, p, &tgid, &tid) || !tid || !is_tracked(c, tgid))
+	if (!task_ids_trusted(c, p, &tgid, &tid) || !tid || !is_tracked(c, tgid))
 		return;
 	__u64 now = bpf_ktime_get_ns();
 	struct thread_state *ts = fresh ? 0 : bpf_map_lookup_elem(&threads, &tid);
