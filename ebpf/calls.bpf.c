@@ -112,7 +112,6 @@ static __always_inline void comm_init(struct pt_regs *ctx, __u32 tgid, struct co
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
-#ifdef INGERO_COMPAT
 /* True while an entry-only call recorded in tc has not returned: its
  * return address is still in the slot its entry found it in. Once it
  * returns, the caller's next call overwrites that slot (same frame, same
@@ -128,6 +127,26 @@ static __always_inline int entry_only_live(struct thread_call *tc, __u64 sp)
 	return ret == tc->ret;
 }
 
+/* Records an entry-only call's frame and return address in the thread's
+ * slot (in place when it has one: no map update per launch). */
+static __always_inline void record_frame(struct thread_call *tc, __u32 tid, __u32 tgid, __u32 op, __u64 now, __u64 sp)
+{
+	__u64 ret = 0;
+	bpf_probe_read_user(&ret, sizeof(ret), (void *)sp);
+	if (tc) {
+		tc->since_ns = now;
+		tc->tgid = tgid;
+		tc->op = op;
+		tc->depth = 0;
+		tc->sp = sp;
+		tc->ret = ret;
+		return;
+	}
+	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .sp = sp, .ret = ret };
+	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
+}
+
+#ifdef INGERO_COMPAT
 /* Linux < 5.17 (no bpf_find_vma): a runtime launch (COOKIE_BRACKET)
  * records its frame and return address, and a driver call below that
  * frame while the address is still there is the launch's own. One user
@@ -140,20 +159,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 	if (cookie & COOKIE_BRACKET) {
 		if (nested)
 			return 1;
-		__u64 ret = 0;
-		bpf_probe_read_user(&ret, sizeof(ret), (void *)sp);
-		if (tc) {
-			/* The thread's own slot: written in place, no map update per launch. */
-			tc->since_ns = now;
-			tc->tgid = tgid;
-			tc->op = op;
-			tc->depth = 0;
-			tc->sp = sp;
-			tc->ret = ret;
-			return 0;
-		}
-		struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .sp = sp, .ret = ret };
-		bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
+		record_frame(tc, tid, tgid, op, now, sp);
 		return 0;
 	}
 	if (!(cookie & COOKIE_TIMED))
@@ -226,7 +232,9 @@ static __always_inline __u64 return_address(struct pt_regs *ctx)
  *   seen is replaced, never trusted forever);
  * - a driver call that an entry-only runtime call makes (COOKIE_RT_CALLEE
  *   ops: the driver's launches under cudaLaunchKernel): it returns into
- *   the runtime's code, which the thread's slot has learnt.
+ *   the runtime's code, which the thread's slot has learnt (or, for a
+ *   runtime linked into another file, while the launch's return address
+ *   is still where its entry found it).
  * An entry-only runtime launch (COOKIE_BRACKET) reads its slot and writes
  * nothing: one trap, one lookup, no user memory read per launch (issue:
  * the bracket's return-address read was ~95 ns of a launch's ~335). */
@@ -240,14 +248,25 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 		return 1;
 	}
 	if (cookie & COOKIE_BRACKET) {
+		/* A runtime inside another file (the executable, NCCL) shares
+		 * its code mapping with the program's own code: its launches
+		 * keep the frame-and-return-address record instead. */
+		if (cookie & COOKIE_STATIC_RT) {
+			record_frame(tc, tid, tgid, op, now, sp);
+			return 0;
+		}
 		__u64 ip = PT_REGS_IP(ctx);
 		if (!tc || ip < tc->text_lo || ip >= tc->text_hi)
 			learn_runtime(tc, tid, tgid, ip);
 		return 0;
 	}
-	if ((cookie & COOKIE_RT_CALLEE) && tc && tc->text_hi) {
-		__u64 ret = return_address(ctx);
-		if (ret >= tc->text_lo && ret < tc->text_hi)
+	if ((cookie & COOKIE_RT_CALLEE) && tc) {
+		if (tc->text_hi) {
+			__u64 ret = return_address(ctx);
+			if (ret >= tc->text_lo && ret < tc->text_hi)
+				return 1;
+		}
+		if (entry_only_live(tc, sp))
 			return 1;
 	}
 	if (!(cookie & COOKIE_TIMED))
@@ -258,6 +277,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 		tc->tgid = tgid;
 		tc->op = op;
 		tc->sp = sp;
+		tc->ret = 0;
 		tc->depth = 1;
 		return 0;
 	}

@@ -18,6 +18,8 @@
 #define COOKIE_BRACKET (1u << 18)    /* a runtime launch that may call the driver: entry-only,
                                       * it marks the thread as inside it while its frame lives */
 #define COOKIE_RT_CALLEE (1u << 19)  /* a driver call that an entry-only runtime call makes */
+#define COOKIE_STATIC_RT (1u << 20)  /* a runtime linked into another file (the executable,
+                                      * NCCL): its code mapping is not the runtime's alone */
 
 #define MAX_OPS 256
 /* Op ids the compat object has a program pair for (calls.bpf.c). */

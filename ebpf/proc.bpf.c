@@ -49,14 +49,17 @@ int BPF_PROG(on_exec, struct task_struct *p)
 	struct config *c = cfg();
 	if (!c)
 		return 0;
-#ifndef INGERO_COMPAT
-	/* A new image is scanned anew before its first lookups go on. */
 	__u32 tgid = 0, tid = 0;
 	if (task_ids(c, p, &tgid, &tid)) {
+		/* The old image's runtime mapping is not the new one's: a driver
+		 * call returning there must not pass for the runtime's own. */
+		bpf_map_delete_elem(&thread_calls, &tid);
+#ifndef INGERO_COMPAT
+		/* A new image is scanned anew before its first lookups go on. */
 		bpf_map_delete_elem(&known_procs, &tgid);
 		bpf_map_delete_elem(&hold_spent, &tgid);
-	}
 #endif
+	}
 	if (in_scope(c))
 		emit(c, PROC_EXEC, p, 0, 0);
 	return 0;

@@ -14,6 +14,7 @@ pub(crate) mod podfs;
 pub mod probe_loop;
 pub mod probes;
 pub(crate) mod progress;
+pub(crate) mod run_time;
 pub(crate) mod ship;
 pub(crate) mod stacks;
 pub mod watchdog;

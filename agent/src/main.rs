@@ -69,6 +69,12 @@ struct RunArgs {
     /// Trace only these processes (repeatable).
     #[arg(long = "pid", env = "INGERO_PID", value_delimiter = ',')]
     pids: Vec<u32>,
+    /// Measure the probes' own run time (BPF_STATS_RUN_TIME, shipped as
+    /// `probe_run_ns` and `ingero_agent_probe_run_ns_total`) in one window of
+    /// every N, scaled by N. While the kernel's accounting is on, every BPF
+    /// program on the node pays ~50 ns a run for it. 1: every window; 0: never.
+    #[arg(long, env = "INGERO_PROBE_TIME_EVERY", default_value_t = 30)]
+    probe_time_every: u32,
     /// How often to rescan processes for newly loaded libraries.
     #[arg(long, env = "INGERO_RESCAN", default_value = "2s", value_parser = humantime::parse_duration)]
     rescan: Duration,
@@ -252,6 +258,7 @@ fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
         hold_max: a.dlopen_hold_max,
         detach_unused_after: a.detach_unused_after,
         watchdog: a.watchdog,
+        probe_time_every: a.probe_time_every,
     };
     let kube = KubeConfig {
         enabled: a.kubernetes != "off",

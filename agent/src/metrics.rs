@@ -22,7 +22,7 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
         (
             "ingero_agent_probe_run_ns_total",
             "counter",
-            "eBPF program run time (BPF_STATS_RUN_TIME)",
+            "eBPF program run time (BPF_STATS_RUN_TIME, measured one window in --probe-time-every and scaled)",
             g(&l.probe_run_ns),
         ),
         ("ingero_agent_libraries", "gauge", "Distinct library files probed now", g(&l.libraries)),

@@ -52,6 +52,8 @@ pub struct LoopConfig {
     pub detach_unused_after: Duration,
     /// A loop step running longer than this makes the agent unhealthy.
     pub watchdog: Duration,
+    /// The probes' own run time is measured in one window of this many (0: never).
+    pub probe_time_every: u32,
 }
 
 /// Shared with the metrics endpoint.
@@ -149,8 +151,7 @@ pub struct ProbeLoop {
     follow_ups: Vec<(Instant, u32)>,
     next_scan: Instant,
     last_counters: Counters,
-    run_time_fd: Option<std::os::fd::OwnedFd>,
-    last_run_ns: u64,
+    run_time: crate::run_time::RunTimeSampler,
     /// Closes the probes of library files no process maps any more.
     detacher: Detacher,
     /// Holds in a row whose probing took the whole hold (`hold_outlasted`).
@@ -202,8 +203,7 @@ impl ProbeLoop {
             follow_ups: Vec::new(),
             next_scan: Instant::now() + cfg.rescan,
             last_counters: Counters::default(),
-            run_time_fd: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
-            last_run_ns: 0,
+            run_time: crate::run_time::RunTimeSampler::new(cfg.probe_time_every),
             detacher: Detacher::start(stats.clone(), probes.take_holds_paused()),
             holds_outlasted: 0,
             probes,
@@ -438,9 +438,7 @@ impl ProbeLoop {
         let stalls = std::mem::take(&mut self.stalls);
         let delta = d.counters.since(&self.last_counters);
         self.last_counters = d.counters;
-        let run_ns = if self.run_time_fd.is_some() { total_run_ns(&self.probes) } else { 0 };
-        let probe_run_ns = run_ns.saturating_sub(self.last_run_ns);
-        self.last_run_ns = run_ns;
+        let probe_run_ns = self.run_time.window_end(&self.probes);
         if d.cgroups.iter().any(|(id, _)| !self.cg_paths.contains_key(id)) {
             self.cg_paths = cgroup_paths(&self.cfg.cgroup_mount, self.cfg.cgroup_root.as_deref());
         }
@@ -559,10 +557,6 @@ fn log_map_memory(stats: &LoopStats) {
             "BPF maps loaded"
         );
     }
-}
-
-fn total_run_ns(probes: &Probes) -> u64 {
-    probes.ebpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.run_time().as_nanos() as u64).sum()
 }
 
 /// Outlier thresholds per op: N × the op's running median, at least `min`.

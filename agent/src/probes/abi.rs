@@ -9,6 +9,7 @@ pub(crate) const COOKIE_TIMED: u64 = 1 << 16;
 pub(crate) const COOKIE_COMM_INIT: u64 = 1 << 17;
 pub(crate) const COOKIE_BRACKET: u64 = 1 << 18;
 pub(crate) const COOKIE_RT_CALLEE: u64 = 1 << 19;
+pub(crate) const COOKIE_STATIC_RT: u64 = 1 << 20;
 
 pub(crate) const PROC_EXEC: u32 = 1;
 pub(crate) const PROC_EXIT: u32 = 2;

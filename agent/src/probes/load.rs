@@ -11,7 +11,7 @@ use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink,
 use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 
-use super::abi::{Config, PyProc};
+use super::abi::{COOKIE_STATIC_RT, Config, PyProc};
 use super::attached::{Attachments, Links};
 use super::features::{Features, Object};
 use super::files::{FileId, OpenLib};
@@ -277,7 +277,12 @@ impl Probes {
         if self.attached.contains(&open.id) {
             return Ok(Attached::Already);
         }
-        let (syms, links) = self.attach_library(&open.fd_path(), f.lib)?;
+        // A runtime inside another file (an executable built with nvcc's
+        // default `-cudart static`): its code mapping is not the runtime's
+        // alone, so its launches keep the frame record (ebpf/calls.bpf.c).
+        let name = Path::new(&f.mapped_as).file_name().and_then(|n| n.to_str());
+        let static_runtime = f.lib == Lib::Cudart && name.and_then(Lib::from_file_name) != Some(Lib::Cudart);
+        let (syms, links) = self.attach_library(&open.fd_path(), f.lib, static_runtime)?;
         self.mark_probed(&open.id);
         // Probed ahead of use (pid 0: `--lib`, the usual directories): kept.
         self.attached.insert(open.id, links, f.pid == 0);
@@ -352,9 +357,9 @@ impl Probes {
     /// Attaches every op of `lib` found in the file; returns the symbols
     /// probed and the probes. All or nothing: on an error the probes placed
     /// are removed.
-    fn attach_library(&mut self, path: &Path, lib: Lib) -> Result<(Vec<&'static str>, Links)> {
+    fn attach_library(&mut self, path: &Path, lib: Lib, static_runtime: bool) -> Result<(Vec<&'static str>, Links)> {
         let mut links: Links = Vec::new();
-        match self.attach_ops(path, lib, &mut links) {
+        match self.attach_ops(path, lib, static_runtime, &mut links) {
             Ok(syms) => Ok((syms, links)),
             Err(e) => {
                 self.detach_links(links.into_iter());
@@ -363,7 +368,13 @@ impl Probes {
         }
     }
 
-    fn attach_ops(&mut self, path: &Path, lib: Lib, links: &mut Links) -> Result<Vec<&'static str>> {
+    fn attach_ops(
+        &mut self,
+        path: &Path,
+        lib: Lib,
+        static_runtime: bool,
+        links: &mut Links,
+    ) -> Result<Vec<&'static str>> {
         if lib == Lib::Libc {
             if !self.dlopen_hold || self.config.hold_dlopen == 0 {
                 return Ok(vec![]);
@@ -380,7 +391,8 @@ impl Probes {
                 tracing::debug!(symbol = op.symbol, path = %path.display(), "symbol not in this library");
                 continue;
             };
-            let cookie = (self.features.object() == Object::Full).then(|| op.cookie());
+            let placed = if static_runtime && op.bracketed() { COOKIE_STATIC_RT } else { 0 };
+            let cookie = (self.features.object() == Object::Full).then(|| op.cookie() | placed);
             let point = || UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie };
             let (entry_name, return_name) = self.call_programs(&op);
             // Return first: a call that passes the entry probe then always

@@ -3,7 +3,8 @@
  * functions are part of the executable, and only the driver (libcuda.so.1)
  * is loaded dynamically.
  *   static_cuda DRIVER_LIB wait DELAY_MS N
- * (waits for a byte on stdin, then N launches + N/10 syncs after DELAY_MS) */
+ * (waits for a byte on stdin, then N launches + N/10 syncs after DELAY_MS,
+ * then N/100 launches through the driver, made by the program itself) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -16,7 +17,8 @@ int main(int argc, char **argv)
 	char c;
 	if (argc < 5 || read(0, &c, 1) < 0)
 		return 2;
-	if (!dlopen(argv[1], RTLD_NOW)) {
+	void *driver = dlopen(argv[1], RTLD_NOW);
+	if (!driver) {
 		fprintf(stderr, "dlopen: %s\n", dlerror());
 		return 4;
 	}
@@ -29,6 +31,11 @@ int main(int argc, char **argv)
 		launch(0);
 	for (long i = 0; i < n / 10; i++)
 		sync(0);
+	int (*volatile own)(const void *) = (int (*)(const void *))dlsym(driver, "cuLaunchKernel");
+	if (!own)
+		return 5;
+	for (long i = 0; i < n / 100; i++)
+		own(0);
 	printf("done\n");
 	return 0;
 }

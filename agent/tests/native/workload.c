@@ -4,6 +4,8 @@
  *                [work:MS] (MS of CPU time: takes longer when the CPU is shared)
  *                [repeat:N]   (the steps after it run N times)
  *                [nccl:PATH]  (nccl* symbols come from this library from now on)
+ *                [driver:PATH] (cu* symbols other than cuda* likewise: the
+ *                             program calling the driver itself)
  *                [threads:N:SYMBOL] (N threads, one after another, each calls
  *                             SYMBOL once and exits: tids come and go)
  *                [kill:SIG]   (the process kills itself with signal SIG)
@@ -50,7 +52,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: workload LIB [steps...]\n");
 		return 2;
 	}
-	void *lib = NULL, *nccl = NULL;
+	void *lib = NULL, *nccl = NULL, *driver = NULL;
 	int loop_start = -1;
 	long loops = 0;
 	for (int i = 2; i < argc; i++) {
@@ -77,12 +79,17 @@ int main(int argc, char **argv)
 			volatile unsigned long x = 0;
 			while (now_ms() < end)
 				x++;
-		} else if (!strncmp(a, "nccl:", 5)) {
-			nccl = dlopen(a + 5, RTLD_NOW);
-			if (!nccl) {
+		} else if (!strncmp(a, "nccl:", 5) || !strncmp(a, "driver:", 7)) {
+			int is_nccl = a[0] == 'n';
+			void *h = dlopen(strchr(a, ':') + 1, RTLD_NOW);
+			if (!h) {
 				fprintf(stderr, "dlopen: %s\n", dlerror());
 				return 4;
 			}
+			if (is_nccl)
+				nccl = h;
+			else
+				driver = h;
 		} else if (!strncmp(a, "work:", 5)) {
 			double end = clock_ms(CLOCK_THREAD_CPUTIME_ID) + atol(a + 5);
 			volatile unsigned long x = 0;
@@ -131,6 +138,8 @@ int main(int argc, char **argv)
 			if (!lib)
 				lib = dlopen(argv[1], RTLD_NOW);
 			void *from = nccl && !strncmp(sym, "nccl", 4) ? nccl : lib;
+			if (driver && !strncmp(sym, "cu", 2) && strncmp(sym, "cuda", 4))
+				from = driver;
 			fn_t f = from ? (fn_t)dlsym(from, sym) : NULL;
 			if (!f) {
 				fprintf(stderr, "no symbol %s\n", sym);
