@@ -45,7 +45,7 @@ impl RunTimeSampler {
 
     /// Whether the next window is measured.
     fn due(&self) -> bool {
-        self.every != 0 && self.windows % u64::from(self.every) == 0
+        self.every != 0 && self.windows.is_multiple_of(u64::from(self.every))
     }
 }
 
