@@ -234,7 +234,6 @@ static __always_inline void atomic_max(__u64 *slot, __u64 v)
 		__v;                                                                \
 	})
 
-
 /* Defines NAME(key, zero): MAP's aggregate for key, created when absent.
  * One function per map of an A/B pair: a lookup instruction reached with
  * either half (chosen at run time) makes the verifier call the map through
