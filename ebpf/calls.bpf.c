@@ -29,6 +29,31 @@ struct {
 	__type(value, struct call_val);
 } zero_call SEC(".maps");
 
+/* Always zero: a new thread slot's first value (off the stack: a frame of
+ * 64 bytes or more gets a per-CPU private stack on recent kernels). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_call);
+} zero_slot SEC(".maps");
+
+/* Makes this thread's slot (rare: its first traced call), or NULL when the
+ * map refuses it (the call is then counted in the shared aggregate). */
+static __always_inline struct thread_call *slot_make(__u32 tid, __u32 tgid)
+{
+	__u32 zero = 0;
+	struct thread_call *z = bpf_map_lookup_elem(&zero_slot, &zero);
+	if (!z || bpf_map_update_elem(&thread_calls, &tid, z, BPF_ANY))
+		return 0;
+	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
+	if (tc) {
+		tc->tgid = tgid;
+		tc->born = bpf_ktime_get_ns();
+	}
+	return tc;
+}
+
 struct inflight_key {
 	__u64 pid_tgid;
 	__u32 op;
@@ -127,24 +152,38 @@ static __always_inline int entry_only_live(struct thread_call *tc, __u64 sp)
 	return ret == tc->ret;
 }
 
-/* Records an entry-only call's frame and return address in the thread's
- * slot (in place when it has one: no map update per launch). */
+/* Enters a call in the thread's slot, made at its first call (the slot
+ * keeps the runtime it has learnt and its launch counts): an entry-only
+ * call's frame and the return address found there (depth 0), or the
+ * outermost return-probed call (ret 0, depth 1). In place: no map update
+ * per call once the thread has its slot. */
+static __always_inline void slot_enter(struct thread_call *tc, __u32 tid, __u32 tgid, __u32 op, __u64 now, __u64 sp,
+				       __u64 ret, __u32 depth)
+{
+	if (!tc)
+		tc = slot_make(tid, tgid);
+	if (!tc)
+		return;
+	tc->since_ns = now;
+	tc->tgid = tgid;
+	tc->op = op;
+	tc->sp = sp;
+	tc->ret = ret;
+	tc->depth = depth;
+}
+
+/* An entry-only call's frame and return address (the bracket). */
 static __always_inline void record_frame(struct thread_call *tc, __u32 tid, __u32 tgid, __u32 op, __u64 now, __u64 sp)
 {
 	__u64 ret = 0;
 	bpf_probe_read_user(&ret, sizeof(ret), (void *)sp);
-	if (tc) {
-		tc->since_ns = now;
-		tc->tgid = tgid;
-		tc->op = op;
-		tc->depth = 0;
-		tc->sp = sp;
-		tc->ret = ret;
-		return;
-	}
-	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .sp = sp, .ret = ret };
-	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
+	slot_enter(tc, tid, tgid, op, now, sp, ret, 0);
 }
+
+/* What enter() found a call to be. */
+#define ENTER_OWN 0	/* the program's own call: count it */
+#define ENTER_NESTED 1	/* made by a traced call, counted there */
+#define ENTER_COUNTED 2 /* a runtime launch, counted in the thread's slot */
 
 #ifdef INGERO_COMPAT
 /* Linux < 5.17 (no bpf_find_vma): a runtime launch (COOKIE_BRACKET)
@@ -158,21 +197,20 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 	int nested = tc && (tc->depth > 0 ? sp < tc->sp : entry_only_live(tc, sp));
 	if (cookie & COOKIE_BRACKET) {
 		if (nested)
-			return 1;
+			return ENTER_NESTED;
 		record_frame(tc, tid, tgid, op, now, sp);
-		return 0;
+		return ENTER_OWN;
 	}
 	if (!(cookie & COOKIE_TIMED))
-		return nested;
+		return nested ? ENTER_NESTED : ENTER_OWN;
 	if (nested) {
 		/* Inside an entry-only call nothing will undo a deeper depth. */
 		if (tc->depth > 0)
 			ADD(tc->depth, 1);
-		return 1;
+		return ENTER_NESTED;
 	}
-	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .depth = 1, .sp = sp };
-	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
-	return 0;
+	slot_enter(tc, tid, tgid, op, now, sp, 0, 1);
+	return ENTER_OWN;
 }
 #else
 struct text_range {
@@ -198,18 +236,45 @@ static __noinline int runtime_text(__u64 ip, struct text_range *r)
 	return !bpf_find_vma(bpf_get_current_task_btf(), ip, text_of_vma, r, 0) && r->hi;
 }
 
-static __always_inline void learn_runtime(struct thread_call *tc, __u32 tid, __u32 tgid, __u64 ip)
+static __always_inline void learn_runtime(struct thread_call *tc, __u64 ip)
 {
 	struct text_range r = {};
 	if (!runtime_text(ip, &r))
 		return;
-	if (tc) {
-		tc->text_lo = r.lo;
-		tc->text_hi = r.hi;
-		return;
+	tc->text_lo = r.lo;
+	tc->text_hi = r.hi;
+}
+
+/* Counts a launch in the thread's own slot: only this thread writes it, so
+ * no atomic and no shared cache line (userspace reads the running totals).
+ * False when the slot's few op counters are all taken by other ops. */
+static __always_inline int slot_count(struct thread_call *tc, __u32 op)
+{
+	for (int i = 0; i < THREAD_COUNTS; i++) {
+		if (tc->counts[i].op == op + 1) {
+			tc->counts[i].n++;
+			return 1;
+		}
+		if (tc->counts[i].op == 0) {
+			tc->counts[i].n = 1;
+			tc->counts[i].op = op + 1;
+			return 1;
+		}
 	}
-	struct thread_call fresh = { .tgid = tgid, .text_lo = r.lo, .text_hi = r.hi };
-	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_NOEXIST);
+	return 0;
+}
+
+/* A thread's first runtime launch makes its slot: the runtime's code
+ * mapping, learnt now (or at the next launch while the process's mmap lock
+ * is taken), and this launch counted. The process is a CUDA user from now. */
+static __always_inline int new_slot(__u32 tid, __u32 tgid, __u32 op, __u64 ip)
+{
+	struct thread_call *tc = slot_make(tid, tgid);
+	if (!tc)
+		return 0;
+	track(tgid);
+	learn_runtime(tc, ip);
+	return slot_count(tc, op);
 }
 
 /* The address this call returns to: on x86-64 the word at the stack
@@ -235,9 +300,10 @@ static __always_inline __u64 return_address(struct pt_regs *ctx)
  *   the runtime's code, which the thread's slot has learnt (or, for a
  *   runtime linked into another file, while the launch's return address
  *   is still where its entry found it).
- * An entry-only runtime launch (COOKIE_BRACKET) reads its slot and writes
- * nothing: one trap, one lookup, no user memory read per launch (issue:
- * the bracket's return-address read was ~95 ns of a launch's ~335). */
+ * An entry-only runtime launch (COOKIE_BRACKET) reads its slot and counts
+ * itself there: one trap, one lookup, no user memory read, no shared
+ * aggregate per launch (the bracket's return-address read was ~95 ns of a
+ * launch's ~335 here; the aggregate's lookup and atomic add ~50). */
 static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now,
 				 __u64 sp)
 {
@@ -245,7 +311,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 	if (tc && tc->depth > 0 && sp < tc->sp) {
 		if (cookie & COOKIE_TIMED)
 			ADD(tc->depth, 1);
-		return 1;
+		return ENTER_NESTED;
 	}
 	if (cookie & COOKIE_BRACKET) {
 		/* A runtime inside another file (the executable, NCCL) shares
@@ -253,37 +319,28 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 		 * keep the frame-and-return-address record instead. */
 		if (cookie & COOKIE_STATIC_RT) {
 			record_frame(tc, tid, tgid, op, now, sp);
-			return 0;
+			return ENTER_OWN;
 		}
 		__u64 ip = PT_REGS_IP(ctx);
-		if (!tc || ip < tc->text_lo || ip >= tc->text_hi)
-			learn_runtime(tc, tid, tgid, ip);
-		return 0;
+		if (!tc)
+			return new_slot(tid, tgid, op, ip) ? ENTER_COUNTED : ENTER_OWN;
+		if (ip < tc->text_lo || ip >= tc->text_hi)
+			learn_runtime(tc, ip);
+		return slot_count(tc, op) ? ENTER_COUNTED : ENTER_OWN;
 	}
 	if ((cookie & COOKIE_RT_CALLEE) && tc) {
 		if (tc->text_hi) {
 			__u64 ret = return_address(ctx);
 			if (ret >= tc->text_lo && ret < tc->text_hi)
-				return 1;
+				return ENTER_NESTED;
 		}
 		if (entry_only_live(tc, sp))
-			return 1;
+			return ENTER_NESTED;
 	}
 	if (!(cookie & COOKIE_TIMED))
-		return 0;
-	if (tc) {
-		/* Outermost: the slot keeps the runtime it has learnt. */
-		tc->since_ns = now;
-		tc->tgid = tgid;
-		tc->op = op;
-		tc->sp = sp;
-		tc->ret = 0;
-		tc->depth = 1;
-		return 0;
-	}
-	struct thread_call fresh = { .since_ns = now, .tgid = tgid, .op = op, .depth = 1, .sp = sp };
-	bpf_map_update_elem(&thread_calls, &tid, &fresh, BPF_ANY);
-	return 0;
+		return ENTER_OWN;
+	slot_enter(tc, tid, tgid, op, now, sp, 0, 1);
+	return ENTER_OWN;
 }
 #endif
 
@@ -302,7 +359,9 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u64 cookie)
 	/* A clock read only where a start time is kept (entry-only launches
 	 * keep none: this runs at every launch). */
 	__u64 now = cookie & COOKIE_TIMED ? bpf_ktime_get_ns() : 0;
-	if (enter(ctx, (__u32)pid_tgid, tgid, op, cookie, now, PT_REGS_SP(ctx)))
+	/* A launch counted in its thread's slot is one of the events userspace
+	 * adds from the slots: nothing more to do here. */
+	if (enter(ctx, (__u32)pid_tgid, tgid, op, cookie, now, PT_REGS_SP(ctx)) != ENTER_OWN)
 		return 0;
 	struct counters *cn = ctrs();
 	if (cn)

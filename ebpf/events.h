@@ -50,6 +50,13 @@ struct sched_val {
 	__u64 runq_call_ns; /* part of runq_ns likewise */
 };
 
+#define THREAD_COUNTS 4
+
+struct op_count {
+	__u32 op; /* op id + 1; 0: unused */
+	__u32 n;  /* wraps: userspace takes differences */
+};
+
 /* The outermost traced call a thread is inside (key: tid). Calls made from
  * inside it (the driver under the runtime, NCCL's launches) only deepen it:
  * they are not counted again. Userspace reads it to report calls in flight
@@ -66,6 +73,19 @@ struct thread_call {
 	__u64 ret; /* entry-only call: the return address at sp; 0 otherwise (compat) */
 	__u64 text_lo; /* the code mapping of the runtime the thread launches through */
 	__u64 text_hi;
+	__u64 born; /* when the slot was made: a reused tid's slot is another thread's */
+	/* Entry-only launches through the dynamic runtime, counted here by the
+	 * thread itself (no shared aggregate, no atomic): cumulative for the
+	 * slot's life; userspace ships the difference each window, and a slot
+	 * removed at exit or exec goes to `retired` with its last counts. */
+	struct op_count counts[THREAD_COUNTS];
+};
+
+/* Key of a retired thread slot (proc.bpf.c). */
+struct retired_key {
+	__u32 tid;
+	__u32 pad;
+	__u64 born;
 };
 
 struct cgroup_val {

@@ -43,6 +43,29 @@ static __always_inline void emit(struct config *c, __u32 kind, struct task_struc
 	emit_ids(kind, tgid, task_cgroup_id(t), t, other, value);
 }
 
+/* Thread slots removed at exit or exec with launches counted in them
+ * (calls.bpf.c, slot_count): userspace ships what it has not yet seen of
+ * them and deletes them. Keyed with the slot's birth, so a tid reused at
+ * once cannot be mistaken for the thread that had it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct retired_key);
+	__type(value, struct thread_call);
+} retired SEC(".maps");
+
+/* Removes a thread's slot, keeping its launch counts for userspace. */
+static __always_inline void retire(__u32 tid)
+{
+	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
+	if (tc && tc->counts[0].op) {
+		struct retired_key k = { .tid = tid, .born = tc->born };
+		if (bpf_map_update_elem(&retired, &k, tc, BPF_NOEXIST))
+			count_map_full();
+	}
+	bpf_map_delete_elem(&thread_calls, &tid);
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
@@ -53,7 +76,7 @@ int BPF_PROG(on_exec, struct task_struct *p)
 	if (task_ids(c, p, &tgid, &tid)) {
 		/* The old image's runtime mapping is not the new one's: a driver
 		 * call returning there must not pass for the runtime's own. */
-		bpf_map_delete_elem(&thread_calls, &tid);
+		retire(tid);
 #ifndef INGERO_COMPAT
 		/* A new image is scanned anew before its first lookups go on. */
 		bpf_map_delete_elem(&known_procs, &tgid);
@@ -77,7 +100,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	/* Every thread: its tid may be reused, and must not inherit this
 	 * thread's scheduler state. */
 	bpf_map_delete_elem(&threads, &tid);
-	bpf_map_delete_elem(&thread_calls, &tid);
+	retire(tid);
 	if (BPF_CORE_READ(p, pid) != BPF_CORE_READ(p, tgid))
 		return 0;
 	/* The whole process leaving: every traced one, and every one in scope

@@ -17,5 +17,6 @@ pub(crate) mod progress;
 pub(crate) mod run_time;
 pub(crate) mod ship;
 pub(crate) mod stacks;
+pub(crate) mod thresholds;
 pub mod watchdog;
 pub(crate) mod window;

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, MapData};
 use ingero_proto::Tables;
-use ingero_proto::hist::Histogram;
 use tokio::sync::mpsc;
 
 use crate::attribution::Attributor;
@@ -20,11 +18,13 @@ use crate::detacher::Detacher;
 use crate::error::Result;
 use crate::probes::abi::{Counters, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK, ProcEvent};
 use crate::probes::drain::{self, Rings};
-use crate::probes::load::{Attached, Probes, map};
+use crate::probes::grace::Grace;
+use crate::probes::libs;
+use crate::probes::load::{Attached, Probes};
 use crate::probes::ops::Lib;
 use crate::probes::statics::StaticRuntimes;
+use crate::probes::thread_counts::ThreadCounts;
 use crate::probes::unpreempted::Unpreempted;
-use crate::probes::{libs, ops};
 use crate::stacks::Stacks;
 use crate::window::{HostFacts, Stall, WindowBuilder, WindowCtx};
 
@@ -156,6 +156,10 @@ pub struct ProbeLoop {
     detacher: Detacher,
     /// Holds in a row whose probing took the whole hold (`hold_outlasted`).
     holds_outlasted: u32,
+    /// Tells when the half flipped away from is no longer written.
+    grace: Grace,
+    /// What was last read of the launches threads count themselves.
+    per_thread: ThreadCounts,
 }
 
 impl std::fmt::Debug for ProbeLoop {
@@ -206,6 +210,8 @@ impl ProbeLoop {
             run_time: crate::run_time::RunTimeSampler::new(cfg.probe_time_every),
             detacher: Detacher::start(stats.clone(), probes.take_holds_paused()),
             holds_outlasted: 0,
+            grace: Grace::start()?,
+            per_thread: ThreadCounts::default(),
             probes,
             cfg,
             stats,
@@ -213,7 +219,7 @@ impl ProbeLoop {
         };
         l.scan(&libs::pids(l.cfg.cgroup_root.as_deref()));
         // A fixed outlier threshold applies from the first call, not the first window.
-        update_thresholds(&mut l.probes, &drain::Drained::default(), &mut l.medians, &l.cfg);
+        crate::thresholds::update_thresholds(&mut l.probes, &drain::Drained::default(), &mut l.medians, &l.cfg);
         l.attach_well_known();
         Ok(l)
     }
@@ -233,8 +239,9 @@ impl ProbeLoop {
             // after this one (a workload that ends just before SIGTERM) ship.
             let last = stop.load(Ordering::Relaxed);
             let stats = self.stats.clone();
+            let idle = self.flip_and_settle()?;
             let busy = stats.watchdog.enter(Step::CloseWindow);
-            let tables = self.close_window(window_start, window_us)?;
+            let tables = self.close_window(idle, window_start, window_us)?;
             drop(busy);
             let _busy = stats.watchdog.enter(Step::SendWindow);
             if tx.blocking_send(tables).is_err() || last {
@@ -308,7 +315,7 @@ impl ProbeLoop {
             if now >= window_end || stop.load(Ordering::Relaxed) {
                 return;
             }
-            self.rings.wait_procs(Duration::from_micros(((window_end - now) as u64).min(10_000)));
+            self.rings.wait_procs(None, Duration::from_micros(((window_end - now) as u64).min(10_000)));
             let stats = self.stats.clone();
             let dog = &stats.watchdog;
             let busy = dog.enter(Step::ProcessEvents);
@@ -424,9 +431,27 @@ impl ProbeLoop {
         self.events.push(e);
     }
 
-    /// Drains the kernel's window and turns it into tables.
-    fn close_window(&mut self, window_start: i64, window_us: i64) -> Result<Tables> {
-        let mut d = drain::drain(&mut self.probes)?;
+    /// Flips the aggregates' active half and handles process events until
+    /// every program that may still write the old one has finished: a thread
+    /// held at a library lookup keeps that wait from ending until the loop
+    /// releases it. Returns the half to drain.
+    fn flip_and_settle(&mut self) -> Result<u32> {
+        let idle = drain::flip(&mut self.probes)?;
+        self.grace.begin();
+        let stats = self.stats.clone();
+        let _busy = stats.watchdog.enter(Step::Settle);
+        while !self.grace.done() {
+            self.rings.wait_procs(Some(self.grace.fd()), Duration::from_millis(10));
+            for e in self.rings.procs() {
+                self.on_proc_event(e);
+            }
+        }
+        Ok(idle)
+    }
+
+    /// Drains the kernel's window (the idle half) and turns it into tables.
+    fn close_window(&mut self, idle: u32, window_start: i64, window_us: i64) -> Result<Tables> {
+        let mut d = drain::drain(&mut self.probes, idle, &mut self.per_thread)?;
         if !self.pid_filter.is_empty() {
             // Library probes fire for every process using the file: keep --pid only.
             let keep = &self.pid_filter;
@@ -472,25 +497,20 @@ impl ProbeLoop {
         self.stats.rows_invalid.fetch_add(invalid, Ordering::Relaxed);
         self.forget_exited();
         self.detach_unused();
-        update_thresholds(&mut self.probes, &d, &mut self.medians, &self.cfg);
+        crate::thresholds::update_thresholds(&mut self.probes, &d, &mut self.medians, &self.cfg);
         self.count_window(&delta, probe_run_ns);
         Ok(built.tables)
     }
 
-    /// Calls in flight per process at the window's end, and how long ago
-    /// each known CUDA process last made a call. A read error loses this
-    /// table for one window, never the window.
+    /// Calls in flight per process at the window's end (the thread slots
+    /// the drain read), and how long ago each known CUDA process last made a call.
     fn progress(&mut self, d: &drain::Drained, window_end: i64) -> Vec<crate::progress::Progress> {
         for (k, _) in &d.calls {
             self.last_call_us.insert(k.tgid, window_end);
         }
-        let in_flight = drain::calls_in_flight(&mut self.probes).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "reading the calls in flight");
-            Vec::new()
-        });
         let keep = &self.pid_filter;
         let in_flight: Vec<_> =
-            in_flight.into_iter().filter(|(_, c)| keep.is_empty() || keep.contains(&c.tgid)).collect();
+            d.threads.iter().copied().filter(|(_, c)| keep.is_empty() || keep.contains(&c.tgid)).collect();
         let now = crate::progress::mono_now_ns();
         crate::progress::collect(&in_flight, &self.last_call_us, now, window_end, crate::progress::proc_state)
     }
@@ -556,39 +576,5 @@ fn log_map_memory(stats: &LoopStats) {
             at_256_cpus_mib = mm.at_cpus(256) >> 20,
             "BPF maps loaded"
         );
-    }
-}
-
-/// Outlier thresholds per op: N × the op's running median, at least `min`.
-fn update_thresholds(probes: &mut Probes, d: &drain::Drained, medians: &mut HashMap<u32, f64>, cfg: &LoopConfig) {
-    let mut per_op: HashMap<u32, Histogram> = HashMap::new();
-    for (k, v) in &d.calls {
-        let h = per_op.entry(k.op).or_default();
-        for (i, &n) in v.hist.iter().enumerate() {
-            if n > 0 {
-                h.add(i as u8, n as u64);
-            }
-        }
-    }
-    let _rt = Unpreempted::for_maps(&probes.features);
-    let Ok(mut thr): std::result::Result<Array<&mut MapData, u64>, _> = map(&mut probes.ebpf, "thresholds") else {
-        return;
-    };
-    for op in ops::all().iter().filter(|o| o.timed) {
-        let id = op.id as u32;
-        let t = match cfg.outlier_abs {
-            Some(a) => a.as_nanos() as u64,
-            None => {
-                if let Some(m) = per_op.get(&id).and_then(|h| h.quantile(0.5)) {
-                    let e = medians.entry(id).or_insert(m as f64);
-                    *e = 0.8 * *e + 0.2 * m as f64;
-                }
-                match medians.get(&id) {
-                    Some(m) => ((m * cfg.outlier_factor) as u64).max(cfg.outlier_min.as_nanos() as u64),
-                    None => 0,
-                }
-            }
-        };
-        let _ = thr.set(id, t, 0);
     }
 }

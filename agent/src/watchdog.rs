@@ -16,13 +16,21 @@ pub enum Step {
     StallStacks,
     ScanNew,
     Rescan,
+    Settle,
     CloseWindow,
     SendWindow,
 }
 
 impl Step {
-    const ALL: [Step; 6] =
-        [Step::ProcessEvents, Step::StallStacks, Step::ScanNew, Step::Rescan, Step::CloseWindow, Step::SendWindow];
+    const ALL: [Step; 7] = [
+        Step::ProcessEvents,
+        Step::StallStacks,
+        Step::ScanNew,
+        Step::Rescan,
+        Step::Settle,
+        Step::CloseWindow,
+        Step::SendWindow,
+    ];
 
     pub fn what(self) -> &'static str {
         match self {
@@ -30,6 +38,7 @@ impl Step {
             Step::StallStacks => "resolving stall stacks",
             Step::ScanNew => "scanning new processes",
             Step::Rescan => "rescanning processes",
+            Step::Settle => "waiting for the probes to finish with the last window",
             Step::CloseWindow => "closing a window",
             Step::SendWindow => "handing a window to the shipper",
         }

@@ -68,6 +68,32 @@ pub(crate) struct ThreadCall {
     /// The code mapping of the dynamic runtime the thread launches through.
     pub text_lo: u64,
     pub text_hi: u64,
+    /// When the slot was made (a reused tid's slot is another thread's).
+    pub born: u64,
+    /// Runtime launches the thread counted itself: running totals.
+    pub counts: [OpCount; THREAD_COUNTS],
+}
+
+/// Op counters a thread slot has (`THREAD_COUNTS` in events.h).
+pub(crate) const THREAD_COUNTS: usize = 4;
+
+/// One op's running count in a thread slot.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct OpCount {
+    /// Op id + 1; 0: unused.
+    pub op: u32,
+    /// Wraps: only differences mean anything.
+    pub n: u32,
+}
+
+/// Key of a thread slot retired at exit or exec (`retired`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct RetiredKey {
+    pub tid: u32,
+    pub pad: u32,
+    pub born: u64,
 }
 
 #[repr(C)]
@@ -252,7 +278,7 @@ macro_rules! pod {
         )*
     };
 }
-pod!(CallKey, CallVal, SchedVal, ThreadCall, CgroupVal, IoKey, IoVal, Counters, Config, PyProc);
+pod!(CallKey, CallVal, SchedVal, ThreadCall, RetiredKey, CgroupVal, IoKey, IoVal, Counters, Config, PyProc);
 
 const _: () = {
     assert!(size_of::<CallKey>() == 8);
@@ -260,7 +286,11 @@ const _: () = {
     assert!(offset_of!(CallVal, hist) == 32);
     assert!(size_of::<SchedVal>() == 72);
     assert!(offset_of!(SchedVal, off_call_ns) == 56);
-    assert!(size_of::<ThreadCall>() == 56);
+    assert!(size_of::<ThreadCall>() == 64 + 8 * THREAD_COUNTS);
+    assert!(offset_of!(ThreadCall, born) == 56);
+    assert!(offset_of!(ThreadCall, counts) == 64);
+    assert!(size_of::<RetiredKey>() == 16);
+    assert!(offset_of!(RetiredKey, born) == 8);
     assert!(offset_of!(ThreadCall, text_lo) == 40);
     assert!(offset_of!(ThreadCall, ret) == 32);
     assert!(offset_of!(ThreadCall, sp) == 24);

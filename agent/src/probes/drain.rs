@@ -9,10 +9,13 @@ use aya::Pod;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 
 use super::abi::{
-    CallKey, CallVal, CgroupVal, Counters, IoKey, IoVal, ProcEvent, SchedVal, StallEvent, ThreadCall, read_event,
+    CallKey, CallVal, CgroupVal, Counters, HIST_BUCKETS, IoKey, IoVal, ProcEvent, RetiredKey, SchedVal, StallEvent,
+    ThreadCall, read_event,
 };
 use super::load::{Probes, map};
+use super::thread_counts::ThreadCounts;
 use crate::error::{Error, Result};
+use std::collections::HashMap;
 
 /// One window's worth of kernel aggregates.
 #[derive(Debug, Default)]
@@ -21,6 +24,9 @@ pub(crate) struct Drained {
     pub sched: Vec<(u32, SchedVal)>,
     pub cgroups: Vec<(u64, CgroupVal)>,
     pub io: Vec<(IoKey, IoVal)>,
+    /// Each thread's slot at the window's end (tid → slot): the call it is
+    /// inside and the launches it counted.
+    pub threads: Vec<(u32, ThreadCall)>,
     /// Cumulative since load, summed over CPUs.
     pub counters: Counters,
 }
@@ -40,53 +46,55 @@ fn drain_map<K: Pod + Eq + std::hash::Hash, V: Pod>(probes: &mut Probes, name: &
     Ok(out)
 }
 
-/// Returns once every program that may have read the old active index has
-/// finished, so draining the idle half loses no update. Programs run inside
-/// an RCU read-side section (non-sleepable: the kernel's BPF dispatch takes
-/// rcu_read_lock), and membarrier(MEMBARRIER_CMD_GLOBAL) is
-/// synchronize_rcu(). A fixed sleep loses counts whenever a vCPU is
-/// descheduled mid-program (a cloud VM's steal time; seen under qemu), so
-/// the sleep is kept only where a grace period could wait for a held thread.
-fn wait_for_running_programs(holds_possible: bool) {
-    /// MEMBARRIER_CMD_GLOBAL (uapi linux/membarrier.h).
-    const GLOBAL: libc::c_long = 1;
-    // A thread held at a library lookup spins in the kernel, and that keeps
-    // grace periods from ending until the hold does (seen on 6.1 and this
-    // machine's 6.18): the agent, which is to release the thread, would wait
-    // for it, and the thread's next lookup would be held again (a workload
-    // paused for seconds in the pods test). While holds are on: a margin.
-    if holds_possible {
-        std::thread::sleep(Duration::from_millis(5));
-        return;
-    }
-    // SAFETY: membarrier takes no pointers.
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, GLOBAL, 0 as libc::c_long, 0 as libc::c_long) };
-    if r != 0 {
-        // nohz_full kernels refuse GLOBAL: the old margin, generous.
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Flips the active half and drains the other one.
-pub(crate) fn drain(probes: &mut Probes) -> Result<Drained> {
+/// Makes the other half active and returns the idle one. Programs that read
+/// the old index may still be writing it: drain it only after a grace period
+/// that began after this (`grace::Grace`).
+pub(crate) fn flip(probes: &mut Probes) -> Result<u32> {
     let _rt = Unpreempted::for_maps(&probes.features);
     let idle = probes.active();
     probes.flip()?;
-    wait_for_running_programs(probes.holds_on());
+    Ok(idle)
+}
+
+/// Reads and empties the idle half once nothing writes it any more, and
+/// adds the launches threads counted in their own slots since the last
+/// window (retired slots first: see `thread_counts`).
+pub(crate) fn drain(probes: &mut Probes, idle: u32, per_thread: &mut ThreadCounts) -> Result<Drained> {
+    let _rt = Unpreempted::for_maps(&probes.features);
     let s = if idle == 0 { "a" } else { "b" };
-    let calls = drain_map::<CallKey, CallVal>(probes, &format!("calls_{s}"))?;
+    let mut calls = drain_map::<CallKey, CallVal>(probes, &format!("calls_{s}"))?;
     let sched = drain_map::<u32, SchedVal>(probes, &format!("sched_{s}"))?;
     let cgroups = drain_map::<u64, CgroupVal>(probes, &format!("cgcpu_{s}"))?;
     let io = drain_map::<IoKey, IoVal>(probes, &format!("io_{s}"))?;
-    Ok(Drained { calls, sched, cgroups, io, counters: counters(probes)? })
+    let retired = drain_map::<RetiredKey, ThreadCall>(probes, "retired")?;
+    // Unread, the slots' growth ships at the next window (their last reads are kept).
+    let threads = thread_slots(probes).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "reading the thread slots");
+        Vec::new()
+    });
+    add_counts(&mut calls, per_thread.window(&retired, &threads));
+    let mut counters = counters(probes)?;
+    counters.events += per_thread.total();
+    Ok(Drained { calls, sched, cgroups, io, threads, counters })
 }
 
-/// The traced call each thread is inside now (tid → call), read without
-/// changing the map: the programs own it.
-pub(crate) fn calls_in_flight(probes: &mut Probes) -> Result<Vec<(u32, ThreadCall)>> {
-    let _rt = Unpreempted::for_maps(&probes.features);
+/// Every thread slot, read without changing the map: the programs own it.
+fn thread_slots(probes: &mut Probes) -> Result<Vec<(u32, ThreadCall)>> {
     let m: BpfHashMap<&mut MapData, u32, ThreadCall> = map(&mut probes.ebpf, "thread_calls")?;
     Ok(m.iter().filter_map(|kv| kv.ok()).collect())
+}
+
+fn add_counts(calls: &mut Vec<(CallKey, CallVal)>, counts: HashMap<(u32, u32), u64>) {
+    let at: HashMap<(u32, u32), usize> = calls.iter().enumerate().map(|(i, (k, _))| ((k.tgid, k.op), i)).collect();
+    for ((tgid, op), n) in counts {
+        match at.get(&(tgid, op)) {
+            Some(&i) => calls[i].1.count += n,
+            None => calls.push((
+                CallKey { tgid, op },
+                CallVal { count: n, errors: 0, total_ns: 0, max_ns: 0, hist: [0; HIST_BUCKETS] },
+            )),
+        }
+    }
 }
 
 pub(crate) fn counters(probes: &mut Probes) -> Result<Counters> {
@@ -134,12 +142,13 @@ impl Rings {
         out
     }
 
-    /// Sleeps until a process event is ready or `timeout` passes.
-    pub(crate) fn wait_procs(&self, timeout: Duration) {
+    /// Sleeps until a process event is ready, `also` is readable, or `timeout` passes.
+    pub(crate) fn wait_procs(&self, also: Option<std::os::fd::RawFd>, timeout: Duration) {
         use std::os::fd::AsRawFd;
-        let mut pfd = libc::pollfd { fd: self.procs.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd we own, for the duration of the call.
-        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
+        let pfd = |fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut fds = [pfd(self.procs.as_raw_fd()), pfd(also.unwrap_or(-1))];
+        // SAFETY: valid pollfds we own, for the duration of the call (poll ignores fd -1).
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout.as_millis().max(1) as i32) };
     }
 
     pub(crate) fn procs(&mut self) -> Vec<ProcEvent> {

@@ -233,11 +233,6 @@ impl Probes {
         }
     }
 
-    /// Whether threads may be held at library lookups now.
-    pub fn holds_on(&self) -> bool {
-        self.config.hold_dlopen != 0
-    }
-
     /// True when the file behind this maps line of `pid` is known to be probed.
     pub fn is_attached(&self, f: &Found) -> bool {
         self.resolved.get(&f.pid).and_then(|m| m.get(&f.id)).is_some_and(|id| self.attached.contains(id))
