@@ -185,6 +185,15 @@ static __always_inline void record_frame(struct thread_call *tc, __u32 tid, __u3
 #define ENTER_NESTED 1	/* made by a traced call, counted there */
 #define ENTER_COUNTED 2 /* a runtime launch, counted in the thread's slot */
 
+/* A call made by a traced call: not counted, but it trapped, and traps
+ * again at its return when return-probed (userspace adds those traps to the
+ * agent's cost). Only this thread writes its slot. */
+static __always_inline int nested_in(struct thread_call *tc, __u64 cookie)
+{
+	tc->nested += cookie & COOKIE_TIMED ? 2 : 1;
+	return ENTER_NESTED;
+}
+
 #ifdef INGERO_COMPAT
 /* Linux < 5.17 (no bpf_find_vma): a runtime launch (COOKIE_BRACKET)
  * records its frame and return address, and a driver call below that
@@ -196,18 +205,18 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
 	int nested = tc && (tc->depth > 0 ? sp < tc->sp : entry_only_live(tc, sp));
 	if (cookie & COOKIE_BRACKET) {
-		if (nested)
-			return ENTER_NESTED;
+		if (nested && tc)
+			return nested_in(tc, cookie);
 		record_frame(tc, tid, tgid, op, now, sp);
 		return ENTER_OWN;
 	}
 	if (!(cookie & COOKIE_TIMED))
-		return nested ? ENTER_NESTED : ENTER_OWN;
+		return nested && tc ? nested_in(tc, cookie) : ENTER_OWN;
 	if (nested) {
 		/* Inside an entry-only call nothing will undo a deeper depth. */
 		if (tc->depth > 0)
 			ADD(tc->depth, 1);
-		return ENTER_NESTED;
+		return nested_in(tc, cookie);
 	}
 	slot_enter(tc, tid, tgid, op, now, sp, 0, 1);
 	return ENTER_OWN;
@@ -311,7 +320,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 	if (tc && tc->depth > 0 && sp < tc->sp) {
 		if (cookie & COOKIE_TIMED)
 			ADD(tc->depth, 1);
-		return ENTER_NESTED;
+		return nested_in(tc, cookie);
 	}
 	if (cookie & COOKIE_BRACKET) {
 		/* A runtime inside another file (the executable, NCCL) shares
@@ -332,10 +341,10 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 		if (tc->text_hi) {
 			__u64 ret = return_address(ctx);
 			if (ret >= tc->text_lo && ret < tc->text_hi)
-				return ENTER_NESTED;
+				return nested_in(tc, cookie);
 		}
 		if (entry_only_live(tc, sp))
-			return ENTER_NESTED;
+			return nested_in(tc, cookie);
 	}
 	if (!(cookie & COOKIE_TIMED))
 		return ENTER_OWN;

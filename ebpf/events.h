@@ -68,7 +68,7 @@ struct thread_call {
 	__u32 tgid;
 	__u32 op;
 	__u32 depth;
-	__u32 pad;
+	__u32 nested; /* traps of probed calls made inside traced calls (not calls of their own) */
 	__u64 sp;  /* stack pointer at the outermost call's entry */
 	__u64 ret; /* entry-only call: the return address at sp; 0 otherwise (compat) */
 	__u64 text_lo; /* the code mapping of the runtime the thread launches through */

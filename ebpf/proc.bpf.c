@@ -44,7 +44,7 @@ static __always_inline void emit(struct config *c, __u32 kind, struct task_struc
 }
 
 /* Thread slots removed at exit or exec with launches counted in them
- * (calls.bpf.c, slot_count): userspace ships what it has not yet seen of
+ * or nested calls (calls.bpf.c): userspace ships what it has not yet seen of
  * them and deletes them. Keyed with the slot's birth, so a tid reused at
  * once cannot be mistaken for the thread that had it. */
 struct {
@@ -58,7 +58,7 @@ struct {
 static __always_inline void retire(__u32 tid)
 {
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
-	if (tc && tc->counts[0].op) {
+	if (tc && (tc->counts[0].op || tc->nested)) {
 		struct retired_key k = { .tid = tid, .born = tc->born };
 		if (bpf_map_update_elem(&retired, &k, tc, BPF_NOEXIST))
 			count_map_full();

@@ -167,6 +167,16 @@ pub fn load_checks() -> Vec<Check> {
     };
     let mut out = vec![Check::new("eBPF programs", true, format!("load ({object}); tracepoints attach"), "")];
     out.extend(probes.features.table().iter().map(|&(f, has)| Check::feature(f, has)));
+    if let Some(ns) = probes.trap_ns {
+        // A launch-bound training loop makes ~10k launches a second.
+        let percent = ns * 10_000.0 / 1e9 * 100.0;
+        out.push(Check::new(
+            "trap cost",
+            true,
+            format!("{ns:.0} ns a probed call; at 10,000 launches/s {percent:.1}% of a CPU"),
+            "",
+        ));
+    }
     if let Ok(mm) = MapMemory::of_pid(std::process::id()) {
         let limit = own_memory_limit();
         let fits = limit.is_none_or(|l| mm.total() * 2 <= l);

@@ -5,6 +5,7 @@
 pub mod agent;
 pub(crate) mod attribution;
 pub mod check;
+pub(crate) mod cost;
 pub(crate) mod detacher;
 pub(crate) mod embedded;
 pub mod error;

@@ -59,6 +59,7 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
     let mut rows = rows.to_vec();
     rows.extend(hold_rows(l));
     rows.extend(detach_rows(l));
+    rows.extend(cost_rows(l));
     if let Some(k) = l.kube.get() {
         rows.extend([
             (
@@ -76,6 +77,31 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
     }
     out
+}
+
+/// The agent's trap cost to the processes it traces (cost.rs).
+fn cost_rows(l: &LoopStats) -> [(&'static str, &'static str, &'static str, u64); 3] {
+    let g = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
+    [
+        (
+            "ingero_agent_trap_ns",
+            "gauge",
+            "What one uprobe trap costs a probed call on this node, measured at start (0: not measured)",
+            g(&l.trap_ns),
+        ),
+        (
+            "ingero_agent_trap_time_ns_total",
+            "counter",
+            "Time traced processes spent in the agent's traps (probed calls x ingero_agent_trap_ns)",
+            g(&l.trap_time_ns),
+        ),
+        (
+            "ingero_agent_busiest_process_trap_ppm",
+            "gauge",
+            "Largest share of one CPU a traced process spent in the agent's traps last window (parts per million; goal < 10000)",
+            g(&l.busiest_trap_ppm),
+        ),
+    ]
 }
 
 /// Probes of library files no process maps any more (detacher.rs).

@@ -69,6 +69,12 @@ pub struct LoopStats {
     pub lib_hold_ns: AtomicU64,
     pub lib_hold_timeouts: AtomicU64,
     pub probe_run_ns: AtomicU64,
+    /// What one trap costs a probed call here (ns; 0: not measured).
+    pub trap_ns: AtomicU64,
+    /// Time traced processes spent in the agent's traps (estimate: traps x trap_ns).
+    pub trap_time_ns: AtomicU64,
+    /// The largest share of one CPU a traced process spent in them last window (ppm).
+    pub busiest_trap_ppm: AtomicU64,
     pub libraries: AtomicU64,
     /// Library files that could not be probed (each is retried on the next scan).
     pub attach_failures: AtomicU64,
@@ -87,38 +93,16 @@ pub struct LoopStats {
     pub watchdog: Watchdog,
 }
 
-/// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.
 /// Holds in a row that outlast their probing before the hold is turned off.
 const HOLDS_OUTLASTED_OFF: u32 = 3;
 
+/// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.
 fn mono_to_wall_us() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     let mono_us = ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000;
     chrono::Utc::now().timestamp_micros() - mono_us
-}
-
-/// Walks the cgroup tree: id (inode) → path, for naming cgroups in reports.
-/// cgroup id → path relative to the mount; only under `scope` when the agent
-/// is scoped with --cgroup-root (that subtree is its "node").
-fn cgroup_paths(mount: &std::path::Path, scope: Option<&std::path::Path>) -> HashMap<u64, String> {
-    use std::os::unix::fs::MetadataExt;
-    let mut out = HashMap::new();
-    let mut stack = vec![scope.unwrap_or(mount).to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        if let Ok(m) = std::fs::metadata(&dir) {
-            let rel = dir.strip_prefix(mount).map(|p| format!("/{}", p.display())).unwrap_or_default();
-            out.insert(m.ino(), rel);
-        }
-        if let Ok(rd) = std::fs::read_dir(&dir) {
-            stack.extend(rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
-        }
-        if out.len() > 100_000 {
-            break;
-        }
-    }
-    out
 }
 
 /// The probe thread's state: the loaded probes, what it knows of each
@@ -160,6 +144,7 @@ pub struct ProbeLoop {
     grace: Grace,
     /// What was last read of the launches threads count themselves.
     per_thread: ThreadCounts,
+    over_goal: crate::cost::OverGoal,
 }
 
 impl std::fmt::Debug for ProbeLoop {
@@ -191,6 +176,7 @@ impl ProbeLoop {
             probes.set_targets(&cfg.pids)?;
         }
         log_map_memory(&stats);
+        stats.trap_ns.store(probes.trap_ns.map_or(0, |t| t.round() as u64), Ordering::Relaxed);
         let mut l = ProbeLoop {
             rings,
             attr: Attributor::new(cfg.cgroup_mount.clone()).with_kubernetes(kube.watch, kube.gpus),
@@ -199,7 +185,7 @@ impl ProbeLoop {
             stacks: Stacks::default(),
             stalls: Vec::new(),
             pid_filter: cfg.pids.iter().copied().collect(),
-            cg_paths: cgroup_paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref()),
+            cg_paths: crate::attribution::cgroup::paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref()),
             medians: HashMap::new(),
             described: HashMap::new(),
             last_call_us: HashMap::new(),
@@ -212,6 +198,7 @@ impl ProbeLoop {
             holds_outlasted: 0,
             grace: Grace::start()?,
             per_thread: ThreadCounts::default(),
+            over_goal: Default::default(),
             probes,
             cfg,
             stats,
@@ -460,12 +447,13 @@ impl ProbeLoop {
             d.io.retain(|(k, _)| keep.contains(&k.tgid));
         }
         self.take_stalls();
+        self.count_cost(&d);
         let stalls = std::mem::take(&mut self.stalls);
         let delta = d.counters.since(&self.last_counters);
         self.last_counters = d.counters;
         let probe_run_ns = self.run_time.window_end(&self.probes);
         if d.cgroups.iter().any(|(id, _)| !self.cg_paths.contains_key(id)) {
-            self.cg_paths = cgroup_paths(&self.cfg.cgroup_mount, self.cfg.cgroup_root.as_deref());
+            self.cg_paths = crate::attribution::cgroup::paths(&self.cfg.cgroup_mount, self.cfg.cgroup_root.as_deref());
         }
         let progress = self.progress(&d, window_start + window_us);
         let ctx = WindowCtx {
@@ -525,6 +513,7 @@ impl ProbeLoop {
                 self.stacks.forget(e.tgid);
                 self.described.remove(&e.tgid);
                 self.last_call_us.remove(&e.tgid);
+                self.over_goal.forget(e.tgid);
             }
         }
         // Exits lost to a full ring buffer, and reused pids, are caught here:
@@ -552,6 +541,17 @@ impl ProbeLoop {
             tracing::info!(files = n, probed, "detaching library files no traced process maps");
             self.detacher.send(links);
         }
+    }
+
+    /// The window's trap cost to the traced processes (metrics, and a
+    /// warning for a process above the goal).
+    fn count_cost(&mut self, d: &drain::Drained) {
+        let Some(trap_ns) = self.probes.trap_ns else { return };
+        let c = crate::cost::window_cost(trap_ns, &d.calls, &d.nested, self.cfg.window);
+        self.stats.trap_time_ns.fetch_add(c.total_ns, Ordering::Relaxed);
+        let ppm = c.busiest.map_or(0, |(_, share)| (share * 1e6) as u64);
+        self.stats.busiest_trap_ppm.store(ppm, Ordering::Relaxed);
+        self.over_goal.check(&c);
     }
 
     fn count_window(&self, delta: &Counters, probe_run_ns: u64) {

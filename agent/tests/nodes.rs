@@ -350,6 +350,8 @@ fn check_names_the_namespace_and_the_kernel_memory_and_mounts_nothing() {
     assert!(line("pid namespace").contains("pid:["), "{text}");
     assert!(line("kernel memory").starts_with("ok") && line("kernel memory").contains("at 256"), "{text}");
     assert!(line("eBPF programs").starts_with("ok"), "{text}");
+    let trap: u64 = line("trap cost").split_whitespace().find_map(|w| w.parse().ok()).unwrap_or(0);
+    assert!((50..100_000).contains(&trap), "a trap's cost measured: {text}");
     assert!(text.lines().all(|l| l.chars().count() <= 100), "lines fit a terminal:\n{text}");
     let mounts_after = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
     assert_eq!(mounts_before, mounts_after, "check mounts nothing");
@@ -494,4 +496,37 @@ async fn an_oom_kill_is_recorded_for_its_victim() {
     assert!(ev.iter().any(|(k, _)| k == "oom_kill"), "oom_kill of pid {pid}: {ev:?}\n{log}");
     assert!(ev.contains(&("exit".into(), 137)), "{ev:?}");
     let _ = std::fs::remove_dir(&limit_dir);
+}
+
+/// The agent's cost to a process: its probed calls' traps (launches once,
+/// timed calls twice, nested driver calls too) times the trap cost it
+/// measured at start, in /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_trap_cost_to_a_process_is_counted() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("cost");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut args = store_args(dir.path(), &cg);
+    args.push(format!("--metrics-addr={addr}"));
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    let trap_ns = metric(&addr, "ingero_agent_trap_ns");
+    assert!((50..100_000).contains(&trap_ns), "a trap costs {trap_ns} ns here");
+    let w = Workload::start(
+        &wl,
+        &lib,
+        &["open", "call:cudaLaunchKernel:20000:0", "call:cudaStreamSynchronize:100:0", "sleep:1500"],
+        &cg,
+    );
+    w.wait();
+    let spent = metric(&addr, "ingero_agent_trap_time_ns_total") as f64;
+    let log = agent.stop();
+    // Each runtime call makes its driver call (probed too, nested: not a
+    // call of the program's, but a trap): 20,000 launches trap twice, 100
+    // syncs four times (entry and return, runtime and driver).
+    let want = (2.0 * 20_000.0 + 4.0 * 100.0) * trap_ns as f64;
+    assert!((spent / want - 1.0).abs() < 0.01, "trap time {spent} ns, expected {want}\n{log}");
 }

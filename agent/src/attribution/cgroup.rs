@@ -134,6 +134,31 @@ pub(crate) fn namespace_root(mount: &Path) -> PathBuf {
     mount.to_path_buf()
 }
 
+/// Walks the cgroup tree: id (inode) → path, for naming cgroups in reports.
+/// cgroup id → path relative to the mount; only under `scope` when the agent
+/// is scoped with --cgroup-root (that subtree is its "node").
+pub(crate) fn paths(
+    mount: &std::path::Path,
+    scope: Option<&std::path::Path>,
+) -> std::collections::HashMap<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::HashMap::new();
+    let mut stack = vec![scope.unwrap_or(mount).to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if let Ok(m) = std::fs::metadata(&dir) {
+            let rel = dir.strip_prefix(mount).map(|p| format!("/{}", p.display())).unwrap_or_default();
+            out.insert(m.ino(), rel);
+        }
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            stack.extend(rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+        }
+        if out.len() > 100_000 {
+            break;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,7 +59,9 @@ pub(crate) struct ThreadCall {
     pub tgid: u32,
     pub op: u32,
     pub depth: u32,
-    pub pad: u32,
+    /// Traps of probed calls made inside traced calls (not calls of their
+    /// own; 2 for a return-probed one): a running total, like `counts`.
+    pub nested: u32,
     /// Stack pointer at the outermost call's entry.
     pub sp: u64,
     /// Entry-only call: the return address found at `sp`; 0 otherwise
@@ -295,6 +297,7 @@ const _: () = {
     assert!(offset_of!(ThreadCall, ret) == 32);
     assert!(offset_of!(ThreadCall, sp) == 24);
     assert!(offset_of!(ThreadCall, depth) == 16);
+    assert!(offset_of!(ThreadCall, nested) == 20);
     assert!(size_of::<CgroupVal>() == 16);
     assert!(size_of::<IoKey>() == 16);
     assert!(size_of::<IoVal>() == 32 + 4 * HIST_BUCKETS);

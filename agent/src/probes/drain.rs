@@ -27,6 +27,8 @@ pub(crate) struct Drained {
     /// Each thread's slot at the window's end (tid → slot): the call it is
     /// inside and the launches it counted.
     pub threads: Vec<(u32, ThreadCall)>,
+    /// Probed calls made inside traced calls, per tgid (each trapped).
+    pub nested: HashMap<u32, u64>,
     /// Cumulative since load, summed over CPUs.
     pub counters: Counters,
 }
@@ -72,10 +74,11 @@ pub(crate) fn drain(probes: &mut Probes, idle: u32, per_thread: &mut ThreadCount
         tracing::warn!(error = %e, "reading the thread slots");
         Vec::new()
     });
-    add_counts(&mut calls, per_thread.window(&retired, &threads));
+    let growth = per_thread.window(&retired, &threads);
+    add_counts(&mut calls, growth.calls);
     let mut counters = counters(probes)?;
     counters.events += per_thread.total();
-    Ok(Drained { calls, sched, cgroups, io, threads, counters })
+    Ok(Drained { calls, sched, cgroups, io, threads, nested: growth.nested, counters })
 }
 
 /// Every thread slot, read without changing the map: the programs own it.

@@ -66,6 +66,8 @@ pub struct Probes {
     dlopen_hold: bool,
     /// What the kernel can do, and so which object is loaded.
     pub features: Features,
+    /// What one trap costs a probed call here (ns), measured at load.
+    pub trap_ns: Option<f64>,
 }
 
 /// What `attach_found` did.
@@ -128,11 +130,19 @@ impl Probes {
             }
         };
         attach_tracepoints(&mut ebpf, &btf)?;
+        let trap_ns = super::trap_cost::measure_or_warn(&mut ebpf);
         // Pids in every event are those of the agent's own namespace (a kind
         // node, a nested container), so /proc lookups and --pid agree.
         let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), hold_dlopen: 1, ..Config::default() };
-        let mut p =
-            Probes { ebpf, config, attached: Attachments::default(), resolved: HashMap::new(), dlopen_hold, features };
+        let mut p = Probes {
+            ebpf,
+            config,
+            attached: Attachments::default(),
+            resolved: HashMap::new(),
+            dlopen_hold,
+            features,
+            trap_ns,
+        };
         p.write_config()?;
         Ok(p)
     }

@@ -22,7 +22,17 @@ const ABSENT_WINDOWS: u8 = 2;
 #[derive(Debug)]
 struct Seen {
     counts: [OpCount; THREAD_COUNTS],
+    nested: u32,
     absent: u8,
+}
+
+/// What the slots grew by in one window.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Growth {
+    /// Launches per (tgid, op id).
+    pub calls: HashMap<(u32, u32), u64>,
+    /// Probed calls made inside traced calls, per tgid (trapped, not counted as calls).
+    pub nested: HashMap<u32, u64>,
 }
 
 /// What was last read of each thread slot.
@@ -35,17 +45,13 @@ pub(crate) struct ThreadCounts {
 }
 
 impl ThreadCounts {
-    /// Launches per (tgid, op id) since the last call: `retired` as read
-    /// (and removed) from the kernel, then `live` as read after it.
-    pub(crate) fn window(
-        &mut self,
-        retired: &[(RetiredKey, ThreadCall)],
-        live: &[(u32, ThreadCall)],
-    ) -> HashMap<(u32, u32), u64> {
-        let mut out = HashMap::new();
+    /// What the slots grew by since the last call: `retired` as read (and
+    /// removed) from the kernel, then `live` as read after it.
+    pub(crate) fn window(&mut self, retired: &[(RetiredKey, ThreadCall)], live: &[(u32, ThreadCall)]) -> Growth {
+        let mut out = Growth::default();
         let mut gone = HashSet::new();
         for (k, slot) in retired {
-            let before = self.seen.remove(&(k.tid, k.born)).map(|s| s.counts);
+            let before = self.seen.remove(&(k.tid, k.born));
             add_growth(&mut out, slot, before.as_ref());
             gone.insert((k.tid, k.born));
         }
@@ -53,12 +59,11 @@ impl ThreadCounts {
         for (tid, slot) in live {
             let key = (*tid, slot.born);
             // Retired in this very read (copied, not yet removed): counted above.
-            if slot.counts[0].op == 0 || gone.contains(&key) {
+            if (slot.counts[0].op == 0 && slot.nested == 0) || gone.contains(&key) {
                 continue;
             }
-            let before = self.seen.get(&key).map(|s| s.counts);
-            add_growth(&mut out, slot, before.as_ref());
-            self.seen.insert(key, Seen { counts: slot.counts, absent: 0 });
+            add_growth(&mut out, slot, self.seen.get(&key));
+            self.seen.insert(key, Seen { counts: slot.counts, nested: slot.nested, absent: 0 });
             now_live.insert(key);
         }
         self.seen.retain(|k, s| {
@@ -67,8 +72,9 @@ impl ThreadCounts {
             }
             s.absent <= ABSENT_WINDOWS
         });
-        out.retain(|_, n| *n > 0);
-        self.total += out.values().sum::<u64>();
+        out.calls.retain(|_, n| *n > 0);
+        out.nested.retain(|_, n| *n > 0);
+        self.total += out.calls.values().sum::<u64>();
         out
     }
 
@@ -84,17 +90,19 @@ impl ThreadCounts {
     }
 }
 
-/// Adds what each of the slot's op counters grew since `before`. A slot's
+/// Adds what each of the slot's counters grew since `before`. A slot's op
 /// counters are claimed in order and keep their op for its life, so index i
 /// is the same op in both reads (or unclaimed before).
-fn add_growth(out: &mut HashMap<(u32, u32), u64>, slot: &ThreadCall, before: Option<&[OpCount; THREAD_COUNTS]>) {
+fn add_growth(out: &mut Growth, slot: &ThreadCall, before: Option<&Seen>) {
     for (i, c) in slot.counts.iter().enumerate() {
         if c.op == 0 {
             break;
         }
-        let prev = before.map(|b| b[i]).filter(|b| b.op == c.op).map_or(0, |b| b.n);
-        *out.entry((slot.tgid, c.op - 1)).or_insert(0) += u64::from(c.n.wrapping_sub(prev));
+        let prev = before.map(|b| b.counts[i]).filter(|b| b.op == c.op).map_or(0, |b| b.n);
+        *out.calls.entry((slot.tgid, c.op - 1)).or_insert(0) += u64::from(c.n.wrapping_sub(prev));
     }
+    let nested = slot.nested.wrapping_sub(before.map_or(0, |b| b.nested));
+    *out.nested.entry(slot.tgid).or_insert(0) += u64::from(nested);
 }
 
 #[cfg(test)]
@@ -117,10 +125,10 @@ mod tests {
     fn live_slots_ship_their_growth_each_window() {
         let mut t = ThreadCounts::default();
         let w = t.window(&[], &[(7, slot(1, 10, &[(3, 5)])), (8, slot(1, 11, &[(3, 2), (4, 1)]))]);
-        assert_eq!(w, HashMap::from([((1, 3), 7), ((1, 4), 1)]));
+        assert_eq!(w.calls, HashMap::from([((1, 3), 7), ((1, 4), 1)]));
         let w = t.window(&[], &[(7, slot(1, 10, &[(3, 9)])), (8, slot(1, 11, &[(3, 2), (4, 1)]))]);
-        assert_eq!(w, HashMap::from([((1, 3), 4)]));
-        assert!(t.window(&[], &[(7, slot(1, 10, &[(3, 9)]))]).is_empty(), "no growth, no row");
+        assert_eq!(w.calls, HashMap::from([((1, 3), 4)]));
+        assert!(t.window(&[], &[(7, slot(1, 10, &[(3, 9)]))]).calls.is_empty(), "no growth, no row");
         assert_eq!(t.total(), 12);
     }
 
@@ -129,18 +137,18 @@ mod tests {
         let mut t = ThreadCounts::default();
         t.window(&[], &[(7, slot(1, 10, &[(3, u32::MAX - 1)]))]);
         let w = t.window(&[], &[(7, slot(1, 10, &[(3, 3)]))]);
-        assert_eq!(w[&(1, 3)], 5);
+        assert_eq!(w.calls[&(1, 3)], 5);
     }
 
     #[test]
     fn an_exit_between_reads_is_counted_once_at_the_next_window() {
         let mut t = ThreadCounts::default();
-        assert_eq!(t.window(&[], &[(7, slot(1, 10, &[(3, 100)]))])[&(1, 3)], 100);
+        assert_eq!(t.window(&[], &[(7, slot(1, 10, &[(3, 100)]))]).calls[&(1, 3)], 100);
         // Exited after this window's retired read: gone from the live read.
-        assert!(t.window(&[], &[]).is_empty());
+        assert_eq!(t.window(&[], &[]), Growth::default());
         // Its retired copy arrives now: only what the agent had not seen.
         let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 130)]))], &[]);
-        assert_eq!(w, HashMap::from([((1, 3), 30)]));
+        assert_eq!(w.calls, HashMap::from([((1, 3), 30)]));
         assert_eq!(t.len(), 0);
     }
 
@@ -150,17 +158,17 @@ mod tests {
         t.window(&[], &[(7, slot(1, 10, &[(3, 100)]))]);
         // Thread 7 (born 10) exited with 120; a new thread 7 (born 50) has 4.
         let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 120)]))], &[(7, slot(2, 50, &[(3, 4)]))]);
-        assert_eq!(w, HashMap::from([((1, 3), 20), ((2, 3), 4)]));
+        assert_eq!(w.calls, HashMap::from([((1, 3), 20), ((2, 3), 4)]));
         // The new thread goes on.
         let w = t.window(&[], &[(7, slot(2, 50, &[(3, 6)]))]);
-        assert_eq!(w, HashMap::from([((2, 3), 2)]));
+        assert_eq!(w.calls, HashMap::from([((2, 3), 2)]));
     }
 
     #[test]
     fn a_thread_born_and_gone_within_a_window_counts_whole() {
         let mut t = ThreadCounts::default();
         let w = t.window(&[(rk(9, 1), slot(4, 1, &[(3, 12), (5, 1)]))], &[]);
-        assert_eq!(w, HashMap::from([((4, 3), 12), ((4, 5), 1)]));
+        assert_eq!(w.calls, HashMap::from([((4, 3), 12), ((4, 5), 1)]));
     }
 
     #[test]
@@ -168,7 +176,7 @@ mod tests {
         let mut t = ThreadCounts::default();
         t.window(&[], &[(7, slot(1, 10, &[(3, 10)]))]);
         let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 15)]))], &[(7, slot(1, 10, &[(3, 15)]))]);
-        assert_eq!(w, HashMap::from([((1, 3), 5)]));
+        assert_eq!(w.calls, HashMap::from([((1, 3), 5)]));
         assert_eq!(t.len(), 0);
     }
 
@@ -180,5 +188,16 @@ mod tests {
             t.window(&[], &[]);
         }
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn nested_calls_grow_like_counts_and_keep_a_compat_slot_alive() {
+        let mut t = ThreadCounts::default();
+        let nested = |tgid, born, n| ThreadCall { tgid, born, nested: n, ..ThreadCall::default() };
+        let w = t.window(&[], &[(7, nested(1, 10, 4)), (8, slot(1, 11, &[(3, 2)]))]);
+        assert_eq!(w.nested, HashMap::from([(1, 4)]));
+        let w = t.window(&[(rk(7, 10), nested(1, 10, 9))], &[]);
+        assert_eq!(w.nested, HashMap::from([(1, 5)]));
+        assert!(w.calls.is_empty());
     }
 }
