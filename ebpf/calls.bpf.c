@@ -252,6 +252,9 @@ static __always_inline void learn_runtime(struct thread_call *tc, __u64 ip)
 		return;
 	tc->text_lo = r.lo;
 	tc->text_hi = r.hi;
+	/* A frame recorded while unlearnt must not make a later driver call
+	 * the program makes from that same frame pass for a nested one. */
+	tc->ret = 0;
 }
 
 /* Counts a launch in the thread's own slot: only this thread writes it, so
@@ -271,19 +274,6 @@ static __always_inline int slot_count(struct thread_call *tc, __u32 op)
 		}
 	}
 	return 0;
-}
-
-/* A thread's first runtime launch makes its slot: the runtime's code
- * mapping, learnt now (or at the next launch while the process's mmap lock
- * is taken), and this launch counted. The process is a CUDA user from now. */
-static __always_inline int new_slot(__u32 tid, __u32 tgid, __u32 op, __u64 ip)
-{
-	struct thread_call *tc = slot_make(tid, tgid);
-	if (!tc)
-		return 0;
-	track(tgid);
-	learn_runtime(tc, ip);
-	return slot_count(tc, op);
 }
 
 /* The address this call returns to: on x86-64 the word at the stack
@@ -330,11 +320,21 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 			record_frame(tc, tid, tgid, op, now, sp);
 			return ENTER_OWN;
 		}
+		if (!tc) {
+			/* The thread's first launch: from now on a CUDA user. */
+			tc = slot_make(tid, tgid);
+			if (!tc)
+				return ENTER_OWN;
+			track(tgid);
+		}
 		__u64 ip = PT_REGS_IP(ctx);
-		if (!tc)
-			return new_slot(tid, tgid, op, ip) ? ENTER_COUNTED : ENTER_OWN;
 		if (ip < tc->text_lo || ip >= tc->text_hi)
 			learn_runtime(tc, ip);
+		/* Not learnt (the process's mmap lock was taken: seen for a whole
+		 * first burst of launches): this launch keeps the frame record,
+		 * so its driver call is still known for the runtime's own. */
+		if (!tc->text_hi)
+			record_frame(tc, tid, tgid, op, now, sp);
 		return slot_count(tc, op) ? ENTER_COUNTED : ENTER_OWN;
 	}
 	if ((cookie & COOKIE_RT_CALLEE) && tc) {

@@ -203,7 +203,7 @@ async fn pods_of_both_cgroup_drivers_are_attributed_through_410_and_an_outage() 
     }
     // Pod B appeared 3 s after its process: first by container id, then by name.
     let rb = rows_of(&calls, pb);
-    assert_eq!(rb.iter().map(|r| r.1).sum::<u64>(), 625);
+    assert_eq!(rb.iter().map(|r| r.1).sum::<u64>(), 625, "{:?} {rb:?}", calls_of(&calls, pb));
     assert_eq!(rb[0].3, None, "{rb:?}");
     assert_eq!(rb[0].4.as_deref(), Some(&id_b[..12]));
     let last = rb.last().unwrap();
