@@ -69,12 +69,10 @@ pub(crate) fn drain(probes: &mut Probes, idle: u32, per_thread: &mut ThreadCount
     let cgroups = drain_map::<u64, CgroupVal>(probes, &format!("cgcpu_{s}"))?;
     let io = drain_map::<IoKey, IoVal>(probes, &format!("io_{s}"))?;
     let retired = drain_map::<RetiredKey, ThreadCall>(probes, "retired")?;
-    // Unread, the slots' growth ships at the next window (their last reads are kept).
-    let threads = thread_slots(probes).unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "reading the thread slots");
-        Vec::new()
-    });
-    let growth = per_thread.window(&retired, &threads);
+    // Unread, the slots' growth ships at the next read (their last reads are kept).
+    let threads = thread_slots(probes).map_err(|e| tracing::warn!(error = %e, "reading the thread slots")).ok();
+    let growth = per_thread.window(&retired, threads.as_deref());
+    let threads = threads.unwrap_or_default();
     add_counts(&mut calls, growth.calls);
     let mut counters = counters(probes)?;
     counters.events += per_thread.total();

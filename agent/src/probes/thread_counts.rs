@@ -46,8 +46,13 @@ pub(crate) struct ThreadCounts {
 
 impl ThreadCounts {
     /// What the slots grew by since the last call: `retired` as read (and
-    /// removed) from the kernel, then `live` as read after it.
-    pub(crate) fn window(&mut self, retired: &[(RetiredKey, ThreadCall)], live: &[(u32, ThreadCall)]) -> Growth {
+    /// removed) from the kernel, then `live` as read after it (None: the read
+    /// failed; the live slots' last reads are kept as they are, not aged).
+    pub(crate) fn window(
+        &mut self,
+        retired: &[(RetiredKey, ThreadCall)],
+        live: Option<&[(u32, ThreadCall)]>,
+    ) -> Growth {
         let mut out = Growth::default();
         let mut gone = HashSet::new();
         for (k, slot) in retired {
@@ -55,6 +60,10 @@ impl ThreadCounts {
             add_growth(&mut out, slot, before.as_ref());
             gone.insert((k.tid, k.born));
         }
+        let Some(live) = live else {
+            self.total += out.calls.values().sum::<u64>();
+            return out;
+        };
         let mut now_live = HashSet::new();
         for (tid, slot) in live {
             let key = (*tid, slot.born);
@@ -124,30 +133,30 @@ mod tests {
     #[test]
     fn live_slots_ship_their_growth_each_window() {
         let mut t = ThreadCounts::default();
-        let w = t.window(&[], &[(7, slot(1, 10, &[(3, 5)])), (8, slot(1, 11, &[(3, 2), (4, 1)]))]);
+        let w = t.window(&[], Some(&[(7, slot(1, 10, &[(3, 5)])), (8, slot(1, 11, &[(3, 2), (4, 1)]))]));
         assert_eq!(w.calls, HashMap::from([((1, 3), 7), ((1, 4), 1)]));
-        let w = t.window(&[], &[(7, slot(1, 10, &[(3, 9)])), (8, slot(1, 11, &[(3, 2), (4, 1)]))]);
+        let w = t.window(&[], Some(&[(7, slot(1, 10, &[(3, 9)])), (8, slot(1, 11, &[(3, 2), (4, 1)]))]));
         assert_eq!(w.calls, HashMap::from([((1, 3), 4)]));
-        assert!(t.window(&[], &[(7, slot(1, 10, &[(3, 9)]))]).calls.is_empty(), "no growth, no row");
+        assert!(t.window(&[], Some(&[(7, slot(1, 10, &[(3, 9)]))])).calls.is_empty(), "no growth, no row");
         assert_eq!(t.total(), 12);
     }
 
     #[test]
     fn a_counter_that_wraps_still_ships_its_growth() {
         let mut t = ThreadCounts::default();
-        t.window(&[], &[(7, slot(1, 10, &[(3, u32::MAX - 1)]))]);
-        let w = t.window(&[], &[(7, slot(1, 10, &[(3, 3)]))]);
+        t.window(&[], Some(&[(7, slot(1, 10, &[(3, u32::MAX - 1)]))]));
+        let w = t.window(&[], Some(&[(7, slot(1, 10, &[(3, 3)]))]));
         assert_eq!(w.calls[&(1, 3)], 5);
     }
 
     #[test]
     fn an_exit_between_reads_is_counted_once_at_the_next_window() {
         let mut t = ThreadCounts::default();
-        assert_eq!(t.window(&[], &[(7, slot(1, 10, &[(3, 100)]))]).calls[&(1, 3)], 100);
+        assert_eq!(t.window(&[], Some(&[(7, slot(1, 10, &[(3, 100)]))])).calls[&(1, 3)], 100);
         // Exited after this window's retired read: gone from the live read.
-        assert_eq!(t.window(&[], &[]), Growth::default());
+        assert_eq!(t.window(&[], Some(&[])), Growth::default());
         // Its retired copy arrives now: only what the agent had not seen.
-        let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 130)]))], &[]);
+        let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 130)]))], Some(&[]));
         assert_eq!(w.calls, HashMap::from([((1, 3), 30)]));
         assert_eq!(t.len(), 0);
     }
@@ -155,27 +164,27 @@ mod tests {
     #[test]
     fn a_reused_tid_starts_from_zero_and_the_old_thread_keeps_its_tail() {
         let mut t = ThreadCounts::default();
-        t.window(&[], &[(7, slot(1, 10, &[(3, 100)]))]);
+        t.window(&[], Some(&[(7, slot(1, 10, &[(3, 100)]))]));
         // Thread 7 (born 10) exited with 120; a new thread 7 (born 50) has 4.
-        let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 120)]))], &[(7, slot(2, 50, &[(3, 4)]))]);
+        let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 120)]))], Some(&[(7, slot(2, 50, &[(3, 4)]))]));
         assert_eq!(w.calls, HashMap::from([((1, 3), 20), ((2, 3), 4)]));
         // The new thread goes on.
-        let w = t.window(&[], &[(7, slot(2, 50, &[(3, 6)]))]);
+        let w = t.window(&[], Some(&[(7, slot(2, 50, &[(3, 6)]))]));
         assert_eq!(w.calls, HashMap::from([((2, 3), 2)]));
     }
 
     #[test]
     fn a_thread_born_and_gone_within_a_window_counts_whole() {
         let mut t = ThreadCounts::default();
-        let w = t.window(&[(rk(9, 1), slot(4, 1, &[(3, 12), (5, 1)]))], &[]);
+        let w = t.window(&[(rk(9, 1), slot(4, 1, &[(3, 12), (5, 1)]))], Some(&[]));
         assert_eq!(w.calls, HashMap::from([((4, 3), 12), ((4, 5), 1)]));
     }
 
     #[test]
     fn a_slot_both_retired_and_still_listed_is_counted_once() {
         let mut t = ThreadCounts::default();
-        t.window(&[], &[(7, slot(1, 10, &[(3, 10)]))]);
-        let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 15)]))], &[(7, slot(1, 10, &[(3, 15)]))]);
+        t.window(&[], Some(&[(7, slot(1, 10, &[(3, 10)]))]));
+        let w = t.window(&[(rk(7, 10), slot(1, 10, &[(3, 15)]))], Some(&[(7, slot(1, 10, &[(3, 15)]))]));
         assert_eq!(w.calls, HashMap::from([((1, 3), 5)]));
         assert_eq!(t.len(), 0);
     }
@@ -183,9 +192,9 @@ mod tests {
     #[test]
     fn slots_that_vanish_without_a_retired_copy_are_forgotten() {
         let mut t = ThreadCounts::default();
-        t.window(&[], &[(7, slot(1, 10, &[(3, 10)]))]);
+        t.window(&[], Some(&[(7, slot(1, 10, &[(3, 10)]))]));
         for _ in 0..=ABSENT_WINDOWS {
-            t.window(&[], &[]);
+            t.window(&[], Some(&[]));
         }
         assert_eq!(t.len(), 0);
     }
@@ -194,10 +203,20 @@ mod tests {
     fn nested_calls_grow_like_counts_and_keep_a_compat_slot_alive() {
         let mut t = ThreadCounts::default();
         let nested = |tgid, born, n| ThreadCall { tgid, born, nested: n, ..ThreadCall::default() };
-        let w = t.window(&[], &[(7, nested(1, 10, 4)), (8, slot(1, 11, &[(3, 2)]))]);
+        let w = t.window(&[], Some(&[(7, nested(1, 10, 4)), (8, slot(1, 11, &[(3, 2)]))]));
         assert_eq!(w.nested, HashMap::from([(1, 4)]));
-        let w = t.window(&[(rk(7, 10), nested(1, 10, 9))], &[]);
+        let w = t.window(&[(rk(7, 10), nested(1, 10, 9))], Some(&[]));
         assert_eq!(w.nested, HashMap::from([(1, 5)]));
         assert!(w.calls.is_empty());
+    }
+
+    #[test]
+    fn a_failed_read_of_the_live_slots_ages_nothing() {
+        let mut t = ThreadCounts::default();
+        t.window(&[], Some(&[(7, slot(1, 10, &[(3, 10)]))]));
+        for _ in 0..=ABSENT_WINDOWS + 1 {
+            assert_eq!(t.window(&[], None), Growth::default());
+        }
+        assert_eq!(t.window(&[], Some(&[(7, slot(1, 10, &[(3, 14)]))])).calls, HashMap::from([((1, 3), 4)]));
     }
 }
