@@ -52,6 +52,7 @@ grep -E "attached|BPF maps" "$work/agent.log" | sed 's/^/  agent: /' | head -20
 python3 "$here/gpu_train.py" "$work/train.json" --steps "$steps"
 sleep 2.5   # the last window is drained and spooled
 kill -TERM $ag; wait $ag || true
+grep -E "trap|of a CPU|WARN|ERROR" "$work/agent.log" | cut -c1-300 | sed 's/^/  agent: /' | head -20
 
 python3 - "$work" "$here" <<'EOF'
 import json, re, sys

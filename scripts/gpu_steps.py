@@ -75,6 +75,7 @@ class Agent:
     def __init__(self, binary, libdirs):
         self.binary, self.libdirs = binary, libdirs
         self.dir = tempfile.mkdtemp()
+        self.said = set()
 
     def __enter__(self):
         log = open(os.path.join(self.dir, "agent.log"), "w")
@@ -93,6 +94,11 @@ class Agent:
     def __exit__(self, *exc):
         self.p.send_signal(signal.SIGTERM)
         self.p.wait(timeout=60)
+        # What the agent says of its own cost (trap time, a process over 1%).
+        for line in open(os.path.join(self.dir, "agent.log")):
+            if any(k in line for k in ("trap", "of a CPU", "WARN", "ERROR")) and line not in self.said:
+                self.said.add(line)
+                print("  agent: " + line.rstrip()[-300:], flush=True)
 
 
 def lib_dirs():
