@@ -17,7 +17,7 @@ agent="$(realpath "${1:-.gpu/ingero-agent}")"
 out="${OUT:-$PWD/gpu-out}"
 mkdir -p "$out"
 [ -e /sys/kernel/tracing/uprobe_events ] || mount -t tracefs nodev /sys/kernel/tracing
-step() {
+run_step() {
   local name="$1" limit="$2"; shift 2
   echo "=== $name (limit ${limit}s) $(date +%T)"
   timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
@@ -27,11 +27,15 @@ step() {
   pkill -f "ingero-agent run" 2>/dev/null && sleep 1   # a step cut off leaves no agent behind
   return 0
 }
+only="${ONLY:-info prologues paths mlp counts transformer}"   # a subset: ONLY="mlp transformer"
+step() {
+  case " $only " in *" $1 "*) run_step "$@" ;; esac
+}
 step info 40 bash -c "uname -r; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; \
   python3 -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda)'; \
   nproc; '$agent' check"
 step prologues 45 python3 "$here/gpu_prologues.py" "$here/../agent/src/probes/ops.rs"
 step paths 150 "$here/gpu-paths.sh" "$agent"
-step mlp 100 env PYTHONUNBUFFERED=1 python3 "$here/gpu_steps.py" mlp --agent "$agent" --pairs 5 --steps 1500
+step mlp 150 env PYTHONUNBUFFERED=1 python3 "$here/gpu_steps.py" mlp --agent "$agent" --pairs "${MLP_PAIRS:-12}" --steps 1000
 step counts 100 "$here/gpu-check.sh" "$agent" 1500
-step transformer 80 env PYTHONUNBUFFERED=1 python3 "$here/gpu_steps.py" transformer --agent "$agent" --pairs 3 --steps 100
+step transformer 130 env PYTHONUNBUFFERED=1 python3 "$here/gpu_steps.py" transformer --agent "$agent" --pairs "${TF_PAIRS:-8}" --steps 60

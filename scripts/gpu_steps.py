@@ -56,16 +56,27 @@ def transformer():
     return step
 
 
+CPU = {}  # the last timed phase's process CPU time per step, user and system (us)
+
+
 def timed(step, steps):
-    """Median step time (ms), in groups of 10 steps each ended by a sync."""
+    """Median step time (ms), in groups of 10 steps each ended by a sync.
+    Also keeps the process's CPU time per step in CPU: a probe's trap and
+    program are charged to the thread that traps (system time), so the
+    difference between phases is the agent's CPU cost, whatever the VM's
+    wall-clock noise."""
     times = []
     group = 10
+    c0 = os.times()
     for _ in range(steps // group):
         t = time.perf_counter()
         for _ in range(group):
             step()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t) / group * 1e3)
+    c1 = os.times()
+    n = steps // group * group
+    CPU.update(user_us=(c1.user - c0.user) / n * 1e6, sys_us=(c1.system - c0.system) / n * 1e6)
     return statistics.median(times)
 
 
@@ -82,13 +93,18 @@ class Agent:
         args = [self.binary, "run", "--aggregator", "http://127.0.0.1:9", "--spool-dir", os.path.join(self.dir, "spool"),
                 "--window", "1s", "--kubernetes", "off"] + [f"--lib={d}" for d in self.libdirs]
         self.p = subprocess.Popen(args, stderr=log, env={**os.environ, "INGERO_LOG": "info"})
+        # Default flags: the agent finds this process's CUDA libraries in its
+        # first scan; the phase starts once it says it attached to us.
+        mine = f"pid={os.getpid()} "
         for _ in range(300):
-            if "probe loop ready" in open(log.name).read():
+            text = open(log.name).read()
+            if "probe loop ready" in text and (self.libdirs or any(mine in ln and "attached" in ln
+                                                                   for ln in text.splitlines())):
                 break
             time.sleep(0.1)
         else:
-            raise RuntimeError("agent did not start: " + open(log.name).read()[-2000:])
-        time.sleep(1.0)  # its first scan of this process is done
+            raise RuntimeError("agent did not attach: " + open(log.name).read()[-2000:])
+        time.sleep(1.0)
         return self
 
     def __exit__(self, *exc):
@@ -120,6 +136,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--agent", help="agent binary: alternate phases without and with it")
     ap.add_argument("--pairs", type=int, default=7)
+    ap.add_argument("--lib-dirs", action="store_true",
+                    help="name PyTorch's library directories (--lib) instead of the default flags")
     a = ap.parse_args()
     step = {"mlp": mlp, "transformer": transformer}[a.model]()
     for _ in range(a.warmup):
@@ -132,10 +150,10 @@ def main():
     launches = sum(e.count for e in prof.key_averages() if "LaunchKernel" in e.key)
     if not a.agent:
         med = timed(step, a.steps)
-        print(json.dumps({"model": a.model, "steps": a.steps, "median_ms": med,
+        print(json.dumps({"model": a.model, "steps": a.steps, "median_ms": med, "cpu_us_per_step": CPU,
                           "launches_per_step": launches, "launches_per_s": launches / (med / 1e3)}))
         return
-    agent = Agent(a.agent, lib_dirs())
+    agent = Agent(a.agent, lib_dirs() if a.lib_dirs else [])
     pairs = []
     for i in range(a.pairs):
         def on():
@@ -143,16 +161,24 @@ def main():
                 return timed(step, a.steps)
         if i % 2 == 0:
             off_ms = timed(step, a.steps)
+            off_cpu = dict(CPU)
             on_ms = on()
+            on_cpu = dict(CPU)
         else:
             on_ms = on()
+            on_cpu = dict(CPU)
             off_ms = timed(step, a.steps)
-        pairs.append({"without_ms": off_ms, "with_ms": on_ms, "ratio": on_ms / off_ms})
-        print(f"{a.model} pair {i + 1}: without {off_ms:.3f} ms, with {on_ms:.3f} ms, ratio {on_ms / off_ms:.4f}",
-              flush=True)
+            off_cpu = dict(CPU)
+        cpu_ratio = (on_cpu["user_us"] + on_cpu["sys_us"]) / max(off_cpu["user_us"] + off_cpu["sys_us"], 1e-9)
+        pairs.append({"without_ms": off_ms, "with_ms": on_ms, "ratio": on_ms / off_ms, "cpu_ratio": cpu_ratio,
+                      "without_cpu_us": off_cpu, "with_cpu_us": on_cpu})
+        print(f"{a.model} pair {i + 1}: without {off_ms:.3f} ms, with {on_ms:.3f} ms, ratio {on_ms / off_ms:.4f}; "
+              f"CPU per step user+sys without {off_cpu['user_us']:.0f}+{off_cpu['sys_us']:.0f} us, "
+              f"with {on_cpu['user_us']:.0f}+{on_cpu['sys_us']:.0f} us, ratio {cpu_ratio:.4f}", flush=True)
     ratios = [p["ratio"] for p in pairs]
     print(json.dumps({"model": a.model, "steps_per_phase": a.steps, "pairs": len(pairs),
                       "median_ratio": statistics.median(ratios), "ratios": [round(r, 4) for r in ratios],
+                      "median_cpu_ratio": statistics.median(p["cpu_ratio"] for p in pairs),
                       "median_without_ms": statistics.median(p["without_ms"] for p in pairs),
                       "launches_per_step": launches,
                       "launches_per_s": launches / (statistics.median(p["without_ms"] for p in pairs) / 1e3)}))
