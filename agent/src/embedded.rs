@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 pub(crate) struct Embedded(ingero_aggregator::server::Server);
 
 #[cfg(not(feature = "store"))]
-pub struct Embedded(());
+pub(crate) struct Embedded(());
 
 impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -36,7 +36,7 @@ impl Embedded {
     }
 
     #[cfg(not(feature = "store"))]
-    pub async fn start(_store: &str, _s3_endpoint: Option<String>, _wal: PathBuf) -> Result<(Embedded, String)> {
+    pub(crate) async fn start(_store: &str, _s3_endpoint: Option<String>, _wal: PathBuf) -> Result<(Embedded, String)> {
         Err(Error::Config(
             "this ingero-agent is built without the `store` feature (the lean DaemonSet build): \
              use --aggregator URL, or build with `cargo build -p ingero-agent` (default features) for --store"

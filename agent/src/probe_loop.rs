@@ -286,6 +286,11 @@ impl ProbeLoop {
                 tracing::info!(pid, library = %f.mapped_as, probes = syms.len(), "attached");
             }
             Ok(Attached::Already) => {}
+            // A process that exited since the scan (a short-lived CUDA
+            // tool: its root is gone) is no failure; the exit event forgets it.
+            Err(e) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
+                tracing::debug!(pid, library = %f.mapped_as, error = %e, "process exited before its attach");
+            }
             // Not marked attached: the next scan of this process retries.
             Err(e) => {
                 self.stats.attach_failures.fetch_add(1, Ordering::Relaxed);
