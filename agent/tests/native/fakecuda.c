@@ -134,10 +134,11 @@ int cudaGetLastErrorFail(long us) { spin_us(us); return 35; }
 /* The rest of what current PyTorch / vLLM / JAX stacks call. */
 ENQUEUE(cudaMallocAsync, "cuMemAllocAsync")
 ENTRY_ONLY(cudaFreeAsync)
-ENTRY_ONLY(cudaEventRecord)
+ENQUEUE(cudaEventRecord, "cuEventRecord")
+ENQUEUE(cudaEventRecordWithFlags, "cuEventRecordWithFlags")
 ENTRY_ONLY(cudaEventQuery)
 ENQUEUE(cudaStreamWaitEvent, "cuStreamWaitEvent")
-ENTRY_ONLY(cudaMemsetAsync)
+ENQUEUE(cudaMemsetAsync, "cuMemsetD8Async")
 ENQUEUE(cudaLaunchCooperativeKernel, "cuLaunchCooperativeKernel")
 CALLS(cudaMemcpyPeer, "cuMemcpy")
 TIMED(cudaMemcpyPeerAsync)

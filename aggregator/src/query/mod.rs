@@ -201,6 +201,15 @@ pub(crate) fn wait_predicates() -> (String, String) {
     (copy, wait)
 }
 
+/// SQL predicate over `call_windows` matching `signals::is_launch`: every
+/// launch entry point, runtime or driver (a launch reached only at the
+/// driver, through a runtime linked into NCCL or cuBLAS, is a launch).
+pub(crate) fn launch_predicate() -> String {
+    let like: Vec<String> =
+        crate::rank::signals::LAUNCH_PREFIXES.iter().map(|p| format!("op LIKE {}", quote(&format!("{p}%")))).collect();
+    format!("({})", like.join(" OR "))
+}
+
 /// SQL predicate selecting rows whose `col` lies in [start, end), with the
 /// hive partition columns constrained too so whole hours are pruned unread.
 pub fn time_predicate(col: &str, start_us: i64, end_us: i64) -> String {
@@ -218,6 +227,57 @@ pub fn time_predicate(col: &str, start_us: i64, end_us: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rank::signals::{is_blocking_copy, is_device_wait, is_launch};
+    use datafusion::arrow::array::AsArray;
+    use datafusion::prelude::SessionContext;
+
+    /// Every predicate, run by the query engine over every op the agent can
+    /// ship, selects exactly what the live detector's classifier selects.
+    #[tokio::test]
+    async fn sql_predicates_select_what_the_classifiers_select() {
+        let ops = [
+            ("cudart", "cudaLaunchKernel"),
+            ("cudart", "cudaLaunchKernel_ptsz"),
+            ("cudart", "cudaLaunchKernelExC"),
+            ("cudart", "cudaGraphLaunch_ptsz"),
+            ("cudart", "cudaLaunchCooperativeKernel"),
+            ("cuda", "cuLaunchKernel"),
+            ("cuda", "cuLaunchKernelEx_ptsz"),
+            ("cuda", "cuGraphLaunch"),
+            ("cuda", "cuLaunchCooperativeKernel_ptsz"),
+            ("cudart", "cudaMemcpy"),
+            ("cudart", "cudaMemcpyAsync"),
+            ("cuda", "cuMemcpyDtoH_v2_ptds"),
+            ("cuda", "cuMemcpyDtoHAsync_v2"),
+            ("cudart", "cudaStreamSynchronize"),
+            ("cuda", "cuEventSynchronize"),
+            ("cudart", "cudaEventRecord"),
+            ("cudart", "cudaMemsetAsync"),
+            ("nccl", "ncclAllReduce"),
+            ("nccl", "ncclGroupEnd"),
+            ("nccl", "ncclCommInitRankConfig"),
+        ];
+        let rows: Vec<String> = ops.iter().map(|(l, o)| format!("({}, {})", quote(l), quote(o))).collect();
+        let ctx = SessionContext::new();
+        let (copy, wait) = wait_predicates();
+        for (name, pred, rust) in [
+            ("launch", launch_predicate(), &(|_: &str, o: &str| is_launch(o)) as &dyn Fn(&str, &str) -> bool),
+            ("copy", copy, &|_: &str, o: &str| is_blocking_copy(o)),
+            ("wait", wait, &|l: &str, o: &str| is_device_wait(l, o)),
+        ] {
+            let sql = format!(
+                "SELECT op FROM (VALUES {}) AS call_windows(library, op) WHERE {pred} ORDER BY op",
+                rows.join(", ")
+            );
+            let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+            let got: Vec<String> =
+                batches.iter().flat_map(|b| b.column(0).as_string::<i32>().iter().flatten().map(String::from)).collect();
+            let mut want: Vec<String> = ops.iter().filter(|(l, o)| rust(l, o)).map(|(_, o)| o.to_string()).collect();
+            want.sort();
+            assert_eq!(got, want, "{name}: {pred}");
+            assert!(!want.is_empty(), "{name} selects something");
+        }
+    }
 
     #[test]
     fn only_queries_pass_the_read_only_check() {

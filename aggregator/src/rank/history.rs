@@ -13,7 +13,7 @@ use super::detector::{Detector, DetectorConfig};
 use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
-use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
+use crate::query::{QueryEngine, launch_predicate, quote, time_predicate, wait_predicates};
 use crate::store::tiers::{self, Tier, TierBatch};
 
 #[derive(Debug, Clone)]
@@ -53,9 +53,7 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
                 "{head}, {} AS copy_ns, {} AS wait_ns, {} AS launches FROM call_windows {tail}",
                 d(&format!("CASE WHEN {copy} THEN total_ns ELSE 0 END")),
                 d(&format!("CASE WHEN {wait} THEN total_ns ELSE 0 END")),
-                d(
-                    "CASE WHEN op LIKE 'cudaLaunchKernel%' OR op LIKE 'cuLaunchKernel%' OR op = 'cudaGraphLaunch' THEN count ELSE 0 END"
-                ),
+                d(&format!("CASE WHEN {} THEN count ELSE 0 END", launch_predicate())),
             ),
         ),
         (

@@ -225,17 +225,19 @@ pub(crate) fn is_device_wait(library: &str, op: &str) -> bool {
 /// Work submitted to the GPU: kernels, cooperative kernels, graphs (runtime,
 /// driver, and their per-thread-stream variants).
 pub(crate) fn is_launch(op: &str) -> bool {
-    [
-        "cudaLaunchKernel",
-        "cuLaunchKernel",
-        "cudaGraphLaunch",
-        "cuGraphLaunch",
-        "cudaLaunchCooperativeKernel",
-        "cuLaunchCooperativeKernel",
-    ]
-    .iter()
-    .any(|p| op.starts_with(p))
+    LAUNCH_PREFIXES.iter().any(|p| op.starts_with(p))
 }
+
+/// The name prefixes of every launch entry point (`Ex`, `_ptsz` and
+/// `ExC` forms included); the SQL of history and reports is built from it.
+pub(crate) const LAUNCH_PREFIXES: [&str; 6] = [
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "cudaGraphLaunch",
+    "cuGraphLaunch",
+    "cudaLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernel",
+];
 
 /// Aggregates one pushed batch into node-window signals. IO and host events
 /// carry the job of the process they belong to; node-wide rows without a
