@@ -472,6 +472,9 @@ impl ProbeLoop {
             host: &self.host,
             cgroup_scoped: self.cfg.cgroup_root.is_some(),
         };
+        for e in self.events.iter().filter(|e| e.kind == PROC_EXIT) {
+            self.attr.exited_as(e.tgid, &e.comm);
+        }
         self.attr.begin_window();
         // Only processes in scope produce rows (a scoped agent shares the kernel maps' view).
         let mut built = WindowBuilder::new(&ctx, &mut self.attr).build(&d, &stalls, &self.events, &self.cg_paths);

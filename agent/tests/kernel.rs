@@ -488,3 +488,41 @@ async fn a_library_dlopened_and_called_at_once_is_traced_from_its_first_call() {
     assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(777), "{c:?}\n{log}");
     assert_eq!(c.get("ncclAllReduce").map(|x| x.0), Some(33), "{c:?}\n{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_renames_itself_is_stored_under_its_current_name() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("rename");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let launch = |n: u32| format!("call:cudaLaunchKernel:{n}:0");
+    // Renamed at once; after seconds; in a forked child, seconds after the
+    // fork. Each exits 300 ms after its last launch, inside that window.
+    // The library is mapped 600 ms before the first call: the kernels
+    // without the library hold (6.13+) would miss calls made at once.
+    let (l1, l5, l2k, l3k) = (launch(1000), launch(5), launch(2000), launch(3000));
+    let at_once = Workload::start(&wl, &lib, &["name:early-name", "open", "sleep:600", &l1, "sleep:300"], &cg);
+    let later =
+        Workload::start(&wl, &lib, &["open", "sleep:600", &l5, "sleep:2500", "name:late-name", &l2k, "sleep:300"], &cg);
+    let forked = Workload::start(
+        &wl,
+        &lib,
+        &["open", "sleep:600", &l5, "fork", "sleep:2000", "name:child-name", &l3k, "sleep:300"],
+        &cg,
+    );
+    let pids = [at_once.pid(), later.pid(), forked.pid()];
+    at_once.wait();
+    later.wait();
+    let child = forked.wait()["fork"] as u32;
+    let log = agent.stop();
+    let calls = rows(dir.path(), Table::CallWindows).await;
+    let by = |pid| calls_by_name(&calls, pid, "cudaLaunchKernel");
+    assert_eq!(by(pids[0]).get("early-name"), Some(&1000), "{:?}\n{log}", by(pids[0]));
+    let later = by(pids[1]);
+    assert_eq!(later.get("late-name"), Some(&2000), "{later:?}\n{log}");
+    assert_eq!(later.values().sum::<u64>(), 2005, "{later:?}");
+    assert_eq!(by(child).get("child-name"), Some(&3000), "{:?} {child}\n{log}", by(child));
+    assert!(!by(pids[2]).contains_key("child-name"), "the parent kept its name: {:?}", by(pids[2]));
+}

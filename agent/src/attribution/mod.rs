@@ -72,7 +72,7 @@ impl ProcInfo {
     pub(crate) fn meta_key(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (self.pod.as_ref().map(|p| (&p.name, &p.job, &p.labels_json)), &self.gpus, &self.nccl_comm).hash(&mut h);
-        (&self.libraries, &self.cgroup_path, self.nccl_rank).hash(&mut h);
+        (&self.libraries, &self.cgroup_path, self.nccl_rank, &self.comm).hash(&mut h);
         h.finish()
     }
 }
@@ -116,6 +116,7 @@ impl Attributor {
         if let Some(w) = &self.watch {
             self.pods = w.snapshot();
         }
+        self.rename();
         for (pid, p) in self.procs.iter_mut() {
             if p.owner.pod_uid.is_none() && p.owner.container_id.is_none() {
                 let path = cgroup::of_pid(*pid).map(|c| mount_relative(&self.cgroup_mount, &self.cgroup_root, &c));
@@ -125,6 +126,34 @@ impl Attributor {
                     p.cgroup_path = path;
                 }
             }
+        }
+    }
+
+    /// Names as they are now: a process renames itself after it was first
+    /// read (`prctl(PR_SET_NAME)`, `setproctitle`, PyTorch's DataLoader
+    /// workers after their fork, vLLM's engine), and rows carry the name of
+    /// their window. One read of `/proc/PID/comm` per cached process a
+    /// window; the command line is read again only when the name changed
+    /// (that read takes the process's mmap lock), and only for the same
+    /// process (a reused pid is pruned after the window instead).
+    fn rename(&mut self) {
+        for (pid, p) in self.procs.iter_mut() {
+            let Ok(now) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else { continue };
+            let now = now.trim_end();
+            if !now.is_empty() && now != p.comm && start_time(*pid) == Some(p.start_time) {
+                p.comm = now.to_string();
+                p.cmdline = cmdline(*pid);
+            }
+        }
+    }
+
+    /// The name a process had when it exited (its exit event's): one that
+    /// renames itself and exits within a window has no `/proc` entry left
+    /// to read when the window is built.
+    pub(crate) fn exited_as(&mut self, pid: u32, comm: &[u8]) {
+        let name = comm.split(|&b| b == 0).next().unwrap_or_default();
+        if let Some(p) = self.procs.get_mut(&pid).filter(|_| !name.is_empty()) {
+            p.comm = String::from_utf8_lossy(name).into_owned();
         }
     }
 
@@ -196,28 +225,59 @@ fn mount_relative(mount: &std::path::Path, ns_root: &std::path::Path, path: &str
     abs.strip_prefix(mount).map(|r| format!("/{}", r.display())).unwrap_or_else(|_| path.to_string())
 }
 
+/// The command line, arguments joined by spaces, capped (a pod's process
+/// writes what it likes there).
+fn cmdline(pid: u32) -> String {
+    crate::podfs::read_capped(format!("/proc/{pid}/cmdline"), crate::podfs::MAX_CMDLINE)
+        .map(|b| join_args(&b))
+        .unwrap_or_default()
+}
+
+/// NUL-separated arguments joined by spaces, at most `CMDLINE_MAX` bytes,
+/// cut on a character boundary (a cut inside a multi-byte character
+/// panicked: a pod's process chooses its arguments).
+fn join_args(raw: &[u8]) -> String {
+    let mut s =
+        raw.split(|&c| c == 0).filter(|s| !s.is_empty()).map(String::from_utf8_lossy).collect::<Vec<_>>().join(" ");
+    let mut end = s.len().min(CMDLINE_MAX);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s
+}
+
+const CMDLINE_MAX: usize = 4096;
+
 fn read(pid: u32, mount: &std::path::Path, ns_root: &std::path::Path) -> ProcInfo {
     let comm =
         std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default();
-    let mut cmdline = crate::podfs::read_capped(format!("/proc/{pid}/cmdline"), crate::podfs::MAX_CMDLINE)
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default();
-    cmdline.truncate(4096);
     let cgroup_path = cgroup::of_pid(pid).map(|c| mount_relative(mount, ns_root, &c)).unwrap_or_default();
     ProcInfo {
         start_time: start_time(pid).unwrap_or(0),
         comm,
-        cmdline,
+        cmdline: cmdline(pid),
         cgroup_id: cgroup::id_of(mount, &cgroup_path),
         owner: cgroup::parse(&cgroup_path),
         cgroup_path,
         env: environ::of_pid(pid),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_joined_and_cut_on_a_character_boundary() {
+        assert_eq!(join_args(b"python3\0train.py\0--lr\x000.1\0"), "python3 train.py --lr 0.1");
+        // 'é' is two bytes: after "ab " byte 4096 falls inside one.
+        let raw = [b"ab\0".as_slice(), "é".repeat(3000).as_bytes()].concat();
+        let s = join_args(&raw);
+        assert_eq!(s.len(), 4095);
+        assert!(s.starts_with("ab éé"));
+        // Invalid UTF-8 is replaced, never a panic.
+        assert_eq!(join_args(b"a\xff\0b"), "a\u{fffd} b");
     }
 }

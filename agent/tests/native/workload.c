@@ -11,6 +11,9 @@
  *                [kill:SIG]   (the process kills itself with signal SIG)
  *                [chroot:DIR] (changes root: every path it mapped then names
  *                             whatever DIR holds there, as a hostile pod's would)
+ *                [name:NAME]  (renames itself: prctl(PR_SET_NAME))
+ *                [fork]       (the steps after it run in a child; the parent
+ *                             prints "step fork 1 <child pid>" and waits)
  *                [gate]       (hangs for good, asleep in host code, once the
  *                             file $FAKE_HANG_DIR/<pid> exists: a rank that
  *                             stops making progress)
@@ -23,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,6 +111,20 @@ int main(int argc, char **argv)
 			if (dir && snprintf(path, sizeof(path), "%s/%d", dir, (int)getpid()) > 0 && access(path, F_OK) == 0)
 				for (;;)
 					pause();
+		} else if (!strncmp(a, "name:", 5)) {
+			prctl(PR_SET_NAME, a + 5, 0, 0, 0);
+		} else if (!strcmp(a, "fork")) {
+			fflush(stdout);
+			pid_t child = fork();
+			if (child < 0)
+				return 8;
+			if (child > 0) {
+				int st = 0;
+				printf("step fork 1 %d\n", (int)child);
+				fflush(stdout);
+				waitpid(child, &st, 0);
+				return WIFEXITED(st) ? WEXITSTATUS(st) : 9;
+			}
 		} else if (!strncmp(a, "kill:", 5)) {
 			fflush(stdout);
 			kill(getpid(), atoi(a + 5));

@@ -270,8 +270,10 @@ mod tests {
                 rows.join(", ")
             );
             let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
-            let got: Vec<String> =
-                batches.iter().flat_map(|b| b.column(0).as_string::<i32>().iter().flatten().map(String::from)).collect();
+            let got: Vec<String> = batches
+                .iter()
+                .flat_map(|b| b.column(0).as_string::<i32>().iter().flatten().map(String::from))
+                .collect();
             let mut want: Vec<String> = ops.iter().filter(|(l, o)| rust(l, o)).map(|(_, o)| o.to_string()).collect();
             want.sort();
             assert_eq!(got, want, "{name}: {pred}");
