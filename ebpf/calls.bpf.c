@@ -68,14 +68,25 @@ struct {
 	__type(value, __u64);
 } inflight SEC(".maps");
 
-/* Outlier threshold per op (ns); 0 = no outlier reporting. Set by userspace
- * from the op's running median x N or the absolute threshold. */
+/* Outlier threshold per op (ns); 0 = no outlier reporting. Set by userspace:
+ * the floor (--outlier-min), or the absolute threshold; what holds for a
+ * process with no baseline of its own for the op yet. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_OPS);
 	__type(key, __u32);
 	__type(value, __u64);
 } thresholds SEC(".maps");
+
+/* Outlier threshold per process and op (ns): N x the process's own median
+ * of the op, at least the floor. One process's calls never move another's
+ * threshold. Userspace removes a process's entries when it exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct call_key);
+	__type(value, __u64);
+} proc_thresholds SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -475,8 +486,11 @@ static __always_inline int on_return(struct pt_regs *ctx, __u64 cookie)
 		if (b < INGERO_HIST_BUCKETS)
 			ADD(v->hist[b], 1);
 	}
-	__u32 opi = op;
-	__u64 *thr = bpf_map_lookup_elem(&thresholds, &opi);
+	__u64 *thr = bpf_map_lookup_elem(&proc_thresholds, &key);
+	if (!thr) {
+		__u32 opi = op;
+		thr = bpf_map_lookup_elem(&thresholds, &opi);
+	}
 	if (thr && *thr && d > *thr)
 		outlier(ctx, pid_tgid, op, began, d, *thr);
 	return 0;

@@ -78,10 +78,11 @@ struct RunArgs {
     /// How often to rescan processes for newly loaded libraries.
     #[arg(long, env = "INGERO_RESCAN", default_value = "2s", value_parser = humantime::parse_duration)]
     rescan: Duration,
-    /// A call is an outlier above this multiple of its op's running median…
+    /// A call is an outlier above this multiple of its own process's median for the op (a
+    /// quantile of that process's recent calls; no other process moves it)…
     #[arg(long, env = "INGERO_OUTLIER_FACTOR", default_value_t = 10.0)]
     outlier_factor: f64,
-    /// …and above this duration.
+    /// …and above this duration (alone, until the process has made 20 calls of the op).
     #[arg(long, env = "INGERO_OUTLIER_MIN", default_value = "1ms", value_parser = humantime::parse_duration)]
     outlier_min: Duration,
     /// Use a fixed outlier threshold instead.

@@ -124,7 +124,7 @@ pub struct ProbeLoop {
     stalls: Vec<Stall>,
     pid_filter: HashSet<u32>,
     cg_paths: HashMap<u64, String>,
-    medians: HashMap<u32, f64>,
+    baselines: crate::thresholds::Baselines,
     /// pid → what its last process_meta row said (ProcInfo::meta_key).
     described: HashMap<u32, u64>,
     /// pid → end of the last window in which it made a traced call (µs).
@@ -186,7 +186,7 @@ impl ProbeLoop {
             stalls: Vec::new(),
             pid_filter: cfg.pids.iter().copied().collect(),
             cg_paths: crate::attribution::cgroup::paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref()),
-            medians: HashMap::new(),
+            baselines: Default::default(),
             described: HashMap::new(),
             last_call_us: HashMap::new(),
             events: Vec::new(),
@@ -206,7 +206,7 @@ impl ProbeLoop {
         };
         l.scan(&libs::pids(l.cfg.cgroup_root.as_deref()));
         // A fixed outlier threshold applies from the first call, not the first window.
-        crate::thresholds::update_thresholds(&mut l.probes, &drain::Drained::default(), &mut l.medians, &l.cfg);
+        l.baselines.update(&mut l.probes, &drain::Drained::default(), &l.cfg);
         l.attach_well_known();
         Ok(l)
     }
@@ -400,6 +400,7 @@ impl ProbeLoop {
                     // interpreter's layout, its maps) no longer holds.
                     let _rt = Unpreempted::for_maps(&self.probes.features);
                     self.probes.forget(pid);
+                    self.baselines.forget(&mut self.probes.ebpf, pid);
                     self.stacks.forget(pid);
                 }
                 self.attr.refresh(pid);
@@ -493,7 +494,7 @@ impl ProbeLoop {
         self.stats.rows_invalid.fetch_add(invalid, Ordering::Relaxed);
         self.forget_exited();
         self.detach_unused();
-        crate::thresholds::update_thresholds(&mut self.probes, &d, &mut self.medians, &self.cfg);
+        self.baselines.update(&mut self.probes, &d, &self.cfg);
         self.count_window(&delta, probe_run_ns);
         Ok(built.tables)
     }
@@ -518,6 +519,7 @@ impl ProbeLoop {
             if e.kind == PROC_EXIT {
                 self.attr.forget(e.tgid);
                 self.probes.forget(e.tgid);
+                self.baselines.forget(&mut self.probes.ebpf, e.tgid);
                 self.stacks.forget(e.tgid);
                 self.described.remove(&e.tgid);
                 self.last_call_us.remove(&e.tgid);
@@ -528,6 +530,7 @@ impl ProbeLoop {
         // cached state stays bounded by the processes alive now.
         for pid in self.attr.prune() {
             self.probes.forget(pid);
+            self.baselines.forget(&mut self.probes.ebpf, pid);
             self.stacks.forget(pid);
             self.described.remove(&pid);
             self.last_call_us.remove(&pid);

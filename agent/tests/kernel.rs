@@ -463,7 +463,13 @@ async fn a_library_dlopened_and_called_at_once_is_traced_from_its_first_call() {
     let (dir, cg) = tmp("dlopen");
     let (lib, wl) = build(&dir.path().join("bin"));
     let nccl = dir.path().join("bin/libnccl.so.2");
-    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    // The mechanism, not the default bound (tested on its own in
+    // `transparent`): this debug-build agent, beside the whole suite on two
+    // cores, once took 1.4 s to probe the stand-in runtime and driver (46
+    // probes) while the 1 s default hold ran out.
+    let mut args = store_args(dir.path(), &cg);
+    args.push("--dlopen-hold-max=5s".into());
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
     // No pause between dlopen and the first calls (vLLM's pynccl does this).
     let nccl_step = format!("nccl:{}", nccl.display());
     let w = Workload::start(
@@ -525,4 +531,53 @@ async fn a_process_that_renames_itself_is_stored_under_its_current_name() {
     assert_eq!(later.values().sum::<u64>(), 2005, "{later:?}");
     assert_eq!(by(child).get("child-name"), Some(&3000), "{:?} {child}\n{log}", by(child));
     assert!(!by(pids[2]).contains_key("child-name"), "the parent kept its name: {:?}", by(pids[2]));
+}
+
+/// Durations (ns) of one op's stall events of one pid.
+fn stall_durations(stalls: &[arrow::array::RecordBatch], pid: u32, op: &str) -> Vec<u64> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{UInt32Type, UInt64Type};
+    let mut out = Vec::new();
+    for b in stalls {
+        let p = b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>();
+        let o = b.column_by_name("op").unwrap().as_string::<i32>();
+        let d = b.column_by_name("duration_ns").unwrap().as_primitive::<UInt64Type>();
+        out.extend((0..b.num_rows()).filter(|&i| p.value(i) == pid && o.value(i) == op).map(|i| d.value(i)));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_slow_call_of_every_process_is_caught_whichever_started_first() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("outliers");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    // Default outlier flags: 10 x the process's own median, at least 1 ms.
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    // Each: 200 fast syncs (200 us), 16 slow ones (20 ms), 100 fast again.
+    let steps = ["open", "sleep:600", "call:cudaStreamSynchronize:200:200", "call:cudaStreamSynchronize:16:20000"];
+    let steps = [&steps[..], &["call:cudaStreamSynchronize:100:200", "sleep:300"]].concat();
+    let first = Workload::start(&wl, &lib, &steps, &cg);
+    // A process whose few syncs take 700 ms: once it lifted a node-wide
+    // median above everyone's slow calls for minutes.
+    let noisy =
+        Workload::start(&wl, &lib, &["open", "sleep:300", "call:cudaStreamSynchronize:3:700000", "sleep:300"], &cg);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (second, third) = (Workload::start(&wl, &lib, &steps, &cg), Workload::start(&wl, &lib, &steps, &cg));
+    let pids = [first.pid(), second.pid(), third.pid()];
+    let npid = noisy.pid();
+    for w in [first, noisy, second, third] {
+        w.wait();
+    }
+    let log = agent.stop();
+    let stalls = rows(dir.path(), Table::StallEvents).await;
+    for pid in pids {
+        let d = stall_durations(&stalls, pid, "cudaStreamSynchronize");
+        // A fast call may cross 1 ms on a loaded machine; none takes 10 ms.
+        let slow = d.iter().filter(|&&ns| ns >= 10_000_000).count();
+        assert_eq!(slow, 16, "pid {pid}: {d:?}\n{log}");
+    }
+    assert_eq!(stall_durations(&stalls, npid, "cudaStreamSynchronize").len(), 3, "{log}");
 }
