@@ -463,13 +463,7 @@ async fn a_library_dlopened_and_called_at_once_is_traced_from_its_first_call() {
     let (dir, cg) = tmp("dlopen");
     let (lib, wl) = build(&dir.path().join("bin"));
     let nccl = dir.path().join("bin/libnccl.so.2");
-    // The mechanism, not the default bound (tested on its own in
-    // `transparent`): this debug-build agent, beside the whole suite on two
-    // cores, once took 1.4 s to probe the stand-in runtime and driver (46
-    // probes) while the 1 s default hold ran out.
-    let mut args = store_args(dir.path(), &cg);
-    args.push("--dlopen-hold-max=5s".into());
-    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
     // No pause between dlopen and the first calls (vLLM's pynccl does this).
     let nccl_step = format!("nccl:{}", nccl.display());
     let w = Workload::start(

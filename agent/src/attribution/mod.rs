@@ -133,16 +133,16 @@ impl Attributor {
     /// read (`prctl(PR_SET_NAME)`, `setproctitle`, PyTorch's DataLoader
     /// workers after their fork, vLLM's engine), and rows carry the name of
     /// their window. One read of `/proc/PID/comm` per cached process a
-    /// window; the command line is read again only when the name changed
-    /// (that read takes the process's mmap lock), and only for the same
-    /// process (a reused pid is pruned after the window instead).
+    /// window (the task's lock only), for the same process (a reused pid is
+    /// pruned after the window instead). The command line is not read
+    /// again: that read takes the process's mmap lock, which the agent's
+    /// loop must not wait on every window.
     fn rename(&mut self) {
         for (pid, p) in self.procs.iter_mut() {
             let Ok(now) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else { continue };
             let now = now.trim_end();
             if !now.is_empty() && now != p.comm && start_time(*pid) == Some(p.start_time) {
                 p.comm = now.to_string();
-                p.cmdline = cmdline(*pid);
             }
         }
     }
