@@ -25,6 +25,12 @@ pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {
             "eBPF program run time (BPF_STATS_RUN_TIME, measured one window in --probe-time-every and scaled)",
             g(&l.probe_run_ns),
         ),
+        (
+            "ingero_agent_window_late_max_us",
+            "gauge",
+            "The latest a window was closed after its end since start (its calls counted in it until then)",
+            g(&l.window_late_max_us),
+        ),
         ("ingero_agent_libraries", "gauge", "Distinct library files probed now", g(&l.libraries)),
         (
             "ingero_agent_attach_failures_total",

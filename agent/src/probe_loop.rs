@@ -88,6 +88,9 @@ pub struct LoopStats {
     pub cached_processes: AtomicU64,
     /// Rows refused by the schema check (never expected; counted, not dropped silently).
     pub rows_invalid: AtomicU64,
+    /// The latest any window was closed after its end (µs): its calls went on
+    /// counting in it that long (a busy or preempted loop).
+    pub window_late_max_us: AtomicU64,
     pub kube: std::sync::OnceLock<Arc<crate::attribution::apiserver::KubeStats>>,
     /// What the loop is doing, and whether it is stuck (`/healthz`).
     pub watchdog: Watchdog,
@@ -221,20 +224,31 @@ impl ProbeLoop {
         loop {
             let window_end = window_start + window_us;
             self.poll_until(window_end, stop);
+            self.note_late(chrono::Utc::now().timestamp_micros() - window_end);
             // Read before the drain: a stop that arrives while a window is
             // being built or sent gets one more drain, so the calls made
             // after this one (a workload that ends just before SIGTERM) ship.
             let last = stop.load(Ordering::Relaxed);
             let stats = self.stats.clone();
-            let idle = self.flip_and_settle()?;
+            let flipped = self.flip_and_settle()?;
             let busy = stats.watchdog.enter(Step::CloseWindow);
-            let tables = self.close_window(idle, window_start, window_us)?;
+            let tables = self.close_window(flipped, window_start, window_us)?;
             drop(busy);
             let _busy = stats.watchdog.enter(Step::SendWindow);
             if tx.blocking_send(tables).is_err() || last {
                 return Ok(());
             }
             window_start = window_end;
+        }
+    }
+
+    /// Records how late this window closed; only a new latest over 50 ms is
+    /// logged, so a loaded node does not fill the log.
+    fn note_late(&self, late_us: i64) {
+        let late = late_us.max(0) as u64;
+        let before = self.stats.window_late_max_us.fetch_max(late, Ordering::Relaxed);
+        if late > before && late >= 50_000 {
+            tracing::info!(late_ms = late / 1000, "window closed late; its calls counted in it until then");
         }
     }
 
@@ -428,8 +442,8 @@ impl ProbeLoop {
     /// every program that may still write the old one has finished: a thread
     /// held at a library lookup keeps that wait from ending until the loop
     /// releases it. Returns the half to drain.
-    fn flip_and_settle(&mut self) -> Result<u32> {
-        let idle = drain::flip(&mut self.probes)?;
+    fn flip_and_settle(&mut self) -> Result<drain::Flipped> {
+        let flipped = drain::flip(&mut self.probes)?;
         self.grace.begin();
         let stats = self.stats.clone();
         let _busy = stats.watchdog.enter(Step::Settle);
@@ -439,12 +453,12 @@ impl ProbeLoop {
                 self.on_proc_event(e);
             }
         }
-        Ok(idle)
+        Ok(flipped)
     }
 
     /// Drains the kernel's window (the idle half) and turns it into tables.
-    fn close_window(&mut self, idle: u32, window_start: i64, window_us: i64) -> Result<Tables> {
-        let mut d = drain::drain(&mut self.probes, idle, &mut self.per_thread)?;
+    fn close_window(&mut self, flipped: drain::Flipped, window_start: i64, window_us: i64) -> Result<Tables> {
+        let mut d = drain::drain(&mut self.probes, flipped, &mut self.per_thread)?;
         if !self.pid_filter.is_empty() {
             // Library probes fire for every process using the file: keep --pid only.
             let keep = &self.pid_filter;

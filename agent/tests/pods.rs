@@ -190,9 +190,12 @@ async fn pods_of_both_cgroup_drivers_are_attributed_through_410_and_an_outage() 
     // Nothing lost to the 410 or the outage: every call counted, and each
     // in its own window (bursts are >= 200 ms apart: at most 5 of 5 calls
     // start in one second), so none was lost and none carried over. A
-    // window may be empty: a loaded machine can pause the workload itself.
+    // window the agent closed late (it says so) holds the bursts made until
+    // then. A window may be empty: a loaded machine can pause the workload.
     assert_eq!(ra.iter().map(|r| r.1).sum::<u64>(), 625, "{ra:?}");
-    assert!(ra.iter().all(|r| r.1 <= 25), "a window holds another's calls: {ra:?}");
+    let late_ms = latest_close_ms(&log);
+    let most = 25 + 5 * late_ms.div_ceil(200);
+    assert!(ra.iter().all(|r| r.1 <= most), "a window holds another's calls (closed <= {late_ms} ms late): {ra:?}");
     assert!(ra.len() >= 25, "the ~25 s of work fell into {} windows: {ra:?}", ra.len());
     for r in &ra {
         assert_eq!(
@@ -241,6 +244,15 @@ async fn pods_of_both_cgroup_drivers_are_attributed_through_410_and_an_outage() 
     let failures = log.matches("Kubernetes API watch failed").count();
     assert!((1..=3).contains(&failures), "{failures} failure lines:\n{log}");
     assert!(log.contains("watching pods of this node on the Kubernetes API again"), "{log}");
+}
+
+/// The latest the agent says it closed a window after its end (0: never late).
+fn latest_close_ms(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("window closed late"))
+        .filter_map(|l| l.split("late_ms=").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .max()
+        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
