@@ -224,7 +224,10 @@ impl ProbeLoop {
         loop {
             let window_end = window_start + window_us;
             self.poll_until(window_end, stop);
-            self.note_late(chrono::Utc::now().timestamp_micros() - window_end);
+            crate::watchdog::note_late(
+                &self.stats.window_late_max_us,
+                chrono::Utc::now().timestamp_micros() - window_end,
+            );
             // Read before the drain: a stop that arrives while a window is
             // being built or sent gets one more drain, so the calls made
             // after this one (a workload that ends just before SIGTERM) ship.
@@ -239,16 +242,6 @@ impl ProbeLoop {
                 return Ok(());
             }
             window_start = window_end;
-        }
-    }
-
-    /// Records how late this window closed; only a new latest over 50 ms is
-    /// logged, so a loaded node does not fill the log.
-    fn note_late(&self, late_us: i64) {
-        let late = late_us.max(0) as u64;
-        let before = self.stats.window_late_max_us.fetch_max(late, Ordering::Relaxed);
-        if late > before && late >= 50_000 {
-            tracing::info!(late_ms = late / 1000, "window closed late; its calls counted in it until then");
         }
     }
 

@@ -46,6 +46,15 @@ impl Step {
 }
 
 /// Default limit on one step of the probe loop (`--watchdog`).
+/// Records how late a window closed (µs) in `latest`; only a new latest over
+/// 50 ms is logged, so a loaded node does not fill the log.
+pub(crate) fn note_late(latest: &AtomicU64, late_us: i64) {
+    let late = late_us.max(0) as u64;
+    if late > latest.fetch_max(late, Ordering::Relaxed) && late >= 50_000 {
+        tracing::info!(late_ms = late / 1000, "window closed late; its calls counted in it until then");
+    }
+}
+
 pub const DEFAULT_LIMIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
