@@ -568,7 +568,7 @@ OP_PROGS10(6) OP_PROGS10(7) OP_PROGS10(8) OP_PROGS10(9)
 #endif
 
 /* The cheapest possible uprobe: the baseline the overhead benchmark compares
- * call_entry against (agent/benches/overhead.rs). */
+ * call_entry against (node/benches/overhead.rs). */
 SEC("uprobe")
 int bare_uprobe(struct pt_regs *ctx)
 {

@@ -8,7 +8,7 @@
 #   sudo scripts/gpu-check.sh [AGENT_BINARY] [STEPS]
 #
 # Runs where the GPU machine has no network and no Rust: build the lean agent
-# here and carry it (`cargo build --release -p ingero-agent
+# here and carry it (`cargo build --release -p ingero-node
 # --no-default-features && strip`, ~19 MB). The agent ships to an address
 # where nothing listens, so every window stays in its spool, which
 # scripts/spool_counts.py reads with pyarrow alone.

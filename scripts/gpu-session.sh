@@ -3,7 +3,7 @@
 # Every GPU check in one run, for a lent GPU machine (minutes of device time):
 # most valuable first, each under its own time limit, each step's output in
 # its own log under $OUT (or ./gpu-out). The agent is the lean build carried
-# over (`cargo build --release -p ingero-agent --no-default-features`, strip).
+# over (`cargo build --release -p ingero-node --no-default-features`, strip).
 #
 #   scripts/gpu-session.sh [AGENT_BINARY]
 #

@@ -15,8 +15,8 @@ cgdir="$cg/ingero-outage-$$"
 mkdir -p "$cgdir"
 cleanup() { kill $(jobs -p) 2>/dev/null || true; sleep 1; rmdir "$cgdir" 2>/dev/null || true; }
 trap cleanup EXIT
-gcc -shared -fPIC -O1 -o "$dir/libcudart.so.12" agent/tests/native/fakecuda.c
-gcc -O2 -o "$dir/workload" agent/tests/native/workload.c -ldl
+gcc -shared -fPIC -O1 -o "$dir/libcudart.so.12" node/tests/native/fakecuda.c
+gcc -O2 -o "$dir/workload" node/tests/native/workload.c -ldl
 port=$((20000 + RANDOM % 20000))
 serve() {
   "$bin/ingero" serve --store "file://$dir/data" --wal-dir "$dir/wal" --listen "127.0.0.1:$port" \

@@ -18,7 +18,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 agent="${1:-$here/../target/release/ingero-agent}"
 pairs="${2:-5}"
-[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-agent)" >&2; exit 1; }
+[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-node)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "run as root (eBPF)" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
@@ -32,7 +32,7 @@ else
   mode=proxy
   lib="$(python3 -c 'import nvidia.cuda_runtime as m; print(list(m.__path__)[0])')/lib/libcudart.so.12"
   [ -f "$lib" ] || { echo "no $lib: pip install nvidia-cuda-runtime-cu12" >&2; exit 1; }
-  gcc -O2 -o "$work/callbench" "$here/../agent/tests/native/callbench.c" -ldl
+  gcc -O2 -o "$work/callbench" "$here/../node/tests/native/callbench.c" -ldl
   libdirs=("$lib")
   models=(proxy)
 fi

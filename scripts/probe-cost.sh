@@ -16,10 +16,10 @@ sym=cudaLaunchKernel
 lib="$(python3 -c 'import nvidia.cuda_runtime as m; print(list(m.__path__)[0])')/lib/libcudart.so.12"
 [ -f "$lib" ] || { echo "no $lib: pip install nvidia-cuda-runtime-cu12" >&2; exit 1; }
 command -v bpftrace >/dev/null || { echo "bpftrace not found: apt-get install bpftrace" >&2; exit 1; }
-[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-agent)" >&2; exit 1; }
+[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-node)" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-gcc -O2 -o "$work/callbench" "$(dirname "$0")/../agent/tests/native/callbench.c" -ldl
+gcc -O2 -o "$work/callbench" "$(dirname "$0")/../node/tests/native/callbench.c" -ldl
 bench() { "$work/callbench" "$lib" "$sym" "$calls"; }
 wait_for() { for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "timeout: $2 in $1" >&2; cat "$1" >&2; exit 1; }
 

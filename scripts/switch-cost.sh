@@ -14,10 +14,10 @@ set -euo pipefail
 agent="${1:-target/release/ingero-agent}"
 n="${2:-300000}"
 rounds="${3:-5}"
-[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-agent)" >&2; exit 1; }
+[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-node)" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; sysctl -qw kernel.bpf_stats_enabled=0; rm -rf "$work"' EXIT
-gcc -O2 -pthread -o "$work/pingpong" "$(dirname "$0")/../agent/tests/native/pingpong.c"
+gcc -O2 -pthread -o "$work/pingpong" "$(dirname "$0")/../node/tests/native/pingpong.c"
 cpu=$(( $(nproc) - 1 ))
 wait_for() { for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "timeout: $2 in $1" >&2; cat "$1" >&2; exit 1; }
 start_agent() { # extra flags...

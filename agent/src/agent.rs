@@ -3,6 +3,7 @@
 //! shipper on a small async runtime, started from one [`AgentConfig`] the
 //! way `ingero serve` starts from a `ServeConfig`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,20 +15,19 @@ use ingero_proto::client::RetryPolicy;
 use ingero_proto::routed::RoutedClient;
 
 use crate::attribution::KubeSources;
-use crate::embedded::Embedded;
 use crate::error::{Error, Result};
 use crate::probe_loop::{LoopConfig, LoopStats, ProbeLoop};
 use crate::probes::load::Probes;
 use crate::ship::spool::Spool;
 use crate::ship::{ShipStats, Shipper};
 
-/// Where windows go.
+/// Where windows go: `ingero serve`, one replica or several (comma-separated
+/// URLs). Single-node use (`ingero-agent run --store`) points this at an
+/// aggregator the binary embeds on loopback: the library never links storage.
 #[derive(Debug, Clone)]
-pub enum Sink {
-    /// A remote `ingero serve`.
-    Aggregator { url: String, auth: ClientAuth },
-    /// Single-node use: an embedded aggregator writes this store.
-    Store { url: String, s3_endpoint: Option<String> },
+pub struct Sink {
+    pub url: String,
+    pub auth: ClientAuth,
 }
 
 /// Pod metadata sources (see `attribution::apiserver`, `podresources`).
@@ -56,35 +56,36 @@ pub struct Agent {
     probe_thread: std::thread::JoinHandle<Result<()>>,
     shipper: tokio::task::JoinHandle<()>,
     ship_stats: Arc<ShipStats>,
-    server: Option<Embedded>,
 }
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Agent").field("embedded_store", &self.server.is_some()).finish_non_exhaustive()
+        f.debug_struct("Agent").finish_non_exhaustive()
     }
+}
+
+/// The agent's async runtime. Two workers whatever the node: shipping and
+/// the pod watch are light, and one worker per CPU would be 224 threads (and
+/// malloc arenas) on a GPU node.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|cause| Error::Runtime { what: "starting the async runtime", cause })
 }
 
 impl Agent {
     /// Starts shipping, metrics, the pod watch and the probe thread.
     pub fn start(cfg: AgentConfig, probes: Probes) -> Result<Agent> {
-        // Two workers whatever the node: shipping and the pod watch are light, and
-        // one worker per CPU would be 224 threads (and malloc arenas) on a GPU node.
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|cause| Error::Runtime { what: "starting the async runtime", cause })?;
+        Agent::start_in(runtime()?, cfg, probes)
+    }
+
+    /// [`Agent::start`] on a runtime the caller made with [`runtime`] (and
+    /// may already have started its own tasks on, such as an embedded aggregator).
+    pub fn start_in(rt: tokio::runtime::Runtime, cfg: AgentConfig, probes: Probes) -> Result<Agent> {
         let _guard = rt.enter();
-        let (server, url, auth) = match &cfg.sink {
-            Sink::Aggregator { url, auth } => (None, url.clone(), auth.clone()),
-            Sink::Store { url, s3_endpoint } => {
-                let wal = cfg.spool_dir.join("wal");
-                let (s, u) = rt.block_on(Embedded::start(url, s3_endpoint.clone(), wal))?;
-                // The embedded aggregator on loopback needs no credentials.
-                (Some(s), u, ClientAuth::default())
-            }
-        };
+        let Sink { url, auth } = cfg.sink.clone();
         let policy = RetryPolicy { give_up_after: Duration::from_secs(2), ..Default::default() };
         let urls: Vec<String> = url.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
         let client =
@@ -118,12 +119,17 @@ impl Agent {
         let dropped = ship_stats.dropped.clone();
         let probe_thread =
             std::thread::spawn(move || ProbeLoop::start(probes, cfg.probe, loop_stats, dropped, kube)?.run(tx, &stop));
-        Ok(Agent { rt, probe_thread, shipper, ship_stats, server })
+        Ok(Agent { rt, probe_thread, shipper, ship_stats })
     }
 
-    /// Waits for the probe thread to stop, the shipper to drain, and the
-    /// embedded store (if any) to flush.
+    /// Waits for the probe thread to stop and the shipper to drain.
     pub fn wait(self) -> Result<()> {
+        self.wait_then(async { Ok(()) })
+    }
+
+    /// [`Agent::wait`], then runs `after` on the agent's runtime: what must
+    /// follow the last shipped window (an embedded aggregator's last flush).
+    pub fn wait_then(self, after: impl Future<Output = Result<()>>) -> Result<()> {
         let res = self.probe_thread.join().unwrap_or_else(|_| Err(Error::Config("probe thread panicked".into())));
         let ss = self.ship_stats;
         self.rt.block_on(async {
@@ -135,10 +141,7 @@ impl Agent {
                 spooled = ss.spooled.load(Ordering::Relaxed),
                 "ingero-agent stopped"
             );
-            if let Some(s) = self.server {
-                s.shutdown().await?;
-            }
-            Ok::<_, Error>(())
+            after.await
         })?;
         res
     }

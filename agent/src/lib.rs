@@ -7,7 +7,6 @@ pub(crate) mod attribution;
 pub mod check;
 pub(crate) mod cost;
 pub(crate) mod detacher;
-pub(crate) mod embedded;
 pub mod error;
 pub mod heap;
 pub(crate) mod metrics;

@@ -2,7 +2,7 @@
 //! The Grafana dashboard (deploy/grafana/ingero.json) queries only metrics
 //! `ingero serve` really exports: read from its /metrics while a simulated
 //! fleet with a straggler runs. The agent's metrics are checked by
-//! agent/tests/dashboard.rs against a running agent.
+//! node/tests/nodes.rs against a running agent.
 
 mod fixtures;
 

@@ -11,7 +11,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p ingero-agent --bin ingero-agent --no-default-features \
+    cargo build --release --locked -p ingero-node --bin ingero-agent --no-default-features \
  && install -D -m 0755 target/release/ingero-agent /out/ingero-agent \
  && strip /out/ingero-agent
 

@@ -5,7 +5,7 @@ copy) from the panel list below: edit here, run, commit both files.
 Lines stay under ~150 characters (yamllint reads the chart's ConfigMap).
 Every metric a query names is checked against the real /metrics of
 `ingero serve` (aggregator/tests/dashboard.rs) and `ingero-agent`
-(agent/tests/dashboard.rs)."""
+(node/tests/dashboard.rs)."""
 
 import json
 import pathlib

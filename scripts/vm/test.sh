@@ -7,7 +7,7 @@
 #
 #   scripts/vm/test.sh [SERIES...]      default: 5.10 6.1 6.12
 #
-# INGERO_VM_TESTS: test targets of ingero-agent (default "kernel transparent";
+# INGERO_VM_TESTS: test targets of ingero-node (default "kernel transparent";
 # `stacks` needs CPython and bpf_loop: 5.17+). Exit status: the number of
 # kernels where a test failed.
 set -euo pipefail
@@ -26,7 +26,7 @@ for l in sys.stdin:
     m = json.loads(l)
     t = m.get("target", {})
     if m.get("reason") == "compiler-artifact" and m.get("executable") and t.get("kind") == ["test"] \
-       and "/agent#" in m["package_id"] + "#" and t["name"] in want:
+       and "/node#" in m["package_id"] + "#" and t["name"] in want:
         print(m["executable"])' "${targets[@]}")
 [ ${#bins[@]} -eq ${#targets[@]} ] || { echo "expected ${#targets[@]} test binaries, got: ${bins[*]:-none}" >&2; exit 1; }
 

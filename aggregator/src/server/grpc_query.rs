@@ -28,6 +28,15 @@ pub(crate) struct QueryService {
     pub replicas: Option<std::sync::Arc<crate::server::replicas::Replicas>>,
 }
 
+/// The query service behind the server's token check ([`super::AddRoutes`]).
+pub(crate) fn add_routes(routes: tonic::service::Routes, s: &super::Services<'_>) -> tonic::service::Routes {
+    use ingero_proto::pb::query_server::QueryServer;
+    use tonic::service::interceptor::InterceptedService;
+    let mut query = QueryService::new(s.store, s.ranker, s.cfg, s.committer);
+    query.replicas = s.replicas.clone();
+    routes.add_service(InterceptedService::new(QueryServer::new(query), s.check.clone()))
+}
+
 /// Queries within this long of a flush reuse it (no file per query).
 const FLUSH_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
 

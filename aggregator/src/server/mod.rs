@@ -36,8 +36,6 @@ use crate::server::ingest::{IngestService, Limits};
 use crate::server::replicas::{ReplicaConfig, Replicas};
 use crate::store::commit::{CommitConfig, Committer};
 use crate::store::{Store, StoreOptions, StoreUrl};
-#[cfg(feature = "query")]
-use ingero_proto::pb::query_server::QueryServer;
 use tonic::service::interceptor::InterceptedService;
 
 #[derive(Debug, Clone)]
@@ -60,6 +58,27 @@ pub struct ServeConfig {
     pub maintain_every: Option<std::time::Duration>,
     /// Vacuum deletes files removed (or never committed) longer ago than this.
     pub vacuum_retention: std::time::Duration,
+    /// gRPC services a layer above adds behind the same token check: the
+    /// query service ([`ServeConfig::with_query`]). None: ingest only, and a
+    /// binary that never sets it (the agent's `run --store`) links no query
+    /// engine even where a workspace build turns the `query` feature on.
+    pub extra_routes: Option<AddRoutes>,
+}
+
+/// Adds services to the server's gRPC routes (a plain fn, so it stays a
+/// value the config can carry and clone).
+pub type AddRoutes = fn(tonic::service::Routes, &Services<'_>) -> tonic::service::Routes;
+
+/// What an added service is built from.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "query"), allow(dead_code))] // only the query service reads it today
+pub struct Services<'a> {
+    pub(crate) cfg: &'a ServeConfig,
+    pub(crate) store: &'a Store,
+    pub(crate) committer: &'a Committer,
+    pub(crate) ranker: &'a LiveRanker,
+    pub(crate) replicas: &'a Option<Arc<Replicas>>,
+    pub(crate) check: crate::server::auth::TokenCheck,
 }
 
 /// A running aggregator.
@@ -162,8 +181,8 @@ impl Server {
     }
 }
 
-/// The gRPC services behind the token check: ingest always, query with the
-/// `query` feature.
+/// The gRPC services behind the token check: ingest, and what
+/// `cfg.extra_routes` adds.
 fn grpc_routes(
     cfg: &ServeConfig,
     store: &Store,
@@ -188,17 +207,11 @@ fn grpc_routes(
         .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
     let check = crate::server::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
-    #[allow(unused_mut)] // without the `query` feature only ingest is served
-    let mut routes = tonic::service::Routes::new(InterceptedService::new(ingest, check.clone()));
-    #[cfg(feature = "query")]
-    {
-        let mut query = crate::server::grpc_query::QueryService::new(store, ranker, cfg, committer);
-        query.replicas = replicas.clone();
-        routes = routes.add_service(InterceptedService::new(QueryServer::new(query), check));
+    let routes = tonic::service::Routes::new(InterceptedService::new(ingest, check.clone()));
+    match cfg.extra_routes {
+        Some(add) => add(routes, &Services { cfg, store, committer, ranker, replicas, check }),
+        None => routes,
     }
-    #[cfg(not(feature = "query"))]
-    let _ = (store, replicas);
-    routes
 }
 
 /// tonic answers an over-limit message with OUT_OF_RANGE; gRPC convention
@@ -262,6 +275,14 @@ impl ServeConfig {
             replicas: None,
             maintain_every: Some(std::time::Duration::from_secs(600)),
             vacuum_retention: std::time::Duration::from_secs(7 * 24 * 3600),
+            extra_routes: None,
         }
+    }
+
+    /// Serves the gRPC query service too (stragglers, SQL, reports).
+    #[cfg(feature = "query")]
+    pub fn with_query(mut self) -> ServeConfig {
+        self.extra_routes = Some(grpc_query::add_routes);
+        self
     }
 }

@@ -217,7 +217,9 @@ impl ServeArgs {
             replicas: self.replica_config()?,
             maintain_every: (!self.maintain_every.is_zero()).then_some(self.maintain_every),
             vacuum_retention: self.vacuum_retention,
-        })
+            extra_routes: None,
+        }
+        .with_query())
     }
 
     fn replica_config(&self) -> Result<Option<ReplicaConfig>, String> {

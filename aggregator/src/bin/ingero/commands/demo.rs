@@ -42,7 +42,7 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
     let root = a.keep.clone().unwrap_or_else(|| tmp.clone());
     let store = StoreUrl::parse(&format!("file://{}", root.join("data").display()))
         .map_err(|e| Failure::Usage(e.to_string()))?;
-    let mut cfg = ServeConfig::ephemeral(store.clone(), Default::default(), root.join("wal"));
+    let mut cfg = ServeConfig::ephemeral(store.clone(), Default::default(), root.join("wal")).with_query();
     cfg.commit.flush_age = Duration::from_secs(5);
     let server = Server::start(cfg).await?;
     eprintln!("ingero demo: aggregator on {} (store {store})", server.grpc_url());

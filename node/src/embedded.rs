@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //! `run --store`: single-node use with no server to run. An aggregator is
-//! embedded on loopback and writes the Parquet dataset itself. It links
-//! the aggregator (Parquet, object_store, DataFusion), so it is a cargo
-//! feature (`store`, on by default); the DaemonSet image is built without
-//! it and ships to an aggregator instead.
+//! embedded on loopback and writes the Parquet dataset itself; the agent
+//! ships to it as to any other. It links the aggregator (Parquet,
+//! object_store), so it is a cargo feature of this binary (`store`, on by
+//! default); the DaemonSet image is built without it and ships to an
+//! aggregator instead. The agent library never links it.
 
 use std::path::PathBuf;
 
-use crate::error::{Error, Result};
+use ingero_agent::error::{Error, Result};
 
 #[cfg(feature = "store")]
 pub(crate) struct Embedded(ingero_aggregator::server::Server);
@@ -22,7 +23,8 @@ impl std::fmt::Debug for Embedded {
 }
 
 impl Embedded {
-    /// Starts the embedded aggregator; returns it and its gRPC address.
+    /// Starts the embedded aggregator (on the caller's runtime); returns it
+    /// and its gRPC address.
     #[cfg(feature = "store")]
     pub(crate) async fn start(store: &str, s3_endpoint: Option<String>, wal: PathBuf) -> Result<(Embedded, String)> {
         use ingero_aggregator::{server as serve, store as st};
@@ -39,7 +41,7 @@ impl Embedded {
     pub(crate) async fn start(_store: &str, _s3_endpoint: Option<String>, _wal: PathBuf) -> Result<(Embedded, String)> {
         Err(Error::Config(
             "this ingero-agent is built without the `store` feature (the lean DaemonSet build): \
-             use --aggregator URL, or build with `cargo build -p ingero-agent` (default features) for --store"
+             use --aggregator URL, or build with `cargo build -p ingero-node` (default features) for --store"
                 .into(),
         ))
     }

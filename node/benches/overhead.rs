@@ -3,7 +3,7 @@
 //! bare empty uprobe, and with Ingero's probes; paced workload slowdown at
 //! 10k and 100k launches/s; agent CPU and peak RSS.
 //!
-//! `sudo cargo bench -p ingero-agent --bench overhead`
+//! `sudo cargo bench -p ingero-node --bench overhead`
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

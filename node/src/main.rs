@@ -6,9 +6,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use ingero_agent::agent::{Agent, AgentConfig, KubeConfig, Sink};
+use ingero_agent::agent::{self, Agent, AgentConfig, KubeConfig, Sink};
 use ingero_agent::probe_loop::LoopConfig;
 use ingero_agent::{check, error, probes};
+
+mod embedded;
+use embedded::Embedded;
 
 /// Ingero agent: traces CUDA/NCCL calls and the scheduler with eBPF,
 /// aggregates in the kernel, and ships per-window data to `ingero serve`
@@ -229,21 +232,7 @@ fn validate(a: &RunArgs) -> Result<(), error::Error> {
     Ok(())
 }
 
-fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
-    let sink = match (a.aggregator, a.store) {
-        (Some(url), _) => {
-            let auth = ingero_proto::auth::ClientAuth::from_files(
-                a.token_file.as_deref(),
-                a.tls_ca.as_deref(),
-                a.tls_cert.as_deref(),
-                a.tls_key.as_deref(),
-            )
-            .map_err(|e| error::Error::Config(e.to_string()))?;
-            Sink::Aggregator { url, auth }
-        }
-        (None, Some(url)) => Sink::Store { url, s3_endpoint: a.s3_endpoint },
-        (None, None) => return Err(error::Error::Config("one of --aggregator or --store is required".into())),
-    };
+fn config(a: RunArgs, sink: Sink) -> AgentConfig {
     let probe = LoopConfig {
         node: node_name(a.node),
         window: a.window,
@@ -267,14 +256,38 @@ fn config(a: RunArgs) -> Result<AgentConfig, error::Error> {
         pod_resources_socket: a.pod_resources_socket,
         pod_resources_interval: a.pod_resources_interval,
     };
-    Ok(AgentConfig {
+    AgentConfig {
         probe,
         sink,
         spool_dir: a.spool_dir,
         spool_max: a.spool_max as u64,
         metrics_addr: a.metrics_addr,
         kube,
-    })
+    }
+}
+
+/// The aggregator to ship to: the given one, or with --store one embedded
+/// on the agent's runtime (returned, to be flushed after the last window).
+fn sink(a: &RunArgs, rt: &tokio::runtime::Runtime) -> Result<(Sink, Option<Embedded>), error::Error> {
+    match (&a.aggregator, &a.store) {
+        (Some(url), _) => {
+            let auth = ingero_proto::auth::ClientAuth::from_files(
+                a.token_file.as_deref(),
+                a.tls_ca.as_deref(),
+                a.tls_cert.as_deref(),
+                a.tls_key.as_deref(),
+            )
+            .map_err(|e| error::Error::Config(e.to_string()))?;
+            Ok((Sink { url: url.clone(), auth }, None))
+        }
+        (None, Some(store)) => {
+            let wal = a.spool_dir.join("wal");
+            let (s, url) = rt.block_on(Embedded::start(store, a.s3_endpoint.clone(), wal))?;
+            // The embedded aggregator on loopback needs no credentials.
+            Ok((Sink { url, auth: Default::default() }, Some(s)))
+        }
+        (None, None) => Err(error::Error::Config("one of --aggregator or --store is required".into())),
+    }
 }
 
 fn run(a: RunArgs) -> Result<(), error::Error> {
@@ -285,7 +298,13 @@ fn run(a: RunArgs) -> Result<(), error::Error> {
     // then give the freed heap back to the kernel.
     let probes = probes::load::Probes::load()?;
     ingero_agent::heap::release_free();
-    Agent::start(config(a)?, probes)?.wait()
+    let rt = agent::runtime()?;
+    let (sink, embedded) = sink(&a, &rt)?;
+    let agent = Agent::start_in(rt, config(a, sink), probes)?;
+    match embedded {
+        Some(store) => agent.wait_then(store.shutdown()),
+        None => agent.wait(),
+    }
 }
 
 /// `--dlopen-hold-max`: a duration from 1ms to 10s.

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The layer rules, enforced on the real dependency graph (`cargo tree`), so
+# that a crate reaching up a layer fails CI instead of growing unnoticed:
+#   ingero-proto    the wire and the shared rows: no other ingero crate
+#   ingero-agent    the node agent library: the wire only; never storage,
+#                   query, ranking or reports, in any build mode
+#   ingero-node     the `ingero-agent` binary; the DaemonSet build
+#                   (--no-default-features) is as lean as the library
+#   ingero-aggregator --no-default-features: storage and serving, no query
+#                   engine (what `run --store` embeds)
+# Usage: scripts/check-layers.sh   (exit 1 and the offending paths on a violation)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STORAGE="ingero-aggregator|ingero-sim|parquet|object_store|deltalake"
+QUERY='datafusion|rusqlite|rmcp'
+bad=0
+LOCKED="${CHECK_LAYERS_LOCKED---locked}"   # empty: let cargo update Cargo.lock (trying a rule out)
+
+# deny PACKAGE "FLAGS" REGEX WHY
+deny() {
+  local pkg="$1" flags="$2" re="$3" why="$4" tree hits
+  # shellcheck disable=SC2086 # FLAGS is a word list
+  tree="$(cargo tree $LOCKED -e normal --prefix none -p "$pkg" $flags)" \
+    || { echo "check-layers: cargo tree -p $pkg $flags failed" >&2; exit 2; }
+  # The first line is the package itself.
+  hits="$(echo "$tree" | tail -n +2 | awk '{print $1}' | grep -E "^($re)$" | sort -u || true)"
+  if [ -n "$hits" ]; then
+    echo "layer violation: $pkg ${flags:-(default features)} depends on $(echo "$hits" | tr '\n' ' ')— $why" >&2
+    echo "  see: cargo tree -e normal -p $pkg $flags -i $(echo "$hits" | head -1)" >&2
+    bad=1
+  fi
+}
+
+deny ingero-proto "" "ingero-.*|$STORAGE|$QUERY" "the wire format sits below every other crate"
+for flags in "" "--all-features" "--no-default-features"; do
+  deny ingero-agent "$flags" "ingero-node|$STORAGE|$QUERY" "the agent library depends on the wire only"
+done
+deny ingero-node "--no-default-features" "$STORAGE|$QUERY" "the DaemonSet build of ingero-agent links no storage"
+deny ingero-node "" "$QUERY" "run --store embeds storage, never the query engine"
+deny ingero-aggregator "--no-default-features" "$QUERY" "storage and serving without the query feature"
+
+[ "$bad" = 0 ] && echo "layers: ok (proto < agent < node; aggregator without query links no query engine)"
+exit "$bad"
