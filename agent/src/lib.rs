@@ -13,6 +13,7 @@ pub(crate) mod metrics;
 pub(crate) mod podfs;
 pub mod probe_loop;
 pub mod probes;
+pub(crate) mod procmaps;
 pub(crate) mod progress;
 pub(crate) mod run_time;
 pub(crate) mod ship;

@@ -269,7 +269,7 @@ impl ProbeLoop {
             if !self.pid_filter.is_empty() && !self.pid_filter.contains(&pid) {
                 continue;
             }
-            let found = libs::scan_pid_with_statics(pid, &mut self.statics);
+            let found = self.statics.scan_pid(pid);
             for f in &found {
                 let info = self.attr.get(pid);
                 if f.lib != Lib::Libc && !info.libraries.contains(&f.mapped_as) {

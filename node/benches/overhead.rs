@@ -48,8 +48,20 @@ fn main() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let lib = dir.path().join("libcudart.so.12");
-    let bench = dir.path().join("callbench");
+    let (lib, bench) = build(dir.path());
+    // NVIDIA's real libcudart when installed (pip nvidia-cuda-runtime-cu12):
+    // the per-call figures are taken on it; the paced runs use the test library.
+    let measured = real_cudart().unwrap_or_else(|| lib.clone());
+    println!("per-call library: {}", measured.display());
+    let probes = per_call(&bench, &measured);
+    paced(probes, &bench, &lib);
+    agent_process(&dir.path().join("agent"), &bench, &lib);
+}
+
+/// The test libcudart and the call benchmark, compiled into `dir`.
+fn build(dir: &Path) -> (PathBuf, PathBuf) {
+    let lib = dir.join("libcudart.so.12");
+    let bench = dir.join("callbench");
     let src = native();
     cc(&[
         "-shared",
@@ -63,18 +75,23 @@ fn main() {
         src.join("fakecuda.c").to_str().unwrap(),
     ]);
     cc(&["-O2", "-o", bench.to_str().unwrap(), src.join("callbench.c").to_str().unwrap(), "-ldl"]);
-    // NVIDIA's real libcudart when installed (pip nvidia-cuda-runtime-cu12):
-    // the per-call figures are taken on it; the paced runs use the test library.
-    let real = Command::new("python3")
+    (lib, bench)
+}
+
+fn real_cudart() -> Option<PathBuf> {
+    Command::new("python3")
         .args(["-c", "import nvidia.cuda_runtime as m; print(list(m.__path__)[0])"])
         .output()
         .ok()
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("lib/libcudart.so.12"))
-        .filter(|p| p.exists());
-    let measured = real.clone().unwrap_or_else(|| lib.clone());
-    println!("per-call library: {}", measured.display());
+        .filter(|p| p.exists())
+}
+
+/// ns per call: no probe, a bare uprobe, Ingero's probes, and Ingero's with
+/// every sync an outlier. Returns the loaded probes.
+fn per_call(bench: &Path, measured: &Path) -> Probes {
     let n = 2_000_000;
-    let per_call = |sym: &str| median((0..5).map(|_| run(&bench, &measured, sym, n, None)).collect());
+    let per_call = |sym: &str| median((0..5).map(|_| run(bench, measured, sym, n, None)).collect());
 
     let none_launch = per_call("cudaLaunchKernel");
     let none_sync = per_call("cudaStreamSynchronize");
@@ -85,12 +102,12 @@ fn main() {
         let p: &mut UProbe = probes.ebpf.program_mut("bare_uprobe").unwrap().try_into().unwrap();
         p.load().unwrap();
         let link =
-            p.attach(UProbeAttachLocation::Symbol("cudaLaunchKernel"), &measured, UProbeScope::AllProcesses).unwrap();
+            p.attach(UProbeAttachLocation::Symbol("cudaLaunchKernel"), measured, UProbeScope::AllProcesses).unwrap();
         let v = per_call("cudaLaunchKernel");
         p.detach(link).unwrap();
         v
     };
-    probes.attach_found(&Found::at_path(&measured, Lib::Cudart)).unwrap();
+    probes.attach_found(&Found::at_path(measured, Lib::Cudart)).unwrap();
     let ingero_launch = per_call("cudaLaunchKernel");
     let ingero_sync = per_call("cudaStreamSynchronize");
     // Every sync an outlier: the stack capture (native frames; Python
@@ -115,23 +132,26 @@ fn main() {
         "  cudaStreamSynchronize as an outlier (stack captured, event sent or counted dropped) {outlier_sync:>7.1} ns: +{:.1} ns per captured stack",
         outlier_sync - ingero_sync
     );
+    probes
+}
 
-    // Paced workloads: each launch follows `work` µs of host work.
+/// Paced workloads: each launch follows `work` µs of host work.
+fn paced(mut probes: Probes, bench: &Path, lib: &Path) {
     for (rate, work, steps) in [(10_000u64, 100.0, 30_000u64), (100_000, 10.0, 200_000)] {
         drop(std::mem::replace(&mut probes, Probes::load().unwrap()));
         // Unprobed first (fresh Probes has no library attached), then probed.
-        let off = median((0..3).map(|_| run(&bench, &lib, "cudaLaunchKernel", steps, Some(work))).collect());
-        probes.attach_found(&Found::at_path(&lib, Lib::Cudart)).unwrap();
-        let on = median((0..3).map(|_| run(&bench, &lib, "cudaLaunchKernel", steps, Some(work))).collect());
+        let off = median((0..3).map(|_| run(bench, lib, "cudaLaunchKernel", steps, Some(work))).collect());
+        probes.attach_found(&Found::at_path(lib, Lib::Cudart)).unwrap();
+        let on = median((0..3).map(|_| run(bench, lib, "cudaLaunchKernel", steps, Some(work))).collect());
         println!(
             "  paced ~{rate}/s: {steps} launches in {off:.3} s without, {on:.3} s with probes: {:+.2}% slowdown",
             (on / off - 1.0) * 100.0
         );
     }
-    drop(probes);
+}
 
-    // The agent process itself under a 100k launches/s workload for ~5 s.
-    let agent_dir = dir.path().join("agent");
+/// The agent process itself under a 100k launches/s workload for ~5 s.
+fn agent_process(agent_dir: &Path, bench: &Path, lib: &Path) {
     let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target");
     let agent_bin = ["release", "debug"].iter().map(|p| target.join(p).join("ingero-agent")).find(|p| p.exists());
     let Some(agent_bin) = agent_bin else {
@@ -154,31 +174,38 @@ fn main() {
             .unwrap();
         std::thread::sleep(Duration::from_secs(2));
         let t = Instant::now();
-        run(&bench, &lib, "cudaLaunchKernel", 500_000, Some(10.0));
-        let secs = t.elapsed().as_secs_f64();
+        run(bench, lib, "cudaLaunchKernel", 500_000, Some(10.0));
         let pid = agent.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let hwm = status
-            .lines()
-            .find(|l| l.starts_with("VmHWM"))
-            .unwrap_or("VmHWM: ?")
-            .split_whitespace()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .join(" ");
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let f: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-        let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-            + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let (hwm, ticks) = (peak_rss(pid), cpu_ticks(pid));
         let total = t.elapsed().as_secs_f64() + 2.0;
         println!(
             "  agent {mode}: peak RSS {hwm}, CPU {:.2} s over {total:.1} s ({:.1}% of one core) at ~100k launches/s",
             ticks / 100.0,
             ticks / 100.0 / total * 100.0
         );
-        let _ = secs;
         // SAFETY: kill takes any pid; ours is a child we have not reaped.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let _ = agent.wait();
     }
+}
+
+/// VmHWM from /proc/PID/status, as written there ("123456 kB").
+fn peak_rss(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or("VmHWM: ?")
+        .split_whitespace()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// User + system CPU ticks from /proc/PID/stat.
+fn cpu_ticks(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
 }

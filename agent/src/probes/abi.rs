@@ -4,19 +4,28 @@
 
 use std::mem::{offset_of, size_of};
 
-pub(crate) const HIST_BUCKETS: usize = 252;
-pub(crate) const COOKIE_TIMED: u64 = 1 << 16;
-pub(crate) const COOKIE_COMM_INIT: u64 = 1 << 17;
-pub(crate) const COOKIE_BRACKET: u64 = 1 << 18;
-pub(crate) const COOKIE_RT_CALLEE: u64 = 1 << 19;
-pub(crate) const COOKIE_STATIC_RT: u64 = 1 << 20;
+/// The header's numeric `#define`s, generated from it by build.rs.
+#[allow(dead_code, unreachable_pub)]
+pub(crate) mod c {
+    include!(concat!(env!("OUT_DIR"), "/events_h.rs"));
+}
 
-pub(crate) const PROC_EXEC: u32 = 1;
-pub(crate) const PROC_EXIT: u32 = 2;
-pub(crate) const PROC_FORK: u32 = 3;
-pub(crate) const PROC_OOM: u32 = 4;
-pub(crate) const PROC_COMM_INIT: u32 = 5;
-pub(crate) const PROC_DLOPEN: u32 = 6;
+/// One histogram definition for the whole product: the wire's.
+pub(crate) const HIST_BUCKETS: usize = ingero_proto::hist::BUCKETS;
+const _: () = assert!(c::INGERO_HIST_BUCKETS as usize == HIST_BUCKETS, "events.h and proto/src/hist.rs disagree");
+
+pub(crate) const COOKIE_TIMED: u64 = c::COOKIE_TIMED;
+pub(crate) const COOKIE_COMM_INIT: u64 = c::COOKIE_COMM_INIT;
+pub(crate) const COOKIE_BRACKET: u64 = c::COOKIE_BRACKET;
+pub(crate) const COOKIE_RT_CALLEE: u64 = c::COOKIE_RT_CALLEE;
+pub(crate) const COOKIE_STATIC_RT: u64 = c::COOKIE_STATIC_RT;
+
+pub(crate) const PROC_EXEC: u32 = c::PROC_EXEC as u32;
+pub(crate) const PROC_EXIT: u32 = c::PROC_EXIT as u32;
+pub(crate) const PROC_FORK: u32 = c::PROC_FORK as u32;
+pub(crate) const PROC_OOM: u32 = c::PROC_OOM as u32;
+pub(crate) const PROC_COMM_INIT: u32 = c::PROC_COMM_INIT as u32;
+pub(crate) const PROC_DLOPEN: u32 = c::PROC_DLOPEN as u32;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -77,7 +86,7 @@ pub(crate) struct ThreadCall {
 }
 
 /// Op counters a thread slot has (`THREAD_COUNTS` in events.h).
-pub(crate) const THREAD_COUNTS: usize = 4;
+pub(crate) const THREAD_COUNTS: usize = c::THREAD_COUNTS as usize;
 
 /// One op's running count in a thread slot.
 #[repr(C)]
@@ -124,10 +133,10 @@ pub(crate) struct IoVal {
     pub hist: [u32; HIST_BUCKETS],
 }
 
-pub(crate) const USTACK_MAX: usize = 32;
-pub(crate) const PY_MAX_FRAMES: usize = 32;
+pub(crate) const USTACK_MAX: usize = c::USTACK_MAX as usize;
+pub(crate) const PY_MAX_FRAMES: usize = c::PY_MAX_FRAMES as usize;
 /// A `PyProc` offset the interpreter's version lacks.
-pub(crate) const PY_NONE: u16 = 0xffff;
+pub(crate) const PY_NONE: u16 = c::PY_NONE as u16;
 
 /// Where a CPython interpreter keeps its threads and frames (`struct py_proc`).
 #[repr(C)]

@@ -40,38 +40,18 @@ impl Found {
 /// Parses `/proc/PID/maps` text for traced libraries.
 pub fn parse_maps(pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
     let mut out: BTreeMap<(u64, u64), Found> = BTreeMap::new();
-    for line in maps.lines() {
-        // addr perms offset dev inode path
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(_), Some(_), Some(dev), Some(inode)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            continue;
-        };
-        let path: String = f.collect::<Vec<_>>().join(" ");
-        if !path.starts_with('/') || path.ends_with("(deleted)") {
-            continue;
-        }
-        let Some(name) = path.rsplit('/').next() else { continue };
-        let Some(lib) = Lib::from_file_name(name) else { continue };
-        let Ok(ino) = inode.parse::<u64>() else { continue };
-        let dev = parse_dev(dev).unwrap_or(0);
-        out.entry((dev, ino)).or_insert_with(|| Found {
-            id: (dev, ino),
-            path: proc_root.join(pid.to_string()).join("root").join(path.trim_start_matches('/')),
-            map_file: Some(proc_root.join(pid.to_string()).join("map_files").join(range)),
-            mapped_as: path.clone(),
+    for m in crate::procmaps::lines(maps).filter(|m| m.live_file()) {
+        let Some(lib) = m.path.rsplit('/').next().and_then(Lib::from_file_name) else { continue };
+        out.entry(m.id()).or_insert_with(|| Found {
+            id: m.id(),
+            path: proc_root.join(pid.to_string()).join("root").join(m.path.trim_start_matches('/')),
+            map_file: Some(proc_root.join(pid.to_string()).join("map_files").join(m.range)),
+            mapped_as: m.path.to_string(),
             lib,
             pid,
         });
     }
     out.into_values().collect()
-}
-
-/// `08:01` (hex major:minor) → a single number.
-pub(crate) fn parse_dev(s: &str) -> Option<u64> {
-    let (a, b) = s.split_once(':')?;
-    Some((u64::from_str_radix(a, 16).ok()? << 32) | u64::from_str_radix(b, 16).ok()?)
 }
 
 /// Libraries mapped by one process (empty when it is gone or unreadable).
@@ -80,18 +60,6 @@ pub fn scan_pid(pid: u32) -> Vec<Found> {
         Ok(m) => parse_maps(pid, &m, Path::new("/proc")),
         Err(_) => Vec::new(),
     }
-}
-
-/// Like `scan_pid`, and where the process maps the driver but no libcudart,
-/// the executable or library that holds a statically linked runtime.
-pub fn scan_pid_with_statics(pid: u32, statics: &mut super::statics::StaticRuntimes) -> Vec<Found> {
-    let Ok(m) = crate::podfs::read_maps(pid) else { return Vec::new() };
-    let mut found = parse_maps(pid, &m, Path::new("/proc"));
-    let driver_only = found.iter().any(|f| f.lib == Lib::Cuda) && !found.iter().any(|f| f.lib == Lib::Cudart);
-    if driver_only {
-        found.extend(statics.find(pid, &m, Path::new("/proc")));
-    }
-    found
 }
 
 /// Processes to look at: those under the cgroup subtree, or all of them.

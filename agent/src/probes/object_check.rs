@@ -12,7 +12,7 @@ use super::load::{COMPAT_OBJECT, OBJECT};
 use super::ops;
 
 /// Op ids the compat object has a program pair for (COMPAT_OPS, ebpf/events.h).
-const COMPAT_OPS: usize = 100;
+const COMPAT_OPS: usize = super::abi::c::COMPAT_OPS as usize;
 
 type Version = (u32, u32);
 

@@ -19,55 +19,48 @@ const MARKER: &str = "cudaLaunchKernel";
 
 /// Files already searched, by maps (device, inode): each is read once.
 #[derive(Debug, Default)]
-pub struct StaticRuntimes {
+pub(crate) struct StaticRuntimes {
     searched: HashMap<(u64, u64), bool>,
 }
 
 impl StaticRuntimes {
+    /// Like `libs::scan_pid`, and where the process maps the driver but no
+    /// libcudart, the executable or library that holds a statically linked runtime.
+    pub(crate) fn scan_pid(&mut self, pid: u32) -> Vec<Found> {
+        let Ok(m) = crate::podfs::read_maps(pid) else { return Vec::new() };
+        let mut found = super::libs::parse_maps(pid, &m, Path::new("/proc"));
+        let driver_only = found.iter().any(|f| f.lib == Lib::Cuda) && !found.iter().any(|f| f.lib == Lib::Cudart);
+        if driver_only {
+            found.extend(self.find(pid, &m, Path::new("/proc")));
+        }
+        found
+    }
+
     /// Executable mappings of `pid` (from its maps text) that hold a CUDA
     /// runtime, as libraries to probe with the runtime's ops. Only called
     /// for processes that map the driver but no libcudart.
-    pub fn find(&mut self, pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
+    pub(crate) fn find(&mut self, pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
         let mut out = Vec::new();
-        for line in maps.lines() {
-            let mut f = line.split_whitespace();
-            let (Some(range), Some(perms), Some(_), Some(dev), Some(inode)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next())
-            else {
-                continue;
-            };
-            let path: String = f.collect::<Vec<_>>().join(" ");
-            if !perms.contains('x') || !path.starts_with('/') || path.ends_with("(deleted)") {
-                continue;
-            }
-            let name = path.rsplit('/').next().unwrap_or("");
+        for m in crate::procmaps::lines(maps).filter(|m| m.executable() && m.live_file()) {
+            let name = m.path.rsplit('/').next().unwrap_or("");
             if Lib::from_file_name(name).is_some() || is_system_library(name) {
                 continue;
             }
-            let Ok(ino) = inode.parse::<u64>() else { continue };
-            let id = (super::libs::parse_dev(dev).unwrap_or(0), ino);
-            let map_file = proc_root.join(pid.to_string()).join("map_files").join(range);
+            let id = m.id();
+            let map_file = proc_root.join(pid.to_string()).join("map_files").join(m.range);
             let hit = *self.searched.entry(id).or_insert_with(|| has_symbol(&map_file, MARKER).unwrap_or(false));
             if hit && !out.iter().any(|x: &Found| x.id == id) {
                 out.push(Found {
                     id,
-                    path: proc_root.join(pid.to_string()).join("root").join(path.trim_start_matches('/')),
+                    path: proc_root.join(pid.to_string()).join("root").join(m.path.trim_start_matches('/')),
                     map_file: Some(map_file),
-                    mapped_as: path.clone(),
+                    mapped_as: m.path.to_string(),
                     lib: Lib::Cudart,
                     pid,
                 });
             }
         }
         out
-    }
-
-    pub fn len(&self) -> usize {
-        self.searched.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.searched.is_empty()
     }
 }
 

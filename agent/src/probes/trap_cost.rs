@@ -82,22 +82,10 @@ fn time_calls(f: extern "C" fn(u64) -> u64) -> Duration {
 fn code_location(addr: u64) -> Result<(PathBuf, u64)> {
     let maps = std::fs::read_to_string("/proc/self/maps")
         .map_err(|cause| Error::Runtime { what: "reading /proc/self/maps", cause })?;
-    for line in maps.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (Some(range), Some(perms), Some(off), Some(path)) = (f.first(), f.get(1), f.get(2), f.get(5)) else {
-            continue;
-        };
-        let Some((lo, hi)) = range.split_once('-') else { continue };
-        let (Ok(lo), Ok(hi), Ok(off)) =
-            (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16), u64::from_str_radix(off, 16))
-        else {
-            continue;
-        };
-        if (lo..hi).contains(&addr) && perms.contains('x') && path.starts_with('/') {
-            return Ok((PathBuf::from(path), addr - lo + off));
-        }
-    }
-    Err(Error::Config("the agent's own code is not in /proc/self/maps".into()))
+    crate::procmaps::lines(&maps)
+        .find(|m| (m.start..m.end).contains(&addr) && m.executable() && m.path.starts_with('/'))
+        .map(|m| (PathBuf::from(m.path), addr - m.start + m.offset))
+        .ok_or_else(|| Error::Config("the agent's own code is not in /proc/self/maps".into()))
 }
 
 /// Nanoseconds one trap adds to a call: the least of a few runs with the

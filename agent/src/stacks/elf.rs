@@ -46,28 +46,17 @@ impl Mapping {
 
 /// File-backed mappings of a process, by address.
 pub(crate) fn parse_maps(text: &str) -> Vec<Mapping> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(off), Some(dev), Some(inode)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            continue;
-        };
-        let path = f.collect::<Vec<_>>().join(" ");
-        let (Some((a, b)), Ok(offset), Ok(ino)) =
-            (range.split_once('-'), u64::from_str_radix(off, 16), inode.parse::<u64>())
-        else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
-        if ino == 0 || !path.starts_with('/') {
-            continue;
-        }
-        let dev = crate::probes::libs::parse_dev(dev).unwrap_or(0);
-        out.push(Mapping { start, end, offset, id: (dev, ino), path, range: range.to_string() });
-    }
-    out
+    crate::procmaps::lines(text)
+        .filter(|m| m.inode != 0 && m.path.starts_with('/'))
+        .map(|m| Mapping {
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
+            id: m.id(),
+            path: m.path.to_string(),
+            range: m.range.to_string(),
+        })
+        .collect()
 }
 
 /// The mapping holding `addr`.
