@@ -18,9 +18,9 @@ use serde_json::Value;
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 fn dashboard() -> Value {
-    let text = std::fs::read_to_string(format!("{ROOT}/deploy/grafana/ingero.json")).unwrap();
-    let chart = std::fs::read_to_string(format!("{ROOT}/deploy/helm/ingero/dashboards/ingero.json")).unwrap();
-    assert_eq!(text, chart, "the chart's copy differs: run deploy/grafana/make-dashboard.py");
+    // The one file (deploy/grafana/ingero.json links to it); CI checks it is
+    // what deploy/grafana/make-dashboard.py writes.
+    let text = std::fs::read_to_string(format!("{ROOT}/deploy/helm/ingero/dashboards/ingero.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Writes the Grafana dashboard (deploy/grafana/ingero.json and the chart's
-copy) from the panel list below: edit here, run, commit both files.
+"""Writes the Grafana dashboard from the panel list below: edit here, run,
+commit. It has one home, the chart's deploy/helm/ingero/dashboards/ingero.json
+(Helm reads files inside the chart only); deploy/grafana/ingero.json is a
+link to it for importing by hand. `--check` (CI) fails when the committed file
+is not what this script writes.
 Lines stay under ~150 characters (yamllint reads the chart's ConfigMap).
 Every metric a query names is checked against the real /metrics of
 `ingero serve` (aggregator/tests/dashboard.rs) and `ingero-agent`
@@ -9,6 +12,7 @@ Every metric a query names is checked against the real /metrics of
 
 import json
 import pathlib
+import sys
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 JOB = 'training_job=~"$training_job"'
@@ -151,9 +155,13 @@ DASHBOARD = {
 }
 
 if __name__ == "__main__":
-    here = pathlib.Path(__file__).resolve().parent
+    out = pathlib.Path(__file__).resolve().parent.parent / "helm/ingero/dashboards/ingero.json"
     text = json.dumps(DASHBOARD, indent=2) + "\n"
-    for out in [here / "ingero.json", here.parent / "helm/ingero/dashboards/ingero.json"]:
+    if sys.argv[1:] == ["--check"]:
+        if not out.exists() or out.read_text() != text:
+            sys.exit(f"{out} is not what deploy/grafana/make-dashboard.py writes: run it and commit the result")
+        print(f"{out}: as generated")
+    else:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         print(f"wrote {out}")
