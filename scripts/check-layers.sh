@@ -39,7 +39,7 @@ for flags in "" "--all-features" "--no-default-features"; do
 done
 deny ingero-node "--no-default-features" "$STORAGE|$QUERY" "the DaemonSet build of ingero-agent links no storage"
 deny ingero-node "" "$QUERY" "run --store embeds storage, never the query engine"
-deny ingero-aggregator "--no-default-features" "$QUERY" "storage and serving without the query feature"
+deny ingero-aggregator "--no-default-features" "ingero-sim|$QUERY" "storage and serving without the query and sim features"
 
 [ "$bad" = 0 ] && echo "layers: ok (proto < agent < node; aggregator without query links no query engine)"
 exit "$bad"
