@@ -13,13 +13,11 @@ pub(crate) mod source;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
-use ingero_proto::{Table, Tables};
+use ingero_proto::Tables;
 
 use crate::error::Result;
-use crate::store::delta::action::Txn;
-use crate::store::flush::{Encoded, EncodedFile, Logs};
-use crate::store::layout::Partition;
-use crate::store::{Store, parquet, tiers};
+use crate::store::flush::Logs;
+use crate::store::{Store, bulk};
 
 pub use fold::FoldStats;
 
@@ -87,32 +85,8 @@ pub async fn write(store: &Store, folded: &[Folded]) -> Result<usize> {
     let mut files = 0;
     let mut logs = Logs::new("import".into());
     for f in folded {
-        let guard = Txn { app_id: format!("import-{:016x}", f.fingerprint), version: 1, last_updated: None };
-        let mut out = Vec::new();
-        for (table, batch) in &f.tables {
-            let mut enc = Vec::new();
-            for (part, b) in parquet::partition(*table, std::slice::from_ref(batch))? {
-                let key = import_file(&part, f.fingerprint);
-                enc.push(EncodedFile { key, bytes: parquet::encode(&b)?.into(), rows: b.num_rows() });
-            }
-            out.push(Encoded { name: table.name().to_string(), schema: table.schema(), files: enc });
-        }
-        let tables: Vec<(Table, Vec<arrow::array::RecordBatch>)> =
-            f.tables.iter().map(|(t, b)| (*t, vec![b.clone()])).collect();
-        let mut tier_files = Vec::new();
-        for (tier, hour, b) in tiers::build(tables.iter().map(|(t, b)| (t, b)))? {
-            let key = tiers::file_key(tier, hour, &format!("import-{:016x}", f.fingerprint));
-            tier_files.push((tier, EncodedFile { key, bytes: tiers::encode(&b)?.into(), rows: b.num_rows() }));
-        }
-        out.extend(Encoded::tiers(tier_files));
-        for t in out {
-            let info = serde_json::json!({"import": f.file, "node": f.node});
-            files += logs.commit_files(store, t, &guard, info).await? as usize;
-        }
+        let info = serde_json::json!({"import": f.file, "node": f.node});
+        files += bulk::commit_tables(store, &mut logs, &f.tables, f.fingerprint, info).await?;
     }
     Ok(files)
-}
-
-fn import_file(p: &Partition, fingerprint: u64) -> String {
-    format!("{}/import-{fingerprint:016x}.parquet", p.dir())
 }

@@ -164,9 +164,8 @@ impl Logs {
         }
     }
 
-    /// Writes files no other writer can hold (imports), then commits them
-    /// unless `guard` holds; returns files written.
-    #[cfg(feature = "query")]
+    /// Writes files no other writer can hold (`store::bulk`), then commits
+    /// them unless `guard` holds; returns files written.
     pub(crate) async fn commit_files(
         &mut self,
         store: &Store,

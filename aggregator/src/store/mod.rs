@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Persistence: object-store selection, WAL, commit pipeline, Parquet layout.
 
+// Only the importer (feature `query`) writes in bulk today.
+#[cfg_attr(not(feature = "query"), allow(dead_code))]
+pub(crate) mod bulk;
 pub mod commit;
 pub mod delta;
 pub mod flush;
