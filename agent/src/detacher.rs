@@ -11,7 +11,7 @@ use std::sync::{Arc, mpsc};
 use aya::maps::{Array, MapData};
 use aya::programs::uprobe::UProbeLink;
 
-use crate::probe_loop::LoopStats;
+use crate::loop_config::LoopStats;
 
 pub(crate) struct Detacher {
     tx: mpsc::Sender<Vec<UProbeLink>>,

@@ -9,6 +9,7 @@ pub(crate) mod cost;
 pub(crate) mod detacher;
 pub mod error;
 pub mod heap;
+pub mod loop_config;
 pub(crate) mod metrics;
 pub(crate) mod podfs;
 pub mod probe_loop;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::probe_loop::LoopStats;
+use crate::loop_config::LoopStats;
 use crate::ship::ShipStats;
 
 pub(crate) fn render(l: &LoopStats, s: &ShipStats) -> String {

@@ -3,9 +3,8 @@
 //! events as they come, a drained window every `--window`, tables to the
 //! shipper on the async runtime.
 
-use crate::watchdog::{Step, Watchdog};
+use crate::watchdog::Step;
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -28,73 +27,7 @@ use crate::probes::unpreempted::Unpreempted;
 use crate::stacks::Stacks;
 use crate::window::{HostFacts, Stall, WindowBuilder, WindowCtx};
 
-#[derive(Debug, Clone)]
-pub struct LoopConfig {
-    pub node: String,
-    pub window: Duration,
-    pub rescan: Duration,
-    pub cgroup_root: Option<PathBuf>,
-    pub cgroup_mount: PathBuf,
-    pub pids: Vec<u32>,
-    /// Outlier when a call exceeds this multiple of the op's running median…
-    pub outlier_factor: f64,
-    /// …but never below this.
-    pub outlier_min: Duration,
-    /// Fixed threshold instead of the median rule.
-    pub outlier_abs: Option<Duration>,
-    /// Library files to probe at start (plus the usual install locations).
-    pub libs: Vec<PathBuf>,
-    /// Hold a thread at its first lookup in a new CUDA/NCCL library until it is probed.
-    pub hold_dlopen: bool,
-    /// The longest a held thread waits (it spins a CPU meanwhile).
-    pub hold_max: Duration,
-    /// Probes of a library file no scanned process has mapped this long are detached.
-    pub detach_unused_after: Duration,
-    /// A loop step running longer than this makes the agent unhealthy.
-    pub watchdog: Duration,
-    /// The probes' own run time is measured in one window of this many (0: never).
-    pub probe_time_every: u32,
-}
-
-/// Shared with the metrics endpoint.
-#[derive(Debug, Default)]
-pub struct LoopStats {
-    pub windows: AtomicU64,
-    pub events: AtomicU64,
-    pub ringbuf_drops: AtomicU64,
-    pub map_full: AtomicU64,
-    /// Threads held at a new CUDA/NCCL library's first lookup, their total
-    /// wait (ns) and the holds that ran out before the library was probed.
-    pub lib_holds: AtomicU64,
-    pub lib_hold_ns: AtomicU64,
-    pub lib_hold_timeouts: AtomicU64,
-    pub probe_run_ns: AtomicU64,
-    /// What one trap costs a probed call here (ns; 0: not measured).
-    pub trap_ns: AtomicU64,
-    /// Time traced processes spent in the agent's traps (estimate: traps x trap_ns).
-    pub trap_time_ns: AtomicU64,
-    /// The largest share of one CPU a traced process spent in them last window (ppm).
-    pub busiest_trap_ppm: AtomicU64,
-    pub libraries: AtomicU64,
-    /// Library files that could not be probed (each is retried on the next scan).
-    pub attach_failures: AtomicU64,
-    /// Library files whose probes were detached (no traced process mapped them).
-    pub library_detaches: AtomicU64,
-    /// Uprobes taken off detached files and not closed yet.
-    pub uprobes_detaching: AtomicU64,
-    /// Kernel memory of the BPF maps (fdinfo memlock).
-    pub kernel_map_bytes: AtomicU64,
-    /// Processes whose attribution is cached.
-    pub cached_processes: AtomicU64,
-    /// Rows refused by the schema check (never expected; counted, not dropped silently).
-    pub rows_invalid: AtomicU64,
-    /// The latest any window was closed after its end (µs): its calls went on
-    /// counting in it that long (a busy or preempted loop).
-    pub window_late_max_us: AtomicU64,
-    pub kube: std::sync::OnceLock<Arc<crate::attribution::apiserver::KubeStats>>,
-    /// What the loop is doing, and whether it is stuck (`/healthz`).
-    pub watchdog: Watchdog,
-}
+pub use crate::loop_config::{LoopConfig, LoopStats};
 
 /// Holds in a row that outlast their probing before the hold is turned off.
 const HOLDS_OUTLASTED_OFF: u32 = 3;

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use ingero_proto::hist::Histogram;
 
-use crate::probe_loop::LoopConfig;
+use crate::loop_config::LoopConfig;
 use crate::probes::abi::CallKey;
 use crate::probes::drain;
 use crate::probes::load::{Probes, map};

@@ -89,7 +89,7 @@ async fn backfill_writes_tiers_and_history_flags_the_injected_node() {
 
     // The fleet page, as a person sees it.
     let page = dir.path().join("fleet.html");
-    let since = format!("--since={}", ingero_aggregator::rank::detector::rfc3339(start_us));
+    let since = format!("--since={}", ingero_aggregator::time::rfc3339(start_us));
     let args: Vec<String> = ["stragglers", &store, &since, "--format=html", &format!("--out={}", page.display())]
         .map(String::from)
         .to_vec();

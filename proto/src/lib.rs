@@ -12,12 +12,14 @@
 
 pub mod auth;
 pub mod client;
+pub mod column;
 pub mod hist;
 pub mod ipc;
 pub mod route;
 pub mod routed;
 pub mod rows;
 pub mod schema;
+pub mod table;
 pub mod tables;
 pub mod units;
 pub mod values;

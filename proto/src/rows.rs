@@ -13,85 +13,12 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field};
 
-use crate::schema::{COMMON, ColType, Column, Table};
+use crate::column::ColType;
+pub use crate::column::{Cell, Columns, Row, TimestampUs, Val};
+use crate::schema::COMMON;
+use crate::table::Table;
 pub use crate::tables::*;
 use crate::{Error, Result};
-
-/// One cell value.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Val<'a> {
-    Null,
-    Str(&'a str),
-    Bool(bool),
-    I(i64),
-    U(u64),
-    F(f64),
-    /// Microseconds since the epoch (UTC).
-    Ts(i64),
-    U8s(&'a [u8]),
-    U64s(&'a [u64]),
-}
-
-impl<'a> From<Option<&'a str>> for Val<'a> {
-    fn from(v: Option<&'a str>) -> Self {
-        v.map_or(Val::Null, Val::Str)
-    }
-}
-
-/// A UTC timestamp in microseconds since the epoch (a `TimestampUs` column).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TimestampUs(pub i64);
-
-/// A Rust type that is one column: its Arrow type, nullability and value.
-pub trait Cell {
-    const TYPE: ColType;
-    const NULLABLE: bool = false;
-    fn val(&self) -> Val<'_>;
-}
-
-macro_rules! cell {
-    ($ty:ty, $col:ident, |$v:ident| $e:expr_2021) => {
-        impl Cell for $ty {
-            const TYPE: ColType = ColType::$col;
-            fn val(&self) -> Val<'_> {
-                let $v = self;
-                $e
-            }
-        }
-    };
-}
-
-cell!(String, Utf8, |v| Val::Str(v));
-cell!(&str, Utf8, |v| Val::Str(v));
-cell!(bool, Bool, |v| Val::Bool(*v));
-cell!(i32, I32, |v| Val::I(*v as i64));
-cell!(i64, I64, |v| Val::I(*v));
-cell!(u32, U32, |v| Val::U(*v as u64));
-cell!(u64, U64, |v| Val::U(*v));
-cell!(f64, F64, |v| Val::F(*v));
-cell!(TimestampUs, TimestampUs, |v| Val::Ts(v.0));
-cell!(&[u8], ListU8, |v| Val::U8s(v));
-cell!(&[u64], ListU64, |v| Val::U64s(v));
-
-impl<T: Cell> Cell for Option<T> {
-    const TYPE: ColType = T::TYPE;
-    const NULLABLE: bool = true;
-    fn val(&self) -> Val<'_> {
-        self.as_ref().map_or(Val::Null, Cell::val)
-    }
-}
-
-/// A struct whose fields are columns, in order (see [`crate::tables`]).
-pub trait Columns {
-    const COLUMNS: &'static [Column];
-    /// Calls `f` with the row's values in column order.
-    fn with_vals<T>(&self, f: impl FnOnce(&[Val<'_>]) -> T) -> T;
-}
-
-/// The table-specific part of a row of [`Row::TABLE`].
-pub trait Row: Columns {
-    const TABLE: Table;
-}
 
 #[derive(Debug)]
 enum Col {

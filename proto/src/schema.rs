@@ -8,130 +8,19 @@
 
 use std::sync::{Arc, OnceLock};
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{Field, Schema, SchemaRef};
 
-use crate::rows::Columns;
+use crate::column::Columns;
+pub use crate::column::{ColType, Column};
+pub use crate::table::Table;
 use crate::tables::{
     CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StackRow, StallRow,
 };
 
-/// One column: name, Arrow type, nullability, unit and meaning.
-#[derive(Debug, Clone, Copy)]
-pub struct Column {
-    pub name: &'static str,
-    pub ty: ColType,
-    pub nullable: bool,
-    pub unit: &'static str,
-    pub doc: &'static str,
-}
-
-/// The handful of Arrow types the tables use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ColType {
-    Utf8,
-    Bool,
-    I32,
-    I64,
-    U32,
-    U64,
-    F64,
-    /// UTC timestamp in microseconds.
-    TimestampUs,
-    /// `List<UInt8>`: sparse histogram bucket indices.
-    ListU8,
-    /// `List<UInt64>`: sparse histogram bucket counts.
-    ListU64,
-}
-
-impl ColType {
-    pub fn data_type(self) -> DataType {
-        match self {
-            ColType::Utf8 => DataType::Utf8,
-            ColType::Bool => DataType::Boolean,
-            ColType::I32 => DataType::Int32,
-            ColType::I64 => DataType::Int64,
-            ColType::U32 => DataType::UInt32,
-            ColType::U64 => DataType::UInt64,
-            ColType::F64 => DataType::Float64,
-            ColType::TimestampUs => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            ColType::ListU8 => DataType::new_list(DataType::UInt8, false),
-            ColType::ListU64 => DataType::new_list(DataType::UInt64, false),
-        }
-    }
-}
-
 /// Columns every row of every table starts with, in this order.
 pub const COMMON: &[Column] = Common::COLUMNS;
 
-/// Every table the system writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Table {
-    CallWindows,
-    SchedWindows,
-    CgroupWindows,
-    IoWindows,
-    HostEvents,
-    StallEvents,
-    ProcessMeta,
-    NodeWindows,
-    ProgressWindows,
-    Stacks,
-}
-
 impl Table {
-    pub const ALL: [Table; 10] = [
-        Table::CallWindows,
-        Table::SchedWindows,
-        Table::CgroupWindows,
-        Table::IoWindows,
-        Table::HostEvents,
-        Table::StallEvents,
-        Table::ProcessMeta,
-        Table::NodeWindows,
-        Table::ProgressWindows,
-        Table::Stacks,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Table::CallWindows => "call_windows",
-            Table::SchedWindows => "sched_windows",
-            Table::CgroupWindows => "cgroup_windows",
-            Table::IoWindows => "io_windows",
-            Table::HostEvents => "host_events",
-            Table::StallEvents => "stall_events",
-            Table::ProcessMeta => "process_meta",
-            Table::NodeWindows => "node_windows",
-            Table::ProgressWindows => "progress_windows",
-            Table::Stacks => "stacks",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Table> {
-        Table::ALL.into_iter().find(|t| t.name() == name)
-    }
-
-    pub fn doc(self) -> &'static str {
-        match self {
-            Table::CallWindows => "CUDA runtime, driver and NCCL calls per process, op and window",
-            Table::SchedWindows => "Scheduler time of each CUDA-using process per window",
-            Table::CgroupWindows => "CPU use of every cgroup on the node per window (who contends)",
-            Table::IoWindows => "Block IO latency per process, device and op per window",
-            Table::HostEvents => "Individual host events: OOM kills, exec, exit, fork, memory pressure",
-            Table::StallEvents => "Individual outlier calls (stalls) sent by the kernel as they happen",
-            Table::ProcessMeta => {
-                "Process and pod metadata, one row per process per window it changed or was first seen"
-            }
-            Table::NodeWindows => "Agent health and host facts per node and window (drops are never silent)",
-            Table::ProgressWindows => {
-                "What each CUDA-using process is inside at the end of each window: the calls in flight and their age (hung ranks)"
-            }
-            Table::Stacks => {
-                "Frames of the stacks that stall_events rows name (stack_id): Python frames with file, function and line, then native frames. Each stack is shipped once per window and node, under the first process that made it: join on node and stack_id, not on pid"
-            }
-        }
-    }
-
     /// Table-specific columns (after [`COMMON`]), from its row struct.
     pub fn own_columns(self) -> &'static [Column] {
         match self {
@@ -198,12 +87,6 @@ pub fn markdown_reference() -> String {
         out.push('\n');
     }
     out
-}
-
-impl std::fmt::Display for Table {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 #[cfg(test)]

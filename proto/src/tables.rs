@@ -6,8 +6,8 @@
 //! these lists; every producer (agent, simulator, load generator, importer)
 //! fills these structs, so none can drift from the schema.
 
-use crate::rows::{Cell, Columns, Row, TimestampUs, Val};
-use crate::schema::{Column, Table};
+use crate::column::{Cell, Column, Columns, Row, TimestampUs, Val};
+use crate::table::Table;
 
 /// Column name: the field name, or the `as "name"` given.
 macro_rules! col_name {

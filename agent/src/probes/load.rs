@@ -28,15 +28,6 @@ pub(crate) static COMPAT_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env
 /// progress, and each thread's current call.
 const LRU_MAPS: [&str; 3] = ["inflight", "io_inflight", "thread_calls"];
 
-/// Entries of an LRU map on a node with `cpus` possible CPUs. The kernel's
-/// common LRU keeps up to 128 free entries per CPU (LOCAL_FREE_TARGET): at
-/// 16,384 entries and 128+ CPUs the per-CPU lists hold them all and live
-/// entries (a thread's call in progress) are evicted while the map is far
-/// from full. Twice that per CPU, never below the built-in 16,384.
-pub(crate) fn lru_entries(cpus: u64) -> u32 {
-    (cpus.saturating_mul(256)).clamp(16_384, 1 << 20) as u32
-}
-
 /// Tracepoints: (programs, tracepoint, required). Where a tracepoint's
 /// prototype changed, the programs are tried in order and the first the
 /// verifier accepts is attached (block_rq_issue lost its queue in 5.11).
@@ -109,7 +100,7 @@ impl Probes {
         // parse below, for the tp_btf attach points. Two parses alive at once
         // were the agent's peak memory (2 x ~15 MB).
         let mut loader = EbpfLoader::new();
-        let lru_entries = lru_entries(super::memory::possible_cpus());
+        let lru_entries = super::memory::lru_entries(super::memory::possible_cpus());
         for name in LRU_MAPS {
             loader.map_max_entries(name, lru_entries);
         }
@@ -570,18 +561,4 @@ where
 {
     let m = ebpf.map_mut(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
     T::try_from(m).map_err(Error::map(name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::lru_entries;
-
-    #[test]
-    fn lru_maps_keep_twice_every_cpus_free_list() {
-        assert_eq!(lru_entries(2), 16_384, "the built-in size on small nodes");
-        assert_eq!(lru_entries(64), 16_384);
-        assert_eq!(lru_entries(128), 32_768, "128 CPUs x 128 free entries would hold all 16,384");
-        assert_eq!(lru_entries(224), 57_344);
-        assert_eq!(lru_entries(256), 65_536);
-    }
 }

@@ -98,8 +98,7 @@ impl MapMemory {
     /// Bytes the same maps would need on a node with `cpus` possible CPUs.
     pub fn at_cpus(&self, cpus: u64) -> u64 {
         let here = self.possible_cpus.max(1);
-        let (lru_here, lru_there) =
-            (u64::from(super::load::lru_entries(here)), u64::from(super::load::lru_entries(cpus)));
+        let (lru_here, lru_there) = (u64::from(lru_entries(here)), u64::from(lru_entries(cpus)));
         self.maps
             .iter()
             .map(|m| {
@@ -131,6 +130,15 @@ fn parse_cpu_list(s: &str) -> Option<u64> {
         };
     }
     (n > 0).then_some(n)
+}
+
+/// Entries of an LRU map on a node with `cpus` possible CPUs. The kernel's
+/// common LRU keeps up to 128 free entries per CPU (LOCAL_FREE_TARGET): at
+/// 16,384 entries and 128+ CPUs the per-CPU lists hold them all and live
+/// entries (a thread's call in progress) are evicted while the map is far
+/// from full. Twice that per CPU, never below the built-in 16,384.
+pub(crate) fn lru_entries(cpus: u64) -> u32 {
+    (cpus.saturating_mul(256)).clamp(16_384, 1 << 20) as u32
 }
 
 #[cfg(test)]
@@ -178,5 +186,14 @@ mod tests {
         };
         assert_eq!(mm.at_cpus(2), 5_000_000);
         assert_eq!(mm.at_cpus(256), 4_000_000 + 4_000_000, "65,536 entries at 256 CPUs");
+    }
+
+    #[test]
+    fn lru_maps_keep_twice_every_cpus_free_list() {
+        assert_eq!(lru_entries(2), 16_384, "the built-in size on small nodes");
+        assert_eq!(lru_entries(64), 16_384);
+        assert_eq!(lru_entries(128), 32_768, "128 CPUs x 128 free entries would hold all 16,384");
+        assert_eq!(lru_entries(224), 57_344);
+        assert_eq!(lru_entries(256), 65_536);
     }
 }

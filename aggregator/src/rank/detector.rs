@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use serde::Serialize;
-
-use super::signals::{DEVICE_WAIT_HIGH, NodeWindowKey, SPECS, Signal, SignalSpec, Signals, fmt_value};
+use super::signals::{NodeWindowKey, Signal, Signals};
+use super::spec::{DEVICE_WAIT_HIGH, SPECS, SignalSpec, fmt_value};
+pub use super::standing::{Deviation, Standing};
 use super::stuck::culprits;
+use crate::time::{median, rfc3339};
 
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {
@@ -40,33 +41,6 @@ impl Default for DetectorConfig {
             timeline: false,
         }
     }
-}
-
-/// One deviating signal, with the numbers that justify it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct Deviation {
-    pub signal: String,
-    pub value: f64,
-    pub job_median: f64,
-    pub z: f64,
-    pub text: String,
-}
-
-/// A node's current standing.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct Standing {
-    pub node: String,
-    pub job: String,
-    pub score: f64,
-    pub flagged: bool,
-    /// RFC 3339 start of the window where the current deviation began.
-    pub since: Option<String>,
-    pub since_us: Option<i64>,
-    pub signals: Vec<Deviation>,
-    pub windows: u64,
-    /// Holds the rank a stuck job waits for (see `signals` for what it does).
-    #[serde(default)]
-    pub stuck: bool,
 }
 
 #[derive(Debug, Default)]
@@ -189,21 +163,6 @@ impl Detector {
         out.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         out
     }
-}
-
-pub fn rfc3339(us: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(us)
-        .map_or_else(|| us.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-}
-
-/// Median (0 for an empty set); sorts `v` in place.
-pub fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
 /// Median and scaled MAD of a set of values.

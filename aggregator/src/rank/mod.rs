@@ -5,7 +5,10 @@
 pub mod detector;
 #[cfg(feature = "query")]
 pub mod history;
+pub(crate) mod progress;
 pub(crate) mod signals;
+pub(crate) mod spec;
+pub mod standing;
 pub mod stuck;
 
 use std::sync::{Arc, Mutex};

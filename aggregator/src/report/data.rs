@@ -142,5 +142,5 @@ pub(crate) struct ReportData {
 }
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    crate::rank::detector::median(&mut v)
+    crate::time::median(&mut v)
 }

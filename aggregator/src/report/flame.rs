@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::chains::fmt_ns;
-use super::html::esc;
+use super::escape::esc;
 use super::sites::CallSite;
 
 const W: f64 = 800.0;

@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::html::esc;
-use crate::rank::detector::{Standing, rfc3339};
+use super::escape::esc;
+use crate::rank::detector::Standing;
 use crate::rank::{NodeTimeline, Ranking, Timeline};
+use crate::time::rfc3339;
 
 /// Colour of a bin: no data, calm, then deviation bands by score (z).
 const BANDS: [(f32, &str, &str); 5] = [

@@ -5,10 +5,7 @@ use std::fmt::Write;
 
 use super::Report;
 use super::chains::{Severity, fmt_ns};
-
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
-}
+pub use super::escape::esc;
 
 struct Line<'a> {
     label: &'a str,

@@ -6,6 +6,7 @@ pub(crate) mod chains;
 pub(crate) mod collect;
 pub(crate) mod cuda;
 pub(crate) mod data;
+pub mod escape;
 pub(crate) mod flame;
 pub mod fleet;
 pub(crate) mod hang;
@@ -21,8 +22,9 @@ pub use data::Target;
 
 use crate::error::Result;
 use crate::query::QueryEngine;
-use crate::rank::detector::{DetectorConfig, Standing, rfc3339};
+use crate::rank::detector::{DetectorConfig, Standing};
 use crate::rank::history::{self, HistoryRequest};
+use crate::time::rfc3339;
 
 /// How much of the report's time a chain's cause accounts for.
 fn explains(c: &chains::Chain, s: &chains::Summary, d: &data::ReportData) -> Option<f64> {

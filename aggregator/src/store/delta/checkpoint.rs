@@ -15,7 +15,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::action::{self, Action, Txn};
-use super::log::Snapshot;
+use super::snapshot::Snapshot;
 use crate::error::{Error, Result};
 use crate::store::Store;
 

@@ -1,38 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-//! A table's snapshot: its live files and transaction versions, read from
-//! `_delta_log/` (the newest checkpoint, then the JSON commits after it) and
-//! brought up to date incrementally.
+//! A table's snapshot read from `_delta_log/` (the newest checkpoint, then
+//! the JSON commits after it) and brought up to date incrementally; what a
+//! snapshot is and how an action changes it is `snapshot.rs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
-use super::action::{Action, Add, MetaData, Protocol};
 use super::checkpoint;
+pub use super::snapshot::Snapshot;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
 /// Key of a commit file, relative to the store.
 pub fn commit_key(table: &str, version: u64) -> String {
     format!("{table}/_delta_log/{version:020}.json")
-}
-
-/// What one table holds at one version.
-#[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    pub table: String,
-    /// `None`: the table has no commit yet.
-    pub version: Option<u64>,
-    /// Live files by path (relative to the table directory).
-    pub files: BTreeMap<String, Add>,
-    pub txns: HashMap<String, i64>,
-    pub metadata: Option<MetaData>,
-    pub protocol: Option<Protocol>,
-    /// Files removed (compacted away), by path: when (ms); vacuum deletes
-    /// them once that is older than the retention.
-    pub tombstones: BTreeMap<String, i64>,
 }
 
 impl Snapshot {
@@ -99,69 +83,6 @@ impl Snapshot {
                 Err(e) => return Err(e.into()),
             }
         }
-    }
-
-    /// Applies one commit file's actions.
-    pub fn apply_commit(&mut self, version: u64, body: &[u8]) -> Result<()> {
-        let text = std::str::from_utf8(body)
-            .map_err(|_| Error::State(format!("{}: Delta commit {version} is not UTF-8", self.table)))?;
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let action = Action::parse(line)
-                .map_err(|e| Error::State(format!("{}: Delta commit {version} is corrupt: {e}", self.table)))?;
-            if let Some(a) = action {
-                self.check(&a)?;
-                self.apply(a);
-            }
-        }
-        self.version = Some(version);
-        Ok(())
-    }
-
-    fn check(&self, a: &Action) -> Result<()> {
-        if let Action::Protocol(p) = a
-            && p.min_reader_version > 1
-        {
-            return Err(Error::State(format!(
-                "{}: the table needs Delta reader version {}; this ingero reads version 1 tables",
-                self.table, p.min_reader_version
-            )));
-        }
-        Ok(())
-    }
-
-    pub(crate) fn apply(&mut self, a: Action) {
-        match a {
-            Action::Add(add) => {
-                self.tombstones.remove(&add.path);
-                self.files.insert(add.path.clone(), add);
-            }
-            Action::Remove(r) => {
-                self.files.remove(&r.path);
-                self.tombstones.insert(r.path, r.deletion_timestamp.unwrap_or(0));
-            }
-            Action::Txn(t) => {
-                let v = self.txns.entry(t.app_id).or_insert(t.version);
-                *v = (*v).max(t.version);
-            }
-            Action::MetaData(m) => self.metadata = Some(m),
-            Action::Protocol(p) => self.protocol = Some(p),
-            Action::CommitInfo(_) => {}
-        }
-    }
-
-    /// Store-relative keys of the live files.
-    pub fn keys(&self) -> impl Iterator<Item = String> + '_ {
-        self.files.keys().map(|p| format!("{}/{p}", self.table))
-    }
-
-    /// Rows in the live files (from each file's `numRecords`, where given).
-    pub fn rows(&self) -> u64 {
-        self.files
-            .values()
-            .filter_map(|a| a.stats.as_deref())
-            .filter_map(|s| serde_json::from_str::<serde_json::Value>(s).ok())
-            .filter_map(|v| v["numRecords"].as_u64())
-            .sum()
     }
 }
 

@@ -10,8 +10,9 @@ pub mod checkpoint;
 pub mod log;
 pub mod maintain;
 pub mod schema;
+pub mod snapshot;
 pub mod table;
 pub mod visible;
 
-pub use log::Snapshot;
+pub use snapshot::Snapshot;
 pub use table::TableLog;

@@ -166,7 +166,7 @@ async fn backfill(a: &SimulateArgs, c: SimConfig) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    let at = |us: i64| ingero_aggregator::rank::detector::rfc3339(us);
+    let at = |us: i64| ingero_aggregator::time::rfc3339(us);
     println!(
         "backfilled {} nodes × {} s ({} .. {}): {} rows in {} batches, {:.1} s, {:.2} M rows/s{}",
         r.nodes,

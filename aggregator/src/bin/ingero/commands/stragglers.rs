@@ -5,9 +5,10 @@ use clap::{Args, ValueEnum};
 
 use super::{CmdResult, Failure, Since, SourceArgs, status_failure};
 use ingero_aggregator::rank::Ranking;
-use ingero_aggregator::rank::detector::{DetectorConfig, rfc3339};
+use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::rank::history::{self, HistoryRequest};
 use ingero_aggregator::report::fleet;
+use ingero_aggregator::time::rfc3339;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum Format {

@@ -81,8 +81,8 @@ pub(crate) async fn run(a: ExportArgs) -> CmdResult {
             "no data{}{} between {} and {}: check --since, --job, --node and --store/--server",
             a.job.as_ref().map(|j| format!(" for job {j}")).unwrap_or_default(),
             if a.node.is_empty() { String::new() } else { format!(" on {}", a.node.join(", ")) },
-            ingero_aggregator::rank::detector::rfc3339(start_us),
-            ingero_aggregator::rank::detector::rfc3339(end_us),
+            ingero_aggregator::time::rfc3339(start_us),
+            ingero_aggregator::time::rfc3339(end_us),
         )));
     }
     if let Some(missing) = a.node.iter().find(|n| !nodes.contains_key(*n)) {

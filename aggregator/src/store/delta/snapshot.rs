@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+//! A table's snapshot: its live files and transaction versions, and how one
+//! commit's actions change it (no I/O: log.rs reads it, checkpoint.rs writes
+//! and reads its checkpoints).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::action::{Action, Add, MetaData, Protocol};
+use crate::error::{Error, Result};
+
+/// What one table holds at one version.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub table: String,
+    /// `None`: the table has no commit yet.
+    pub version: Option<u64>,
+    /// Live files by path (relative to the table directory).
+    pub files: BTreeMap<String, Add>,
+    pub txns: HashMap<String, i64>,
+    pub metadata: Option<MetaData>,
+    pub protocol: Option<Protocol>,
+    /// Files removed (compacted away), by path: when (ms); vacuum deletes
+    /// them once that is older than the retention.
+    pub tombstones: BTreeMap<String, i64>,
+}
+
+impl Snapshot {
+    /// Applies one commit file's actions.
+    pub fn apply_commit(&mut self, version: u64, body: &[u8]) -> Result<()> {
+        let text = std::str::from_utf8(body)
+            .map_err(|_| Error::State(format!("{}: Delta commit {version} is not UTF-8", self.table)))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let action = Action::parse(line)
+                .map_err(|e| Error::State(format!("{}: Delta commit {version} is corrupt: {e}", self.table)))?;
+            if let Some(a) = action {
+                self.check(&a)?;
+                self.apply(a);
+            }
+        }
+        self.version = Some(version);
+        Ok(())
+    }
+
+    fn check(&self, a: &Action) -> Result<()> {
+        if let Action::Protocol(p) = a
+            && p.min_reader_version > 1
+        {
+            return Err(Error::State(format!(
+                "{}: the table needs Delta reader version {}; this ingero reads version 1 tables",
+                self.table, p.min_reader_version
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn apply(&mut self, a: Action) {
+        match a {
+            Action::Add(add) => {
+                self.tombstones.remove(&add.path);
+                self.files.insert(add.path.clone(), add);
+            }
+            Action::Remove(r) => {
+                self.files.remove(&r.path);
+                self.tombstones.insert(r.path, r.deletion_timestamp.unwrap_or(0));
+            }
+            Action::Txn(t) => {
+                let v = self.txns.entry(t.app_id).or_insert(t.version);
+                *v = (*v).max(t.version);
+            }
+            Action::MetaData(m) => self.metadata = Some(m),
+            Action::Protocol(p) => self.protocol = Some(p),
+            Action::CommitInfo(_) => {}
+        }
+    }
+
+    /// Store-relative keys of the live files.
+    pub fn keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.files.keys().map(|p| format!("{}/{p}", self.table))
+    }
+
+    /// Rows in the live files (from each file's `numRecords`, where given).
+    pub fn rows(&self) -> u64 {
+        self.files
+            .values()
+            .filter_map(|a| a.stats.as_deref())
+            .filter_map(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+            .filter_map(|v| v["numRecords"].as_u64())
+            .sum()
+    }
+}
