@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # The layer rules, enforced on the real dependency graph (`cargo tree`), so
 # that a crate reaching up a layer fails CI instead of growing unnoticed:
-#   ingero-proto    the wire and the shared rows: no other ingero crate
+#   ingero-model    the tables, rows, histogram and signals: no I/O (no
+#                   gRPC, async runtime or object store), no other ingero crate
+#   ingero-proto    the wire: the model only
 #   ingero-agent    the node agent library: the wire only; never storage,
 #                   query, ranking or reports, in any build mode
 #   ingero-node     the `ingero-agent` binary; the DaemonSet build
@@ -33,7 +35,8 @@ deny() {
   fi
 }
 
-deny ingero-proto "" "ingero-.*|$STORAGE|$QUERY" "the wire format sits below every other crate"
+deny ingero-model "" "ingero-.*|tonic|tokio|prost|object_store|$STORAGE|$QUERY" "the data model does no I/O and sits below every crate"
+deny ingero-proto "" "ingero-(agent|node|aggregator|sim)|$STORAGE|$QUERY" "the wire format sits below everything but the model"
 for flags in "" "--all-features" "--no-default-features"; do
   deny ingero-agent "$flags" "ingero-node|$STORAGE|$QUERY" "the agent library depends on the wire only"
 done
@@ -41,5 +44,5 @@ deny ingero-node "--no-default-features" "$STORAGE|$QUERY" "the DaemonSet build 
 deny ingero-node "" "$QUERY" "run --store embeds storage, never the query engine"
 deny ingero-aggregator "--no-default-features" "ingero-sim|$QUERY" "storage and serving without the query and sim features"
 
-[ "$bad" = 0 ] && echo "layers: ok (proto < agent < node; aggregator without query links no query engine)"
+[ "$bad" = 0 ] && echo "layers: ok (model < proto < agent < node; aggregator without query links no query engine)"
 exit "$bad"

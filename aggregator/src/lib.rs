@@ -23,6 +23,6 @@ pub mod rank;
 pub mod report;
 pub mod server;
 pub mod store;
-pub mod time;
+pub use ingero_model::time;
 
 pub use error::{Error, Result};

@@ -165,3 +165,41 @@ fn check_nulls(table: Table, b: &RecordBatch) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::{BatchBuilder, CallRow, Common, TimestampUs};
+
+    #[test]
+    fn built_batches_round_trip_and_limits_and_tables_are_checked() {
+        let common = Common {
+            node: "n1".into(),
+            pid: 42,
+            comm: "python".into(),
+            window_start_us: TimestampUs(1_700_000_000_000_000),
+            window_us: 1_000_000,
+            ..Default::default()
+        };
+        let row = CallRow {
+            library: "cudart",
+            op: "cudaLaunchKernel",
+            count: 10,
+            errors: 0,
+            total_ns: 100,
+            max_ns: 20,
+            sampled: false,
+            hist_bucket: &[10, 11],
+            hist_count: &[4, 6],
+        };
+        let mut b = BatchBuilder::new(Table::CallWindows);
+        b.append(&common, &row).unwrap();
+        b.append(&common, &row).unwrap();
+        let batch = b.finish().unwrap();
+        let bytes = encode(&Table::CallWindows.schema(), std::slice::from_ref(&batch)).unwrap();
+        assert_eq!(decode(Table::CallWindows, &bytes, 10).unwrap(), vec![batch]);
+        assert!(matches!(decode(Table::CallWindows, &bytes, 1), Err(Error::TooLarge(_))));
+        let err = decode(Table::SchedWindows, &bytes, 10).unwrap_err().to_string();
+        assert!(err.contains("sched_windows: expected"), "{err}");
+    }
+}

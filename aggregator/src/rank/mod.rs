@@ -5,11 +5,12 @@
 pub mod detector;
 #[cfg(feature = "query")]
 pub mod history;
-pub(crate) mod progress;
-pub(crate) mod signals;
 pub(crate) mod spec;
 pub mod standing;
 pub mod stuck;
+
+// The detector's inputs are part of the data model (ingero-model).
+pub use ingero_model::{progress, signals};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

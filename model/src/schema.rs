@@ -108,10 +108,10 @@ mod tests {
     }
 
     /// The column reference in README.md is generated from this module;
-    /// `INGERO_BLESS=1 cargo test -p ingero-proto` rewrites it.
+    /// `INGERO_BLESS=1 cargo test -p ingero-model` rewrites it.
     #[test]
     fn readme_documents_every_column() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../proto/README.md");
         let readme = std::fs::read_to_string(path).unwrap();
         let (begin, end) = ("<!-- BEGIN TABLES -->\n", "<!-- END TABLES -->");
         let start = readme.find(begin).expect("README has no BEGIN TABLES marker") + begin.len();
@@ -122,7 +122,7 @@ mod tests {
                 let updated = format!("{}{}{}", &readme[..start], expected, &readme[stop..]);
                 std::fs::write(path, updated).unwrap();
             } else {
-                panic!("proto/README.md is stale: run INGERO_BLESS=1 cargo test -p ingero-proto");
+                panic!("proto/README.md is stale: run INGERO_BLESS=1 cargo test -p ingero-model");
             }
         }
     }

@@ -4,14 +4,14 @@
 
 use std::collections::HashMap;
 
+use crate::Table;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int32Type, TimestampMicrosecondType, UInt32Type, UInt64Type};
-use ingero_proto::Table;
 
-use super::progress::ProcProgress;
+use crate::progress::ProcProgress;
 
 /// Rows without a job identity are grouped under this name.
-pub(crate) const DEFAULT_JOB: &str = "(unlabelled)";
+pub const DEFAULT_JOB: &str = "(unlabelled)";
 
 /// The signals, in the order they are reported.
 ///
@@ -108,13 +108,13 @@ pub struct NodeWindowKey {
     pub window_start_us: i64,
 }
 
-pub(crate) fn is_sync_op(op: &str) -> bool {
+pub fn is_sync_op(op: &str) -> bool {
     op.contains("Synchronize")
 }
 
 /// Copies that block the host until the device has done the work queued
 /// before them (device-to-host, `loss.item()`); the `Async` ones enqueue.
-pub(crate) const BLOCKING_COPIES: [&str; 9] = [
+pub const BLOCKING_COPIES: [&str; 9] = [
     "cudaMemcpy",
     "cudaMemcpy_ptds",
     "cudaMemcpyPeer",
@@ -126,28 +126,28 @@ pub(crate) const BLOCKING_COPIES: [&str; 9] = [
     "cuMemcpyHtoD_v2_ptds",
 ];
 
-pub(crate) fn is_blocking_copy(op: &str) -> bool {
+pub fn is_blocking_copy(op: &str) -> bool {
     BLOCKING_COPIES.contains(&op)
 }
 
-pub(crate) fn is_nccl_collective(library: &str, op: &str) -> bool {
+pub fn is_nccl_collective(library: &str, op: &str) -> bool {
     library == "nccl" && !matches!(op, "ncclGroupStart" | "ncclGroupEnd") && !op.starts_with("ncclComm")
 }
 
 /// Where a host thread waits for its GPU or its peers.
-pub(crate) fn is_device_wait(library: &str, op: &str) -> bool {
+pub fn is_device_wait(library: &str, op: &str) -> bool {
     is_sync_op(op) || is_blocking_copy(op) || is_nccl_collective(library, op)
 }
 
 /// Work submitted to the GPU: kernels, cooperative kernels, graphs (runtime,
 /// driver, and their per-thread-stream variants).
-pub(crate) fn is_launch(op: &str) -> bool {
+pub fn is_launch(op: &str) -> bool {
     LAUNCH_PREFIXES.iter().any(|p| op.starts_with(p))
 }
 
 /// The name prefixes of every launch entry point (`Ex`, `_ptsz` and
 /// `ExC` forms included); the SQL of history and reports is built from it.
-pub(crate) const LAUNCH_PREFIXES: [&str; 6] = [
+pub const LAUNCH_PREFIXES: [&str; 6] = [
     "cudaLaunchKernel",
     "cuLaunchKernel",
     "cudaGraphLaunch",
@@ -159,7 +159,7 @@ pub(crate) const LAUNCH_PREFIXES: [&str; 6] = [
 /// Aggregates one pushed batch into node-window signals. IO and host events
 /// carry the job of the process they belong to; node-wide rows without a
 /// job are attributed to every job seen on the node in the same batch.
-pub(crate) fn from_tables<'a>(
+pub fn from_tables<'a>(
     tables: impl IntoIterator<Item = (&'a Table, &'a Vec<RecordBatch>)>,
 ) -> HashMap<NodeWindowKey, Signals> {
     let mut out: HashMap<NodeWindowKey, Signals> = HashMap::new();

@@ -19,11 +19,11 @@ pub struct ProcProgress {
 }
 
 impl ProcProgress {
-    pub(crate) fn waits_in(&self, op: &str, after_ns: f64) -> bool {
+    pub fn waits_in(&self, op: &str, after_ns: f64) -> bool {
         self.op.as_deref() == Some(op) && self.age_ns.is_some_and(|a| a as f64 >= after_ns)
     }
 
-    pub(crate) fn who(&self) -> String {
+    pub fn who(&self) -> String {
         match self.rank {
             Some(r) => format!("rank {r} (pid {}, {})", self.pid, self.comm),
             None => format!("pid {} ({})", self.pid, self.comm),
@@ -31,7 +31,7 @@ impl ProcProgress {
     }
 
     /// What the rank the others wait for is doing.
-    pub(crate) fn doing(&self) -> String {
+    pub fn doing(&self) -> String {
         let state = match self.state.as_deref() {
             Some("S") => " (sleeping)",
             Some("D") => " (in uninterruptible IO)",
@@ -52,6 +52,6 @@ impl ProcProgress {
     }
 }
 
-pub(crate) fn secs(ns: f64) -> String {
+pub fn secs(ns: f64) -> String {
     format!("{:.0}s", ns / 1e9)
 }

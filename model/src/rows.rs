@@ -207,7 +207,6 @@ fn fits(ty: ColType, v: Val<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipc;
 
     fn common() -> Common {
         Common {
@@ -221,29 +220,15 @@ mod tests {
     }
 
     #[test]
-    fn builds_valid_batches_that_round_trip_ipc() {
-        let mut b = BatchBuilder::new(Table::CallWindows);
-        let row = CallRow {
-            library: "cudart",
-            op: "cudaLaunchKernel",
-            count: 10,
-            errors: 0,
-            total_ns: 100,
-            max_ns: 20,
-            sampled: false,
-            hist_bucket: &[10, 11],
-            hist_count: &[4, 6],
-        };
-        b.append(&common(), &row).unwrap();
-        b.append(&common(), &row).unwrap();
+    fn builds_batches_of_the_table_schema() {
+        let mut b = BatchBuilder::new(Table::CgroupWindows);
+        for on_cpu_ns in [1, 2] {
+            let row = CgroupRow { cgroup_path: "/kubepods/x", on_cpu_ns, runq_wait_ns: 0, switches: 3 };
+            b.append(&common(), &row).unwrap();
+        }
         let batch = b.finish().unwrap();
         assert_eq!(batch.num_rows(), 2);
-        let bytes = ipc::encode(&Table::CallWindows.schema(), std::slice::from_ref(&batch)).unwrap();
-        let back = ipc::decode(Table::CallWindows, &bytes, 10).unwrap();
-        assert_eq!(back, vec![batch]);
-        assert!(matches!(ipc::decode(Table::CallWindows, &bytes, 1), Err(Error::TooLarge(_))));
-        let err = ipc::decode(Table::SchedWindows, &bytes, 10).unwrap_err().to_string();
-        assert!(err.contains("sched_windows: expected"), "{err}");
+        assert_eq!(batch.schema(), Table::CgroupWindows.schema());
     }
 
     #[test]
