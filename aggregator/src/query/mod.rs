@@ -17,6 +17,7 @@ use ingero_proto::Table;
 use object_store::local::LocalFileSystem;
 use url::Url;
 
+pub mod service;
 mod stored;
 
 use crate::error::{Error, Result};

@@ -3,12 +3,10 @@
 //! endpoints together, and shuts down without losing buffered rows.
 //!
 //! Requests enter through [`auth`] and [`ratelimit`], rows through [`ingest`]
-//! (validate) into `store::commit`; reads go through [`grpc_query`] (gRPC) or
-//! [`http`] (health, metrics, live ranking).
+//! (validate) into `store::commit`; reads go through [`http`] (health, metrics, live
+//! ranking) or what a layer above adds ([`ExtraRoutes`]: the query service).
 
 pub mod auth;
-#[cfg(feature = "query")]
-pub(crate) mod grpc_query;
 pub(crate) mod http;
 pub mod ingest;
 pub(crate) mod ratelimit;
@@ -27,8 +25,6 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::Metrics;
-#[cfg(feature = "query")]
-use crate::query::QueryLimits;
 use crate::rank::LiveRanker;
 use crate::rank::detector::DetectorConfig;
 use crate::server::http::{HttpState, router};
@@ -46,8 +42,6 @@ pub struct ServeConfig {
     pub http_listen: SocketAddr,
     pub commit: CommitConfig,
     pub limits: Limits,
-    #[cfg(feature = "query")]
-    pub query: QueryLimits,
     pub detector: DetectorConfig,
     /// How long a window waits for late nodes before it is judged anyway.
     pub grace: std::time::Duration,
@@ -59,26 +53,42 @@ pub struct ServeConfig {
     /// Vacuum deletes files removed (or never committed) longer ago than this.
     pub vacuum_retention: std::time::Duration,
     /// gRPC services a layer above adds behind the same token check: the
-    /// query service ([`ServeConfig::with_query`]). None: ingest only, and a
+    /// query service (`query::service::with_query`). None: ingest only, and a
     /// binary that never sets it (the agent's `run --store`) links no query
     /// engine even where a workspace build turns the `query` feature on.
-    pub extra_routes: Option<AddRoutes>,
+    pub extra_routes: Option<ExtraRoutes>,
 }
 
-/// Adds services to the server's gRPC routes (a plain fn, so it stays a
-/// value the config can carry and clone).
-pub type AddRoutes = fn(tonic::service::Routes, &Services<'_>) -> tonic::service::Routes;
+type AddRoutes = dyn Fn(tonic::service::Routes, &Services<'_>) -> tonic::service::Routes + Send + Sync;
+
+/// Adds services to the server's gRPC routes, from a layer the server does
+/// not depend on (shared, so the config stays Clone).
+#[derive(Clone)]
+pub struct ExtraRoutes(Arc<AddRoutes>);
+
+impl ExtraRoutes {
+    pub fn new(
+        add: impl Fn(tonic::service::Routes, &Services<'_>) -> tonic::service::Routes + Send + Sync + 'static,
+    ) -> Self {
+        ExtraRoutes(Arc::new(add))
+    }
+}
+
+impl std::fmt::Debug for ExtraRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraRoutes(..)")
+    }
+}
 
 /// What an added service is built from.
 #[derive(Debug)]
-#[cfg_attr(not(feature = "query"), allow(dead_code))] // only the query service reads it today
 pub struct Services<'a> {
-    pub(crate) cfg: &'a ServeConfig,
-    pub(crate) store: &'a Store,
-    pub(crate) committer: &'a Committer,
-    pub(crate) ranker: &'a LiveRanker,
-    pub(crate) replicas: &'a Option<Arc<Replicas>>,
-    pub(crate) check: crate::server::auth::TokenCheck,
+    pub cfg: &'a ServeConfig,
+    pub store: &'a Store,
+    pub committer: &'a Committer,
+    pub ranker: &'a LiveRanker,
+    pub replicas: &'a Option<Arc<Replicas>>,
+    pub check: crate::server::auth::TokenCheck,
 }
 
 /// A running aggregator.
@@ -208,8 +218,8 @@ fn grpc_routes(
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
     let check = crate::server::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
     let routes = tonic::service::Routes::new(InterceptedService::new(ingest, check.clone()));
-    match cfg.extra_routes {
-        Some(add) => add(routes, &Services { cfg, store, committer, ranker, replicas, check }),
+    match &cfg.extra_routes {
+        Some(ExtraRoutes(add)) => add(routes, &Services { cfg, store, committer, ranker, replicas, check }),
         None => routes,
     }
 }
@@ -267,8 +277,6 @@ impl ServeConfig {
             http_listen: "127.0.0.1:0".parse().expect("static address"),
             commit: CommitConfig { wal_dir, flush_rows: 500_000, flush_age: std::time::Duration::from_secs(30) },
             limits: Limits::default(),
-            #[cfg(feature = "query")]
-            query: QueryLimits::default(),
             detector: DetectorConfig::default(),
             grace: std::time::Duration::from_millis(1500),
             auth: Default::default(),
@@ -277,12 +285,5 @@ impl ServeConfig {
             vacuum_retention: std::time::Duration::from_secs(7 * 24 * 3600),
             extra_routes: None,
         }
-    }
-
-    /// Serves the gRPC query service too (stragglers, SQL, reports).
-    #[cfg(feature = "query")]
-    pub fn with_query(mut self) -> ServeConfig {
-        self.extra_routes = Some(grpc_query::add_routes);
-        self
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use ingero_aggregator::query::QueryLimits;
+use ingero_aggregator::query::service::with_query;
 use ingero_aggregator::rank::detector::DetectorConfig;
 use ingero_aggregator::server::ServeConfig;
 use ingero_aggregator::server::ingest::Limits;
@@ -186,7 +187,7 @@ impl ServeArgs {
         if self.max_batch_rows == 0 {
             return Err("--max-batch-rows must be > 0".into());
         }
-        Ok(ServeConfig {
+        let cfg = ServeConfig {
             store: self.store.store.clone(),
             store_options: self.store.options(),
             listen: self.listen,
@@ -204,7 +205,6 @@ impl ServeArgs {
                 node_rows_per_sec: self.node_rows_per_sec,
                 node_burst_secs: self.node_burst_secs,
             },
-            query: QueryLimits { timeout: self.query.query_timeout, memory_bytes: self.query.query_memory },
             detector: self.rank.detector(),
             grace: self.rank.grace,
             auth: ingero_aggregator::server::auth::ServerAuth::from_files(
@@ -218,8 +218,8 @@ impl ServeArgs {
             maintain_every: (!self.maintain_every.is_zero()).then_some(self.maintain_every),
             vacuum_retention: self.vacuum_retention,
             extra_routes: None,
-        }
-        .with_query())
+        };
+        Ok(with_query(cfg, self.query.limits()))
     }
 
     fn replica_config(&self) -> Result<Option<ReplicaConfig>, String> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{CmdResult, Failure};
+use ingero_aggregator::query::service::with_query;
 use ingero_aggregator::report::{self, Target};
 use ingero_aggregator::server::{ServeConfig, Server};
 use ingero_aggregator::store::StoreUrl;
@@ -42,7 +43,8 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
     let root = a.keep.clone().unwrap_or_else(|| tmp.clone());
     let store = StoreUrl::parse(&format!("file://{}", root.join("data").display()))
         .map_err(|e| Failure::Usage(e.to_string()))?;
-    let mut cfg = ServeConfig::ephemeral(store.clone(), Default::default(), root.join("wal")).with_query();
+    let mut cfg =
+        with_query(ServeConfig::ephemeral(store.clone(), Default::default(), root.join("wal")), Default::default());
     cfg.commit.flush_age = Duration::from_secs(5);
     let server = Server::start(cfg).await?;
     eprintln!("ingero demo: aggregator on {} (store {store})", server.grpc_url());

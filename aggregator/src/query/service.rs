@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! gRPC `Query` service: live/history stragglers, read-only SQL, reports.
+//! The server knows nothing of it: [`with_query`] plugs it in through
+//! [`ServeConfig::extra_routes`], behind the same token check as ingest.
 
 use ingero_proto::ipc;
 use ingero_proto::pb::query_server::Query;
@@ -11,6 +13,7 @@ use crate::rank::LiveRanker;
 use crate::rank::detector::DetectorConfig;
 use crate::rank::history::{self, HistoryRequest};
 use crate::report::{self, Target};
+use crate::server::{ExtraRoutes, ServeConfig, Services};
 use crate::store::Store;
 use crate::store::commit::Committer;
 
@@ -28,11 +31,17 @@ pub(crate) struct QueryService {
     pub replicas: Option<std::sync::Arc<crate::server::replicas::Replicas>>,
 }
 
-/// The query service behind the server's token check ([`super::AddRoutes`]).
-pub(crate) fn add_routes(routes: tonic::service::Routes, s: &super::Services<'_>) -> tonic::service::Routes {
+/// `cfg` serving the query service too (stragglers, SQL, reports), with
+/// these limits on every query.
+pub fn with_query(mut cfg: ServeConfig, limits: QueryLimits) -> ServeConfig {
+    cfg.extra_routes = Some(ExtraRoutes::new(move |routes, s| add_routes(routes, s, limits.clone())));
+    cfg
+}
+
+fn add_routes(routes: tonic::service::Routes, s: &Services<'_>, limits: QueryLimits) -> tonic::service::Routes {
     use ingero_proto::pb::query_server::QueryServer;
     use tonic::service::interceptor::InterceptedService;
-    let mut query = QueryService::new(s.store, s.ranker, s.cfg, s.committer);
+    let mut query = QueryService::new(s.store, s.ranker, s.cfg, s.committer, limits);
     query.replicas = s.replicas.clone();
     routes.add_service(InterceptedService::new(QueryServer::new(query), s.check.clone()))
 }
@@ -57,11 +66,17 @@ fn internal(e: crate::Error) -> Status {
 }
 
 impl QueryService {
-    pub(crate) fn new(store: &Store, ranker: &LiveRanker, cfg: &super::ServeConfig, committer: &Committer) -> Self {
+    pub(crate) fn new(
+        store: &Store,
+        ranker: &LiveRanker,
+        cfg: &ServeConfig,
+        committer: &Committer,
+        limits: QueryLimits,
+    ) -> Self {
         QueryService {
             store: store.clone(),
             ranker: ranker.clone(),
-            limits: cfg.query.clone(),
+            limits,
             detector: cfg.detector.clone(),
             committer: committer.clone(),
             last_flush: Default::default(),
