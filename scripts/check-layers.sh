@@ -5,6 +5,8 @@
 #   ingero-model    the tables, rows, histogram and signals: no I/O (no
 #                   gRPC, async runtime or object store), no other ingero crate
 #   ingero-proto    the wire: the model only
+#   ingero-store    WAL, Parquet, Delta log, tiers: model and wire only; no
+#                   serving, ranking, query engine or reports
 #   ingero-agent    the node agent library: the wire only; never storage,
 #                   query, ranking or reports, in any build mode
 #   ingero-node     the `ingero-agent` binary; the DaemonSet build
@@ -15,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STORAGE="ingero-aggregator|ingero-sim|parquet|object_store|deltalake"
+STORAGE="ingero-aggregator|ingero-store|ingero-sim|parquet|object_store|deltalake"
 QUERY='datafusion|rusqlite|rmcp'
 bad=0
 LOCKED="${CHECK_LAYERS_LOCKED---locked}"   # empty: let cargo update Cargo.lock (trying a rule out)
@@ -37,6 +39,7 @@ deny() {
 
 deny ingero-model "" "ingero-.*|tonic|tokio|prost|object_store|$STORAGE|$QUERY" "the data model does no I/O and sits below every crate"
 deny ingero-proto "" "ingero-(agent|node|aggregator|sim)|$STORAGE|$QUERY" "the wire format sits below everything but the model"
+deny ingero-store "" "ingero-(agent|node|aggregator|sim)|$QUERY" "storage sits below serving and analysis"
 for flags in "" "--all-features" "--no-default-features"; do
   deny ingero-agent "$flags" "ingero-node|$STORAGE|$QUERY" "the agent library depends on the wire only"
 done
@@ -44,5 +47,5 @@ deny ingero-node "--no-default-features" "$STORAGE|$QUERY" "the DaemonSet build 
 deny ingero-node "" "$QUERY" "run --store embeds storage, never the query engine"
 deny ingero-aggregator "--no-default-features" "ingero-sim|$QUERY" "storage and serving without the query and sim features"
 
-[ "$bad" = 0 ] && echo "layers: ok (model < proto < agent < node; aggregator without query links no query engine)"
+[ "$bad" = 0 ] && echo "layers: ok (model < proto < {agent < node, store}; aggregator without query links no query engine)"
 exit "$bad"

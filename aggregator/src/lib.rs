@@ -12,17 +12,14 @@
 //! reports and the gRPC query service. Without it the crate is the ingest
 //! and storage half only, what `ingero-agent run --store` embeds.
 
-pub mod error;
 #[cfg(feature = "query")]
 pub mod import;
-pub(crate) mod metrics;
 #[cfg(feature = "query")]
 pub mod query;
 pub mod rank;
 #[cfg(feature = "query")]
 pub mod report;
 pub mod server;
-pub mod store;
 pub use ingero_model::time;
-
-pub use error::{Error, Result};
+// Storage is its own crate; these keep the paths the rest of the crate uses.
+pub use ingero_store::{self as store, Error, Result, error, metrics};

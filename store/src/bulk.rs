@@ -6,16 +6,16 @@
 
 use ingero_proto::Tables;
 
+use crate::delta::action::Txn;
 use crate::error::Result;
-use crate::store::delta::action::Txn;
-use crate::store::flush::{Encoded, EncodedFile, Logs};
-use crate::store::layout::Partition;
-use crate::store::{Store, parquet, tiers};
+use crate::flush::{Encoded, EncodedFile, Logs};
+use crate::layout::Partition;
+use crate::{Store, parquet, tiers};
 
 /// Writes and commits `tables` as the batch `id` (the transaction
 /// `<writer>-<id:016x>`, e.g. `import-…`); `info` goes into each commit.
 /// Returns the files committed (0 when this batch was committed before).
-pub(crate) async fn commit_tables(
+pub async fn commit_tables(
     store: &Store,
     logs: &mut Logs,
     tables: &Tables,

@@ -26,7 +26,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use super::Store;
 use super::layout::{hour_dir, hour_of};
 use crate::error::{Error, Result};
-use crate::rank::signals::{NodeWindowKey, Signals, from_tables};
+use ingero_model::signals::{NodeWindowKey, Signals, from_tables};
 
 /// One resolution of the signals table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn every_column_is_documented_in_the_proto_readme() {
-        let readme = include_str!("../../../proto/README.md");
+        let readme = include_str!("../../proto/README.md");
         let section = &readme[readme.find("## Signal tiers").expect("README lacks the signal tier section")..];
         for (name, ty, doc) in COLUMNS.iter().chain(EXTRA.iter()) {
             assert!(section.contains(&format!("| `{name}` | {ty} | {doc} |")), "proto/README.md lacks `{name}`");
@@ -487,7 +487,7 @@ mod tests {
             .unwrap()
             .build()
             .unwrap()
-            .map(|b| crate::store::delta::schema::to_logical(&b.unwrap(), &schema()).unwrap())
+            .map(|b| crate::delta::schema::to_logical(&b.unwrap(), &schema()).unwrap())
             .collect();
         let tb = TierBatch::new(&back[0]).unwrap();
         let nodes: Vec<&str> = (0..tb.len()).map(|i| tb.row(i).node).collect();

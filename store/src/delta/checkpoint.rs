@@ -16,8 +16,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::action::{self, Action, Txn};
 use super::snapshot::Snapshot;
+use crate::Store;
 use crate::error::{Error, Result};
-use crate::store::Store;
 
 /// A checkpoint every this many commits (Delta's own default).
 pub const EVERY: u64 = 100;

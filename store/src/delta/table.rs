@@ -12,8 +12,8 @@ use super::action::{self, Action, Add, Format, MetaData, Protocol, Txn};
 use super::checkpoint;
 use super::log::{Snapshot, commit_key};
 use super::schema::{PARTITION_COLUMNS, schema_string};
+use crate::Store;
 use crate::error::Result;
-use crate::store::Store;
 
 /// One table's log, kept up to date by the writer that holds it.
 #[derive(Debug)]
@@ -195,7 +195,7 @@ fn table_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{StoreOptions, StoreUrl};
+    use crate::{StoreOptions, StoreUrl};
     use arrow::datatypes::{DataType, Field};
     use object_store::ObjectStoreExt;
 

@@ -19,8 +19,8 @@ use object_store::ObjectStoreExt;
 use super::schema::to_logical;
 use super::table::{TableLog, add};
 use crate::error::{Error, Result};
-use crate::store::layout::hour_of;
-use crate::store::{Store, parquet};
+use crate::layout::hour_of;
+use crate::{Store, parquet};
 
 /// Files with fewer rows than this are compacted.
 const SMALL_ROWS: u64 = parquet::FILE_ROWS as u64 / 2;

@@ -149,7 +149,7 @@ mod tests {
         let md = reader.metadata().clone();
         let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
         let back = concat_batches(&back[0].schema(), &back).unwrap();
-        let back = crate::store::delta::schema::to_logical(&back, &Table::CgroupWindows.schema()).unwrap();
+        let back = crate::delta::schema::to_logical(&back, &Table::CgroupWindows.schema()).unwrap();
         let pids = back.column(7).as_any().downcast_ref::<UInt32Array>().unwrap();
         let ts = back.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
         assert_eq!(pids.values().to_vec(), vec![1, 1, 2]);

@@ -11,8 +11,8 @@ use object_store::ObjectStoreExt;
 
 use super::checkpoint;
 pub use super::snapshot::Snapshot;
+use crate::Store;
 use crate::error::{Error, Result};
-use crate::store::Store;
 
 /// Key of a commit file, relative to the store.
 pub fn commit_key(table: &str, version: u64) -> String {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The aggregator library's error type.
+//! The storage layer's error type, which the aggregator shares (its query
+//! and import variants are named here so every layer answers with one type).
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -60,7 +61,7 @@ impl Error {
 }
 
 /// Adds a context line to an `io::Error`.
-pub(crate) trait IoContext<T> {
+pub trait IoContext<T> {
     fn ctx(self, context: impl FnOnce() -> String) -> Result<T>;
 }
 

@@ -114,13 +114,13 @@ impl Sealed {
 
 /// The Delta logs this writer commits to, opened on first use.
 #[derive(Debug)]
-pub(crate) struct Logs {
+pub struct Logs {
     pub writer: String,
     logs: BTreeMap<String, TableLog>,
 }
 
 impl Logs {
-    pub(crate) fn new(writer: String) -> Logs {
+    pub fn new(writer: String) -> Logs {
         Logs { writer, logs: BTreeMap::new() }
     }
 
