@@ -19,7 +19,8 @@ pub mod query;
 pub mod rank;
 #[cfg(feature = "query")]
 pub mod report;
-pub mod server;
 pub use ingero_model::time;
 // Storage is its own crate; these keep the paths the rest of the crate uses.
 pub use ingero_store::{self as store, Error, Result, error, metrics};
+// So is serving (ingest, live ranking, HTTP).
+pub use ingero_server as server;

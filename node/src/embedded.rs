@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use ingero_agent::error::{Error, Result};
 
 #[cfg(feature = "store")]
-pub(crate) struct Embedded(ingero_aggregator::server::Server);
+pub(crate) struct Embedded(ingero_server::Server);
 
 #[cfg(not(feature = "store"))]
 pub(crate) struct Embedded(());
@@ -27,12 +27,11 @@ impl Embedded {
     /// and its gRPC address.
     #[cfg(feature = "store")]
     pub(crate) async fn start(store: &str, s3_endpoint: Option<String>, wal: PathBuf) -> Result<(Embedded, String)> {
-        use ingero_aggregator::{server as serve, store as st};
-        let url = st::StoreUrl::parse(store).map_err(|e| Error::Config(e.to_string()))?;
-        let opts = st::StoreOptions { s3_endpoint };
-        let mut cfg = serve::ServeConfig::ephemeral(url, opts, wal);
+        let url = ingero_store::StoreUrl::parse(store).map_err(|e| Error::Config(e.to_string()))?;
+        let opts = ingero_store::StoreOptions { s3_endpoint };
+        let mut cfg = ingero_server::ServeConfig::ephemeral(url, opts, wal);
         cfg.commit.flush_age = std::time::Duration::from_secs(10);
-        let s = serve::Server::start(cfg).await.map_err(|e| Error::Config(format!("--store: {e}")))?;
+        let s = ingero_server::Server::start(cfg).await.map_err(|e| Error::Config(format!("--store: {e}")))?;
         let u = s.grpc_url();
         Ok((Embedded(s), u))
     }

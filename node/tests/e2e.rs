@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, AsArray, RecordBatch};
 use fixtures::fake_kube::{FakeKube, pod};
 use fixtures::*;
-use ingero_aggregator::store::read::read_table;
-use ingero_aggregator::store::{Store, StoreUrl};
 use ingero_proto::Table;
 use ingero_sim::seaweed::Seaweed;
+use ingero_store::read::read_table;
+use ingero_store::{Store, StoreUrl};
 use serde_json::{Value, json};
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
@@ -181,7 +181,7 @@ async fn a_contended_node_is_flagged_and_its_pod_report_names_the_cause() {
         std::env::set_var("AWS_REGION", "us-east-1");
     }
     let url = StoreUrl::parse(&store).unwrap();
-    let st = Store::open(&url, &ingero_aggregator::store::StoreOptions { s3_endpoint: Some(s3.endpoint.clone()) });
+    let st = Store::open(&url, &ingero_store::StoreOptions { s3_endpoint: Some(s3.endpoint.clone()) });
     let calls = read_table(&st.unwrap(), Table::CallWindows).await.unwrap();
     let attributed = attributed_calls(&calls);
     for (rank, node) in NODES.iter().enumerate() {

@@ -267,8 +267,8 @@ async fn nvidias_real_libcudart_exact_counts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_spooled_while_the_aggregator_is_away_are_delivered_in_order() {
-    use ingero_aggregator::server::{ServeConfig, Server};
-    use ingero_aggregator::store::StoreUrl;
+    use ingero_server::{ServeConfig, Server};
+    use ingero_store::StoreUrl;
     if !can_trace() {
         return;
     }

@@ -12,8 +12,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use crate::metrics::Metrics;
 use crate::rank::LiveRanker;
+use ingero_store::metrics::Metrics;
 
 #[derive(Debug)]
 pub(crate) struct HttpState {
@@ -21,7 +21,7 @@ pub(crate) struct HttpState {
     /// Set once the WAL is replayed and the gRPC listener is up.
     pub ready: AtomicBool,
     pub ranker: LiveRanker,
-    pub replicas: Option<Arc<crate::server::replicas::Replicas>>,
+    pub replicas: Option<Arc<crate::replicas::Replicas>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -34,9 +34,9 @@ struct StragglerQuery {
 
 /// Probes and metrics are open; the data API needs the bearer token when one is set.
 pub(crate) fn router(state: Arc<HttpState>, token: Option<Arc<str>>) -> Router {
-    let api = Router::new().route("/api/v1/stragglers", get(stragglers)).route_layer(axum::middleware::from_fn(
-        move |req, next| crate::server::auth::http_check(token.clone(), req, next),
-    ));
+    let api = Router::new()
+        .route("/api/v1/stragglers", get(stragglers))
+        .route_layer(axum::middleware::from_fn(move |req, next| crate::auth::http_check(token.clone(), req, next)));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))

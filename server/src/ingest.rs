@@ -12,9 +12,9 @@ use ingero_proto::{Table, ipc};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use crate::error::Error;
-use crate::metrics::Metrics;
-use crate::store::commit::{Accepted, Committer};
+use ingero_store::commit::{Accepted, Committer};
+use ingero_store::error::Error;
+use ingero_store::metrics::Metrics;
 
 /// Limits applied to every pushed batch.
 #[derive(Debug, Clone)]
@@ -52,7 +52,7 @@ pub struct IngestService {
     pub ranker: Option<crate::rank::LiveRanker>,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,
-    pub rate: Arc<crate::server::ratelimit::RateLimiter>,
+    pub rate: Arc<crate::ratelimit::RateLimiter>,
 }
 
 #[tonic::async_trait]
@@ -100,7 +100,7 @@ impl Ingest for IngestService {
 
     async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<ForwardResponse>, Status> {
         let req = request.into_inner();
-        let sigs = crate::server::replicas::decode(&req.signals_json).map_err(Status::invalid_argument)?;
+        let sigs = crate::replicas::decode(&req.signals_json).map_err(Status::invalid_argument)?;
         let n = sigs.len() as u64;
         match &self.ranker {
             Some(r) => r.feed_signals(sigs),

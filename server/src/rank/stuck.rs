@@ -16,10 +16,10 @@ use super::standing::Deviation;
 
 /// A node holding a rank the others wait for.
 #[derive(Debug, Clone)]
-pub(crate) struct Culprit {
+pub struct Culprit {
     /// Index into the nodes given.
     pub node: usize,
-    #[cfg_attr(not(feature = "query"), expect(dead_code, reason = "read by the report's hung-rank chain"))]
+    /// Read by the report's hung-rank chain.
     pub proc: ProcProgress,
     pub dev: Deviation,
 }
@@ -27,7 +27,7 @@ pub(crate) struct Culprit {
 /// The nodes of one job-window holding the ranks the others wait for, with
 /// the explanation. Empty while nobody has waited `after_ns`, or when every
 /// rank waits alike (nothing to name from the hosts).
-pub(crate) fn culprits(after_ns: f64, nodes: &[(&String, &Signals)]) -> Vec<Culprit> {
+pub fn culprits(after_ns: f64, nodes: &[(&String, &Signals)]) -> Vec<Culprit> {
     let mut ops: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
     for (_, s) in nodes {
         for p in &s.procs {

@@ -9,7 +9,7 @@ use super::signals::{NodeWindowKey, Signal, Signals};
 use super::spec::{DEVICE_WAIT_HIGH, SPECS, SignalSpec, fmt_value};
 pub use super::standing::{Deviation, Standing};
 use super::stuck::culprits;
-use crate::time::{median, rfc3339};
+use ingero_model::time::{median, rfc3339};
 
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {

@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use tonic::Status;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use ingero_store::error::{Error, Result};
+use ingero_store::metrics::Metrics;
 
 /// What the server demands of its clients.
 #[derive(Debug, Clone, Default)]

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-//! `ingero serve`: wires the ingest service, the committer and the HTTP
-//! endpoints together, and shuts down without losing buffered rows.
+//! Ingero's serving layer: `ingero serve` (and the agent's `run --store`)
+//! wires the ingest service, the committer, the live ranking ([`rank`]) and
+//! the HTTP endpoints together, and shuts down without losing buffered rows.
+//!
+//! It sits on storage (`ingero-store`) and links no query engine or reports:
+//! those are added from above through [`ExtraRoutes`] (`scripts/check-layers.sh`).
 //!
 //! Requests enter through [`auth`] and [`ratelimit`], rows through [`ingest`]
 //! (validate) into `store::commit`; reads go through [`http`] (health, metrics, live
@@ -9,6 +13,7 @@
 pub mod auth;
 pub(crate) mod http;
 pub mod ingest;
+pub mod rank;
 pub(crate) mod ratelimit;
 pub mod replicas;
 
@@ -23,15 +28,15 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
-use crate::error::{Error, IoContext, Result};
-use crate::metrics::Metrics;
+use crate::http::{HttpState, router};
+use crate::ingest::{IngestService, Limits};
 use crate::rank::LiveRanker;
 use crate::rank::detector::DetectorConfig;
-use crate::server::http::{HttpState, router};
-use crate::server::ingest::{IngestService, Limits};
-use crate::server::replicas::{ReplicaConfig, Replicas};
-use crate::store::commit::{CommitConfig, Committer};
-use crate::store::{Store, StoreOptions, StoreUrl};
+use crate::replicas::{ReplicaConfig, Replicas};
+use ingero_store::commit::{CommitConfig, Committer};
+use ingero_store::error::{Error, IoContext, Result};
+use ingero_store::metrics::Metrics;
+use ingero_store::{Store, StoreOptions, StoreUrl};
 use tonic::service::interceptor::InterceptedService;
 
 #[derive(Debug, Clone)]
@@ -45,7 +50,7 @@ pub struct ServeConfig {
     pub detector: DetectorConfig,
     /// How long a window waits for late nodes before it is judged anyway.
     pub grace: std::time::Duration,
-    pub auth: crate::server::auth::ServerAuth,
+    pub auth: crate::auth::ServerAuth,
     /// Several replicas as one aggregator (`--replicas`); None for one.
     pub replicas: Option<ReplicaConfig>,
     /// Compact and vacuum the tables this often (None: never).
@@ -88,7 +93,7 @@ pub struct Services<'a> {
     pub committer: &'a Committer,
     pub ranker: &'a LiveRanker,
     pub replicas: &'a Option<Arc<Replicas>>,
-    pub check: crate::server::auth::TokenCheck,
+    pub check: crate::auth::TokenCheck,
 }
 
 /// A running aggregator.
@@ -201,8 +206,7 @@ fn grpc_routes(
     replicas: &Option<Arc<Replicas>>,
     metrics: &Arc<Metrics>,
 ) -> tonic::service::Routes {
-    let rate =
-        Arc::new(crate::server::ratelimit::RateLimiter::new(cfg.limits.node_rows_per_sec, cfg.limits.node_burst_secs));
+    let rate = Arc::new(crate::ratelimit::RateLimiter::new(cfg.limits.node_rows_per_sec, cfg.limits.node_burst_secs));
     let service = IngestService {
         rate,
         committer: committer.clone(),
@@ -216,7 +220,7 @@ fn grpc_routes(
         .max_decoding_message_size(cfg.limits.max_message_bytes + 1024)
         .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
-    let check = crate::server::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
+    let check = crate::auth::TokenCheck::new(cfg.auth.token.clone(), metrics.clone());
     let routes = tonic::service::Routes::new(InterceptedService::new(ingest, check.clone()));
     match &cfg.extra_routes {
         Some(ExtraRoutes(add)) => add(routes, &Services { cfg, store, committer, ranker, replicas, check }),
@@ -253,7 +257,7 @@ async fn maintain(
     loop {
         tick.tick().await;
         let mine = |t: &str| set.as_ref().is_none_or(|s| s.owns(t));
-        match crate::store::upkeep::run(&store, retention, mine).await {
+        match ingero_store::upkeep::run(&store, retention, mine).await {
             Ok(u) if u == Default::default() => {}
             Ok(u) => tracing::info!(
                 compacted = u.compacted_files,
