@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${INGERO_BIN:-target/release/ingero}
-[ -n "${INGERO_BIN:-}" ] || cargo build --release -p ingero-aggregator >/dev/null
+[ -n "${INGERO_BIN:-}" ] || cargo build --release -p ingero >/dev/null
 OUT=target/bench-flag.jsonl
 : > "$OUT"
 SIZES=("${@:-16 256 1000}")

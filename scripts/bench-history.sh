@@ -8,7 +8,7 @@
 #        INGERO_BENCH_DIR=/var/tmp/h1 …  (keep the store; a second run with the
 #        same NODES/DURATION reuses it and only times the queries)
 #        INGERO_BENCH_DIR=/var/tmp/d INGERO_BENCH_NODES=1000 INGERO_BENCH_SECS=86400 INGERO_BENCH_RAW=0 \
-#          cargo bench -p ingero-aggregator --bench history && \
+#          cargo bench -p ingero --bench history && \
 #          INGERO_BENCH_DIR=/var/tmp/d scripts/bench-history.sh 1000 86400s
 #          (a day written in-process by the same tier writer: a day through
 #          gRPC would take ~40 min at this machine's backfill rate)
@@ -24,7 +24,7 @@ DUR=${2:?DURATION like 1h}
 SECS=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+)([smhd])','$DUR'); print(int(m[1])*{'s':1,'m':60,'h':3600,'d':86400}[m[2]])")
 INJECT=${3:-cpu@$((NODES / 3)):$((SECS / 2))s}
 BIN=${INGERO_BIN:-target/release/ingero}
-[ -n "${INGERO_BIN:-}" ] || cargo build --release -p ingero-aggregator --bin ingero >/dev/null
+[ -n "${INGERO_BIN:-}" ] || cargo build --release -p ingero --bin ingero >/dev/null
 python3 -c 'import duckdb' 2>/dev/null || { echo "needs DuckDB: pip install duckdb" >&2; exit 1; }
 DIR=${INGERO_BENCH_DIR:-$(mktemp -d)}
 mkdir -p "$DIR"

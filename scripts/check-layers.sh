@@ -8,19 +8,19 @@
 #   ingero-store    WAL, Parquet, Delta log, tiers: model and wire only; no
 #                   serving, ranking, query engine or reports
 #   ingero-server   ingest, live ranking, HTTP: store, wire and model; no
-#                   query engine, reports, sim or aggregator
+#                   query engine, reports, sim or CLI
 #   ingero-agent    the node agent library: the wire only; never storage,
 #                   query, ranking or reports, in any build mode
 #   ingero-node     the `ingero-agent` binary (default: + server and store for
 #                   run --store); the DaemonSet build
 #                   (--no-default-features) is as lean as the library
-#   ingero-aggregator --no-default-features: storage and serving, no query
-#                   engine (what `run --store` embeds)
+#   ingero-analysis query, reports, history, import: below the CLI, so no
+#                   agent, node or simulator
 # Usage: scripts/check-layers.sh   (exit 1 and the offending paths on a violation)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STORAGE="ingero-aggregator|ingero-server|ingero-store|ingero-sim|parquet|object_store|deltalake"
+STORAGE="ingero-analysis|ingero-server|ingero-store|ingero-sim|parquet|object_store|deltalake"
 QUERY='datafusion|rusqlite|rmcp'
 bad=0
 LOCKED="${CHECK_LAYERS_LOCKED---locked}"   # empty: let cargo update Cargo.lock (trying a rule out)
@@ -40,16 +40,16 @@ deny() {
   fi
 }
 
-deny ingero-model "" "ingero-.*|tonic|tokio|prost|object_store|$STORAGE|$QUERY" "the data model does no I/O and sits below every crate"
-deny ingero-proto "" "ingero-(agent|node|aggregator|sim)|$STORAGE|$QUERY" "the wire format sits below everything but the model"
-deny ingero-store "" "ingero-(agent|node|aggregator|server|sim)|$QUERY" "storage sits below serving and analysis"
-deny ingero-server "" "ingero-(agent|node|aggregator|sim)|$QUERY" "serving links no query engine; it is added from above"
+deny ingero-model "" "ingero|ingero-.*|tonic|tokio|prost|object_store|$STORAGE|$QUERY" "the data model does no I/O and sits below every crate"
+deny ingero-proto "" "ingero-(agent|node|sim)|ingero|$STORAGE|$QUERY" "the wire format sits below everything but the model"
+deny ingero-store "" "ingero-(agent|node|analysis|server|sim)|ingero|$QUERY" "storage sits below serving and analysis"
+deny ingero-server "" "ingero-(agent|node|analysis|sim)|ingero|$QUERY" "serving links no query engine; it is added from above"
 for flags in "" "--all-features" "--no-default-features"; do
-  deny ingero-agent "$flags" "ingero-node|$STORAGE|$QUERY" "the agent library depends on the wire only"
+  deny ingero-agent "$flags" "ingero|ingero-node|$STORAGE|$QUERY" "the agent library depends on the wire only"
 done
 deny ingero-node "--no-default-features" "$STORAGE|$QUERY" "the DaemonSet build of ingero-agent links no storage"
-deny ingero-node "" "ingero-aggregator|ingero-sim|$QUERY" "run --store embeds serving and storage, never the query engine"
-deny ingero-aggregator "--no-default-features" "ingero-sim|$QUERY" "storage and serving without the query and sim features"
+deny ingero-node "" "ingero-analysis|ingero-sim|ingero|$QUERY" "run --store embeds serving and storage, never the query engine"
+deny ingero-analysis "" "ingero-(agent|node|sim)|ingero" "analysis sits below the CLI; the simulator is the CLI's"
 
-[ "$bad" = 0 ] && echo "layers: ok (model < proto < {agent, store < server} < node; aggregator without query links no query engine)"
+[ "$bad" = 0 ] && echo "layers: ok (model < proto < {agent, store < server} < node, analysis < ingero)"
 exit "$bad"

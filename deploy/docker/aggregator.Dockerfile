@@ -6,10 +6,10 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 # The workspace build needs the agent's eBPF toolchain only when building the
-# agent; `-p ingero-aggregator` does not compile it.
+# agent; `-p ingero` does not compile it.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p ingero-aggregator --bin ingero \
+    cargo build --release --locked -p ingero --bin ingero \
  && install -D -m 0755 target/release/ingero /out/ingero \
  && strip /out/ingero
 

@@ -405,7 +405,7 @@ async fn exec_churn_leaves_the_agent_state_flat() {
 
 /// Every agent metric the Grafana dashboard (deploy/grafana/ingero.json)
 /// queries is in the agent's real /metrics (the aggregator's are checked by
-/// aggregator/tests/dashboard.rs).
+/// cli/tests/dashboard.rs).
 fn dashboard_queries_only(exported: &str) {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/ingero.json");
     let d: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

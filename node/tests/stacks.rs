@@ -224,7 +224,7 @@ fn export_draws_each_thread(dir: &Path, pid: u32) {
     }
     let (store, trace) = (format!("--store=file://{}", dir.join("data").display()), dir.join("t.pftrace"));
     ingero(&["export", "--format=perfetto", "--since=10m", &store, &format!("--out={}", trace.display())]);
-    let reader = concat!(env!("CARGO_MANIFEST_DIR"), "/../aggregator/tests/perfetto_read.py");
+    let reader = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests/perfetto_read.py");
     let o = Command::new("python3").arg(reader).arg(&trace).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let tracks: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();

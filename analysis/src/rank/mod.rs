@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Straggler ranking: live (the server's, re-exported) and over history
+//! (the store's signal tiers through the query engine).
+
+pub use ingero_server::rank::*;
+
+pub mod history;

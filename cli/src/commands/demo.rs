@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `ingero demo`: an in-process aggregator, a simulated fleet with one
+//! straggler, the time to flag, the ranking and the affected pod's report.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{CmdResult, Failure};
+use ingero_analysis::query::service::with_query;
+use ingero_analysis::report::{self, Target};
+use ingero_server::{ServeConfig, Server};
+use ingero_sim::faults::Injection;
+use ingero_sim::fleet::{self, SimConfig};
+use ingero_store::StoreUrl;
+
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 16, env = "INGERO_DEMO_NODES")]
+    pub nodes: usize,
+    /// Run time of the simulated job.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "INGERO_DEMO_DURATION")]
+    pub duration: Duration,
+    /// The fault to inject (KIND@NODE:AT, see `ingero simulate --help`).
+    #[arg(long, default_value = "cpu@5:10s", env = "INGERO_DEMO_INJECT")]
+    pub inject: String,
+    /// Where to write the HTML report.
+    #[arg(long, default_value = "ingero-demo-report.html", env = "INGERO_DEMO_HTML")]
+    pub html: PathBuf,
+    /// Keep the demo's dataset here instead of a temporary directory.
+    #[arg(long, env = "INGERO_DEMO_KEEP")]
+    pub keep: Option<PathBuf>,
+}
+
+pub(crate) async fn run(a: DemoArgs) -> CmdResult {
+    let inj = Injection::parse(&a.inject, a.nodes).map_err(Failure::Usage)?;
+    if inj.at >= a.duration {
+        return Err(Failure::Usage("the injection must happen before the end of --duration".into()));
+    }
+    let tmp = tempdir()?;
+    let root = a.keep.clone().unwrap_or_else(|| tmp.clone());
+    let store = StoreUrl::parse(&format!("file://{}", root.join("data").display()))
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let mut cfg =
+        with_query(ServeConfig::ephemeral(store.clone(), Default::default(), root.join("wal")), Default::default());
+    cfg.commit.flush_age = Duration::from_secs(5);
+    let server = Server::start(cfg).await?;
+    eprintln!("ingero demo: aggregator on {} (store {store})", server.grpc_url());
+    eprintln!(
+        "simulating {} nodes of one data-parallel job for {:?}; injecting {} at {:?}",
+        a.nodes,
+        a.duration,
+        inj.label(),
+        inj.at
+    );
+
+    let sim = SimConfig {
+        server: server.grpc_url(),
+        nodes: a.nodes,
+        jobs: 1,
+        duration: a.duration,
+        injections: vec![inj.clone()],
+        jitter: 0.05,
+        seed: 7,
+        job_prefix: "llama-pretrain".into(),
+    };
+    let result = fleet::run(&sim, |line| eprintln!("  {line}")).await.map_err(|e| Failure::Run(e.into()))?;
+    println!();
+    super::simulate::print_report(&result);
+    println!();
+    println!("Live ranking (ingero stragglers --server {}):", server.grpc_url());
+    let ranking = serde_json::to_value(server.ranker.ranking(None))?;
+    print!("{}", super::stragglers::table(&ranking, chrono::Utc::now()));
+
+    server.committer.flush().await?;
+    let engine = ingero_analysis::query::QueryEngine::open(&server.store, Default::default()).await?;
+    let rank = match inj.target {
+        ingero_sim::faults::Target::Node(n) => n,
+        ingero_sim::faults::Target::All => 0,
+    };
+    let target = Target::Pod { namespace: "ml".into(), name: format!("llama-pretrain-worker-{rank}") };
+    let now = chrono::Utc::now().timestamp_micros();
+    let start = now - a.duration.as_micros() as i64 - 5_000_000;
+    let rep = report::build(&engine, &target, start, now + 1, Default::default()).await?;
+    println!("\n{}", report::text::render(&rep));
+    std::fs::write(&a.html, report::html::render(&rep))
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", a.html.display()))?;
+    println!("HTML report: {}", a.html.display());
+    server.shutdown().await?;
+    if a.keep.is_none() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    } else {
+        println!("dataset kept in {}", root.display());
+        eprintln!("try: ingero stragglers --store {store} --since 5m");
+    }
+    Ok(())
+}
+
+fn tempdir() -> CmdResult<PathBuf> {
+    let p = std::env::temp_dir().join(format!("ingero-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&p).map_err(|e| anyhow::anyhow!("creating {}: {e}", p.display()))?;
+    Ok(p)
+}

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `ingero sql`: read-only SQL over the dataset.
+
+use clap::Args;
+
+use super::{CmdResult, Failure, SourceArgs, status_failure};
+
+#[derive(Debug, Args)]
+pub(crate) struct SqlArgs {
+    /// The query (SELECT/WITH/EXPLAIN/SHOW/DESCRIBE). Tables: call_windows,
+    /// sched_windows, cgroup_windows, io_windows, host_events, stall_events,
+    /// process_meta, node_windows, progress_windows (columns in proto/README.md).
+    pub query: String,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Output format.
+    #[arg(long, default_value = "table", value_parser = ["table", "json", "csv"])]
+    pub format: String,
+}
+
+pub(crate) async fn run(a: SqlArgs) -> CmdResult {
+    let batches = batches(&a.source, &a.query).await?;
+    match a.format.as_str() {
+        "json" => {
+            let mut w = arrow::json::ArrayWriter::new(std::io::stdout());
+            w.write_batches(&batches.iter().collect::<Vec<_>>())?;
+            w.finish()?;
+            println!();
+        }
+        "csv" => {
+            let mut w = arrow::csv::Writer::new(std::io::stdout());
+            for b in &batches {
+                w.write(b)?;
+            }
+        }
+        _ => println!("{}", arrow::util::pretty::pretty_format_batches(&batches)?),
+    }
+    Ok(())
+}
+
+/// Runs one read-only query on `--server` or on the store.
+pub(crate) async fn batches(source: &SourceArgs, query: &str) -> CmdResult<Vec<arrow::array::RecordBatch>> {
+    ingero_analysis::query::check_read_only(query).map_err(|e| Failure::Usage(e.to_string()))?;
+    if let Some(mut c) = source.client().await? {
+        let resp = c
+            .sql(ingero_proto::pb::SqlRequest { query: query.to_string() })
+            .await
+            .map_err(status_failure)?
+            .into_inner();
+        if resp.arrow_ipc.is_empty() {
+            return Ok(vec![]);
+        }
+        let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(resp.arrow_ipc.to_vec()), None)?;
+        return Ok(reader.collect::<Result<Vec<_>, _>>()?);
+    }
+    source.engine().await?.sql(query).await.map_err(Failure::lib)
+}

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `ingero stragglers`: the ranking, live from a server or from history.
+
+use clap::{Args, ValueEnum};
+
+use super::{CmdResult, Failure, Since, SourceArgs, status_failure};
+use ingero_analysis::rank::history::{self, HistoryRequest};
+use ingero_analysis::report::fleet;
+use ingero_model::time::rfc3339;
+use ingero_server::rank::Ranking;
+use ingero_server::rank::detector::DetectorConfig;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum Format {
+    Table,
+    Json,
+    /// The fleet view: nodes × time heatmap per job, ranking, per-node detail
+    /// (history: --since defaults to 1h).
+    Html,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StragglersArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Rank over this much history (10m, 1h) or from an RFC 3339 time. With
+    /// --server and no --since: the live ranking.
+    #[arg(long, env = "INGERO_SINCE", value_parser = Since::parse)]
+    pub since: Option<Since>,
+    /// Only this job.
+    #[arg(long, env = "INGERO_JOB")]
+    pub job: Option<String>,
+    #[arg(long, value_enum, default_value = "table", env = "INGERO_FORMAT")]
+    pub format: Format,
+    /// Write to this file instead of standard output.
+    #[arg(long, env = "INGERO_STRAGGLERS_OUT")]
+    pub out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub rank: crate::cli::RankArgs,
+}
+
+pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
+    if let Some(out) = &a.out
+        && out.is_dir()
+    {
+        return Err(Failure::Usage(format!("--out {} is a directory; give a file name", out.display())));
+    }
+    let html = matches!(a.format, Format::Html);
+    // The fleet view is history: without --since it covers the last hour.
+    let since = a.since.or(html.then_some(Since::Ago(std::time::Duration::from_secs(3600))));
+    let end_us = chrono::Utc::now().timestamp_micros() + 1;
+    let ranking = fetch(&a.source, a.job.clone(), since, html, a.rank.detector()).await?;
+    let body = match a.format {
+        Format::Json => serde_json::to_string_pretty(&ranking)? + "\n",
+        Format::Table => table(&ranking, chrono::Utc::now()),
+        Format::Html => {
+            let r: Ranking = serde_json::from_value(ranking)?;
+            let start = since.map_or(0, |s| s.start_us());
+            let from = r.timeline.as_ref().map_or(start, |t| t.start_us.max(start));
+            fleet::render(&r, (&rfc3339(from), &rfc3339(end_us)))
+        }
+    };
+    match &a.out {
+        Some(path) => {
+            std::fs::write(path, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => print!("{body}"),
+    }
+    Ok(())
+}
+
+/// The ranking as JSON: live from `--server` (history when `since` is set),
+/// else over the store's history (the last hour without `since`).
+pub(crate) async fn fetch(
+    source: &SourceArgs,
+    job: Option<String>,
+    since: Option<Since>,
+    timeline: bool,
+    cfg: DetectorConfig,
+) -> CmdResult<serde_json::Value> {
+    if let Some(mut c) = source.client().await? {
+        let (since_secs, start_us) = since.map_or((0, 0), |s| s.wire());
+        let req = ingero_proto::pb::StragglersRequest {
+            job: job.unwrap_or_default(),
+            since_secs,
+            start_us,
+            timeline,
+            ..Default::default()
+        };
+        let json = c.stragglers(req).await.map_err(status_failure)?.into_inner().json;
+        return Ok(serde_json::from_str(&json)?);
+    }
+    let engine = source.engine().await?;
+    let start_us = since.unwrap_or(Since::Ago(std::time::Duration::from_secs(3600))).start_us();
+    let end_us = chrono::Utc::now().timestamp_micros() + 1;
+    let req = HistoryRequest { start_us, end_us, job, resolution: None };
+    let r: Ranking = history::rank(&engine, &req, DetectorConfig { timeline, ..cfg }).await.map_err(Failure::lib)?;
+    Ok(serde_json::to_value(r)?)
+}
+
+/// An 80-column table: most deviant first.
+/// SINCE is the time of day for a flag from today (UTC), else the full
+/// timestamp (the column then pushes TOP SIGNAL right, still ≤ 80 columns).
+pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -> String {
+    let today = now.format("%Y-%m-%d").to_string();
+    let mut o = format!("{:<16} {:<14} {:>6} {:<4} {:<8} {}\n", "NODE", "JOB", "SCORE", "FLAG", "SINCE", "TOP SIGNAL");
+    let empty = vec![];
+    let list = r["stragglers"].as_array().unwrap_or(&empty);
+    if list.is_empty() {
+        o.push_str("no node deviates from its job\n");
+    }
+    let cut = |s: &str, n: usize| {
+        if s.chars().count() > n { format!("{}…", s.chars().take(n - 1).collect::<String>()) } else { s.to_string() }
+    };
+    for s in list {
+        let since = s["since"]
+            .as_str()
+            .map(|t| if t.starts_with(&today) { t.get(11..19).unwrap_or(t).to_string() } else { t.to_string() })
+            .unwrap_or_else(|| "-".into());
+        let top = s["signals"][0]["text"].as_str().unwrap_or("-");
+        let room = (80 - 45usize).saturating_sub(since.chars().count().max(8));
+        o.push_str(&format!(
+            "{:<16} {:<14} {:>6.1} {:<4} {:<8} {}\n",
+            cut(s["node"].as_str().unwrap_or(""), 16),
+            cut(s["job"].as_str().unwrap_or(""), 14),
+            s["score"].as_f64().unwrap_or(0.0),
+            if s["flagged"] == true { "YES" } else { "no" },
+            since,
+            cut(top, room.max(12))
+        ));
+    }
+    // Several replicas: say which answered; a silent one's jobs may be missing.
+    let replicas = r["replicas"].as_array().unwrap_or(&empty);
+    let down: Vec<&serde_json::Value> = replicas.iter().filter(|a| a["answered"] != true).collect();
+    if !replicas.is_empty() {
+        o.push_str(&format!("replicas: {} of {} answered\n", replicas.len() - down.len(), replicas.len()));
+    }
+    for d in down {
+        let why = cut(d["error"].as_str().unwrap_or("no answer"), 40);
+        o.push_str(&format!(
+            "  NOT ANSWERING {} ({why}): its jobs may be missing\n",
+            d["replica"].as_str().unwrap_or("?")
+        ));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_is_a_time_today_and_a_full_timestamp_otherwise() {
+        let r = serde_json::json!({"stragglers": [
+            {"node": "node-333", "job": "llama-pretrain", "score": 27.6, "flagged": true,
+             "since": "2026-11-20T10:00:00Z", "signals": [{"text": "run-queue wait 41% vs job median 3%"}]},
+            {"node": "node-12", "job": "llama-pretrain", "score": 9.1, "flagged": true,
+             "since": "2026-11-23T08:15:02Z", "signals": [{"text": "run-queue wait 41% vs job median 3%"}]},
+        ]});
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-23T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
+        let t = table(&r, now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].contains("2026-11-20T10:00:00Z"), "{t}");
+        assert!(lines[2].contains(" 08:15:02 ") && !lines[2].contains("2026-11-23"), "{t}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{t}");
+        assert!(lines[1].contains("run-queue"), "top signal cut away entirely: {t}");
+    }
+}
