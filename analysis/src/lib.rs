@@ -16,4 +16,4 @@ pub use ingero_model::time;
 // Storage and serving are crates of their own; these keep the paths the
 // rest of the crate uses.
 pub use ingero_server as server;
-pub use ingero_store::{self as store, Error, Result, error, metrics};
+pub use ingero_store::{self as store, Error, Result, error};

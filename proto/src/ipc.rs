@@ -169,18 +169,12 @@ fn check_nulls(table: Table, b: &RecordBatch) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rows::{BatchBuilder, CallRow, Common, TimestampUs};
+    use crate::rows::{BatchBuilder, CallRow, Common};
 
     #[test]
     fn built_batches_round_trip_and_limits_and_tables_are_checked() {
-        let common = Common {
-            node: "n1".into(),
-            pid: 42,
-            comm: "python".into(),
-            window_start_us: TimestampUs(1_700_000_000_000_000),
-            window_us: 1_000_000,
-            ..Default::default()
-        };
+        // Any valid common columns: this checks the codec, not the values.
+        let common = Common { node: "n1".into(), ..Default::default() };
         let row = CallRow {
             library: "cudart",
             op: "cudaLaunchKernel",
