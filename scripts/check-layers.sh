@@ -11,9 +11,9 @@
 #                   query engine, reports, sim or CLI
 #   ingero-agent    the node agent library: the wire only; never storage,
 #                   query, ranking or reports, in any build mode
-#   ingero-node     the `ingero-agent` binary (default: + server and store for
-#                   run --store); the DaemonSet build
-#                   (--no-default-features) is as lean as the library
+#   ingero-node     the `ingero-agent` binary: as lean as the library by
+#                   default (the DaemonSet build, and `cargo build --workspace`);
+#                   feature `store` adds server and store for run --store
 #   ingero-analysis query, reports, history, import: below the CLI, so no
 #                   agent, node or simulator
 # Usage: scripts/check-layers.sh   (exit 1 and the offending paths on a violation)
@@ -47,8 +47,8 @@ deny ingero-server "" "ingero-(agent|node|analysis|sim)|ingero|$QUERY" "serving 
 for flags in "" "--all-features" "--no-default-features"; do
   deny ingero-agent "$flags" "ingero|ingero-node|$STORAGE|$QUERY" "the agent library depends on the wire only"
 done
-deny ingero-node "--no-default-features" "$STORAGE|$QUERY" "the DaemonSet build of ingero-agent links no storage"
-deny ingero-node "" "ingero-analysis|ingero-sim|ingero|$QUERY" "run --store embeds serving and storage, never the query engine"
+deny ingero-node "" "$STORAGE|$QUERY" "the default (DaemonSet) build of ingero-agent links no storage"
+deny ingero-node "--features store" "ingero-analysis|ingero-sim|ingero|$QUERY" "run --store embeds serving and storage, never the query engine"
 deny ingero-analysis "" "ingero-(agent|node|sim)|ingero" "analysis sits below the CLI; the simulator is the CLI's"
 
 [ "$bad" = 0 ] && echo "layers: ok (model < proto < {agent, store < server} < node, analysis < ingero)"

@@ -2,9 +2,9 @@
 //! `run --store`: single-node use with no server to run. An aggregator is
 //! embedded on loopback and writes the Parquet dataset itself; the agent
 //! ships to it as to any other. It links the aggregator (Parquet,
-//! object_store), so it is a cargo feature of this binary (`store`, on by
-//! default); the DaemonSet image is built without it and ships to an
-//! aggregator instead. The agent library never links it.
+//! object_store), so it is a cargo feature of this binary (`store`, off by
+//! default: the DaemonSet build and `cargo build --workspace` stay lean and
+//! ship to an aggregator; the tests turn it on). The agent library never links it.
 
 use std::path::PathBuf;
 
@@ -20,6 +20,19 @@ impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Embedded")
     }
+}
+
+/// Whether this build can run `--store` (checked before anything starts).
+pub(crate) const AVAILABLE: bool = cfg!(feature = "store");
+
+/// Why `--store` is refused by a build without it, and what to do instead.
+pub(crate) fn unavailable() -> Error {
+    Error::Config(
+        "--store: this ingero-agent is built without the `store` feature (the lean DaemonSet build): \
+         ship to an aggregator with --aggregator URL, or build the agent with \
+         `cargo build --release -p ingero-node --features store`"
+            .into(),
+    )
 }
 
 impl Embedded {
@@ -38,11 +51,7 @@ impl Embedded {
 
     #[cfg(not(feature = "store"))]
     pub(crate) async fn start(_store: &str, _s3_endpoint: Option<String>, _wal: PathBuf) -> Result<(Embedded, String)> {
-        Err(Error::Config(
-            "this ingero-agent is built without the `store` feature (the lean DaemonSet build): \
-             use --aggregator URL, or build with `cargo build -p ingero-node` (default features) for --store"
-                .into(),
-        ))
+        Err(unavailable())
     }
 
     /// Flushes what it holds and stops.

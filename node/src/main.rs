@@ -46,6 +46,7 @@ struct RunArgs {
     #[arg(long, env = "INGERO_AGGREGATOR", conflicts_with = "store", required_unless_present = "store")]
     aggregator: Option<String>,
     /// Single-node use: write the Parquet dataset here, no server needed (file://, s3://, …).
+    /// Only in an agent built with `--features store` (the DaemonSet build ships to --aggregator).
     #[arg(long, env = "INGERO_STORE")]
     store: Option<String>,
     /// S3-compatible endpoint for --store s3://…
@@ -216,6 +217,9 @@ fn main() -> ExitCode {
 
 /// Refuses flags that cannot work before anything is loaded.
 fn validate(a: &RunArgs) -> Result<(), error::Error> {
+    if a.store.is_some() && !embedded::AVAILABLE {
+        return Err(embedded::unavailable());
+    }
     if a.window < Duration::from_millis(100) {
         return Err(error::Error::Config("--window must be at least 100ms".into()));
     }
