@@ -8,12 +8,9 @@
 //! HTML). [`import`] turns a trace recorded by the reference product into
 //! the same tables. The `ingero` command (crate `ingero`, cli/) is above it.
 
+pub mod error;
 pub mod import;
 pub mod query;
 pub mod rank;
 pub mod report;
-pub use ingero_model::time;
-// Storage and serving are crates of their own; these keep the paths the
-// rest of the crate uses.
-pub use ingero_server as server;
-pub use ingero_store::{self as store, Error, Result, error};
+pub use error::{Error, Result};

@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use ingero_agent::error::{Error, Result};
 
 #[cfg(feature = "store")]
-pub(crate) struct Embedded(ingero_server::Server);
+pub struct Embedded(ingero_server::Server);
 
 #[cfg(not(feature = "store"))]
-pub(crate) struct Embedded(());
+pub struct Embedded(());
 
 impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -23,10 +23,10 @@ impl std::fmt::Debug for Embedded {
 }
 
 /// Whether this build can run `--store` (checked before anything starts).
-pub(crate) const AVAILABLE: bool = cfg!(feature = "store");
+pub const AVAILABLE: bool = cfg!(feature = "store");
 
 /// Why `--store` is refused by a build without it, and what to do instead.
-pub(crate) fn unavailable() -> Error {
+pub fn unavailable() -> Error {
     Error::Config(
         "--store: this ingero-agent is built without the `store` feature (the lean DaemonSet build): \
          ship to an aggregator with --aggregator URL, or build the agent with \
@@ -39,7 +39,7 @@ impl Embedded {
     /// Starts the embedded aggregator (on the caller's runtime); returns it
     /// and its gRPC address.
     #[cfg(feature = "store")]
-    pub(crate) async fn start(store: &str, s3_endpoint: Option<String>, wal: PathBuf) -> Result<(Embedded, String)> {
+    pub async fn start(store: &str, s3_endpoint: Option<String>, wal: PathBuf) -> Result<(Embedded, String)> {
         let url = ingero_store::StoreUrl::parse(store).map_err(|e| Error::Config(e.to_string()))?;
         let opts = ingero_store::StoreOptions { s3_endpoint };
         let mut cfg = ingero_server::ServeConfig::ephemeral(url, opts, wal);
@@ -50,12 +50,12 @@ impl Embedded {
     }
 
     #[cfg(not(feature = "store"))]
-    pub(crate) async fn start(_store: &str, _s3_endpoint: Option<String>, _wal: PathBuf) -> Result<(Embedded, String)> {
+    pub async fn start(_store: &str, _s3_endpoint: Option<String>, _wal: PathBuf) -> Result<(Embedded, String)> {
         Err(unavailable())
     }
 
     /// Flushes what it holds and stops.
-    pub(crate) async fn shutdown(self) -> Result<()> {
+    pub async fn shutdown(self) -> Result<()> {
         #[cfg(feature = "store")]
         self.0.shutdown().await.map_err(|e| Error::Config(format!("--store shutdown: {e}")))?;
         Ok(())

@@ -10,8 +10,7 @@ use ingero_agent::agent::{self, Agent, AgentConfig, KubeConfig, Sink};
 use ingero_agent::probe_loop::LoopConfig;
 use ingero_agent::{check, error, probes};
 
-mod embedded;
-use embedded::Embedded;
+use ingero_node::embedded::{self, Embedded};
 
 /// Ingero agent: traces CUDA/NCCL calls and the scheduler with eBPF,
 /// aggregates in the kernel, and ships per-window data to `ingero serve`

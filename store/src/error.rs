@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The storage layer's error type, which the aggregator shares (its query
-//! and import variants are named here so every layer answers with one type).
+//! The storage layer's error type, which the serving layer shares; analysis
+//! wraps it in its own (`ingero_analysis::Error`).
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -24,21 +24,6 @@ pub enum Error {
     Wal { path: String, reason: String },
     #[error("state file: {0}")]
     State(String),
-    /// A statement `ingero sql` refuses (not a query, empty) or SQL the
-    /// engine rejects while planning or running it; the caller's to fix.
-    #[error("{0}")]
-    BadQuery(String),
-    /// A time range or target that selects nothing, or an empty range.
-    #[error("{0}")]
-    NoData(String),
-    #[error("query exceeded the {} timeout (--query-timeout)", humantime::format_duration(*.0))]
-    QueryTimeout(std::time::Duration),
-    /// Setting up the query engine over the store failed.
-    #[error("query engine: {0}")]
-    Engine(String),
-    /// A file given to `ingero import` that is not a trace we can read.
-    #[error("{path}: {reason}")]
-    Import { path: String, reason: String },
     /// Bad flags or files given to the server (exit code 2).
     #[error("{0}")]
     Config(String),
@@ -53,10 +38,7 @@ impl Error {
     /// range): the CLI exits 2 and the gRPC API answers InvalidArgument or
     /// NotFound. Everything else is a failure while running (exit 1).
     pub fn is_input_error(&self) -> bool {
-        matches!(
-            self,
-            Error::StoreUrl { .. } | Error::Config(_) | Error::BadQuery(_) | Error::NoData(_) | Error::Import { .. }
-        )
+        matches!(self, Error::StoreUrl { .. } | Error::Config(_))
     }
 }
 

@@ -16,8 +16,8 @@ use std::path::Path;
 use ingero_proto::Tables;
 
 use crate::error::Result;
-use crate::store::flush::Logs;
-use crate::store::{Store, bulk};
+use ingero_store::flush::Logs;
+use ingero_store::{Store, bulk};
 
 pub use fold::FoldStats;
 

@@ -21,11 +21,11 @@ pub mod service;
 mod stored;
 
 use crate::error::{Error, Result};
-use crate::store::Store;
-use crate::store::delta::log::current;
-use crate::store::delta::visible::Visible;
-use crate::store::state::{BATCHES_TABLE, batches_schema};
-use crate::store::tiers::{self, Tier};
+use ingero_store::Store;
+use ingero_store::delta::log::current;
+use ingero_store::delta::visible::Visible;
+use ingero_store::state::{BATCHES_TABLE, batches_schema};
+use ingero_store::tiers::{self, Tier};
 
 #[derive(Debug, Clone)]
 pub struct QueryLimits {

@@ -13,9 +13,9 @@ use crate::rank::LiveRanker;
 use crate::rank::detector::DetectorConfig;
 use crate::rank::history::{self, HistoryRequest};
 use crate::report::{self, Target};
-use crate::server::{ExtraRoutes, ServeConfig, Services};
-use crate::store::Store;
-use crate::store::commit::Committer;
+use ingero_server::{ExtraRoutes, ServeConfig, Services};
+use ingero_store::Store;
+use ingero_store::commit::Committer;
 
 #[derive(Debug)]
 pub(crate) struct QueryService {
@@ -28,7 +28,7 @@ pub(crate) struct QueryService {
     /// flag must include the windows that caused it).
     pub committer: Committer,
     pub last_flush: tokio::sync::Mutex<Option<std::time::Instant>>,
-    pub replicas: Option<std::sync::Arc<crate::server::replicas::Replicas>>,
+    pub replicas: Option<std::sync::Arc<ingero_server::replicas::Replicas>>,
 }
 
 /// `cfg` serving the query service too (stragglers, SQL, reports), with
@@ -56,8 +56,8 @@ pub(crate) fn range(since_secs: u64, start_us: i64) -> (i64, i64) {
     (start, now + 1)
 }
 
-fn internal(e: crate::Error) -> Status {
-    match e {
+fn internal(e: impl Into<crate::Error>) -> Status {
+    match e.into() {
         crate::Error::NoData(m) => Status::not_found(m),
         e @ crate::Error::QueryTimeout(_) => Status::deadline_exceeded(e.to_string()),
         e if e.is_input_error() => Status::invalid_argument(e.to_string()),

@@ -23,7 +23,7 @@ use datafusion::physical_expr_adapter::{
     DefaultPhysicalExprAdapterFactory, PhysicalExprAdapter, PhysicalExprAdapterFactory,
 };
 
-use crate::store::delta::schema::convert_array;
+use ingero_store::delta::schema::convert_array;
 
 /// A file column of signed type read as the table's unsigned type of the
 /// same width (lists of them included).

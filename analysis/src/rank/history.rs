@@ -14,7 +14,7 @@ use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, launch_predicate, quote, time_predicate, wait_predicates};
-use crate::store::tiers::{self, Tier, TierBatch};
+use ingero_store::tiers::{self, Tier, TierBatch};
 
 #[derive(Debug, Clone)]
 pub struct HistoryRequest {
@@ -137,7 +137,7 @@ fn extent(batches: &[RecordBatch], start_us: i64, end_us: i64) -> Result<Option<
 fn replay(det: &mut Detector, batches: &[RecordBatch], req: &HistoryRequest, bin_us: i64) -> Result<()> {
     let first = req.start_us.div_euclid(bin_us);
     let bins = ((req.end_us - 1).div_euclid(bin_us) - first + 1).max(0) as usize;
-    let views: Vec<TierBatch<'_>> = batches.iter().map(TierBatch::new).collect::<Result<_>>()?;
+    let views: Vec<TierBatch<'_>> = batches.iter().map(TierBatch::new).collect::<ingero_store::Result<_>>()?;
     let mut by_bin: Vec<Vec<(u32, u32)>> = vec![Vec::new(); bins];
     for (bi, t) in views.iter().enumerate() {
         for i in 0..t.len() {

@@ -13,7 +13,7 @@ use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
 use crate::rank::signals::{is_blocking_copy, is_device_wait, is_launch, is_sync_op};
-use crate::time::rfc3339;
+use ingero_model::time::rfc3339;
 
 /// Window start as µs, for grouping.
 const W: &str = "CAST(window_start AS BIGINT)";

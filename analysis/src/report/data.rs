@@ -142,5 +142,5 @@ pub(crate) struct ReportData {
 }
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    crate::time::median(&mut v)
+    ingero_model::time::median(&mut v)
 }

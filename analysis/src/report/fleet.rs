@@ -11,7 +11,7 @@ use std::fmt::Write;
 use super::escape::esc;
 use crate::rank::detector::Standing;
 use crate::rank::{NodeTimeline, Ranking, Timeline};
-use crate::time::rfc3339;
+use ingero_model::time::rfc3339;
 
 /// Colour of a bin: no data, calm, then deviation bands by score (z).
 const BANDS: [(f32, &str, &str); 5] = [

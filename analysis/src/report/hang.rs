@@ -15,7 +15,7 @@ use crate::query::{QueryEngine, quote, time_predicate};
 use crate::rank::detector::DetectorConfig;
 use crate::rank::signals::Signals;
 use crate::rank::stuck::{Culprit, ProcProgress, culprits};
-use crate::time::rfc3339;
+use ingero_model::time::rfc3339;
 
 /// The chain, when one of the target's nodes held the rank a stuck job of
 /// it waited for in [start_us, end_us).

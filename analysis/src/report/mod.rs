@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::query::QueryEngine;
 use crate::rank::detector::{DetectorConfig, Standing};
 use crate::rank::history::{self, HistoryRequest};
-use crate::time::rfc3339;
+use ingero_model::time::rfc3339;
 
 /// How much of the report's time a chain's cause accounts for.
 fn explains(c: &chains::Chain, s: &chains::Summary, d: &data::ReportData) -> Option<f64> {

@@ -9,7 +9,7 @@ use super::chains::{Chain, Summary, fmt_ns};
 use super::cuda::cause_for_op;
 use super::data::ReportData;
 use crate::import::source::RefChain;
-use crate::time::rfc3339;
+use ingero_model::time::rfc3339;
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Verdict {

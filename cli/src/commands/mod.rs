@@ -36,7 +36,8 @@ impl Failure {
     }
 
     /// A library error: the caller's input (exit 2) or a failure while running (exit 1).
-    pub(crate) fn lib(e: ingero_store::Error) -> Failure {
+    pub(crate) fn lib(e: impl Into<ingero_analysis::Error>) -> Failure {
+        let e = e.into();
         if e.is_input_error() { Failure::Usage(e.to_string()) } else { Failure::Run(e.into()) }
     }
 }
