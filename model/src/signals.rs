@@ -156,6 +156,16 @@ pub const LAUNCH_PREFIXES: [&str; 6] = [
     "cuLaunchCooperativeKernel",
 ];
 
+/// One batch's node-window signals, computed once where the batch is
+/// accepted (ingest, WAL replay, import) and handed to both the live
+/// detector and the signal tiers.
+pub type BatchSignals = Vec<(NodeWindowKey, Signals)>;
+
+/// [`from_tables`] over one batch's tables, as a list.
+pub fn of_tables(tables: &[(Table, Vec<RecordBatch>)]) -> BatchSignals {
+    from_tables(tables.iter().map(|(t, b)| (t, b))).into_iter().collect()
+}
+
 /// Aggregates one pushed batch into node-window signals. IO and host events
 /// carry the job of the process they belong to; node-wide rows without a
 /// job are attributed to every job seen on the node in the same batch.

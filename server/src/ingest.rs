@@ -79,8 +79,9 @@ impl Ingest for IngestService {
             )));
         }
         let node = accepted.node.clone();
-        // Batches share their column buffers: the copy for ranking is cheap.
-        let for_ranking = self.ranker.as_ref().map(|_| accepted.tables.clone());
+        // The signals were computed once, at validation: the tiers get them
+        // with the batch, the live detector a copy (a few per node-window).
+        let for_ranking = self.ranker.as_ref().map(|_| accepted.signals.clone());
         match self.committer.push(accepted).await {
             Ok(ack) => {
                 if let (Some(r), Some(t), false) = (&self.ranker, for_ranking, ack.duplicate) {
@@ -156,7 +157,8 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
         tables.push((table, batches));
     }
     let raw = req.encode_to_vec();
-    Ok(Accepted { node: req.node, sequence: req.sequence, raw, tables, rows: rows as u64, ipc_bytes })
+    let signals = ingero_model::signals::of_tables(&tables);
+    Ok(Accepted { node: req.node, sequence: req.sequence, raw, tables, signals, rows: rows as u64, ipc_bytes })
 }
 
 /// Value checks: rows belong to the sending node and windows are in a sane time range.

@@ -35,7 +35,7 @@ pub async fn commit_tables(
     }
     let by_table: Vec<_> = tables.iter().map(|(t, b)| (*t, vec![b.clone()])).collect();
     let mut tier_files = Vec::new();
-    for (tier, hour, b) in tiers::build(by_table.iter().map(|(t, b)| (t, b)))? {
+    for (tier, hour, b) in tiers::build_from_tables(by_table.iter().map(|(t, b)| (t, b)))? {
         let key = tiers::file_key(tier, hour, &tag);
         tier_files.push((tier, EncodedFile { key, bytes: tiers::encode(&b)?.into(), rows: b.num_rows() }));
     }

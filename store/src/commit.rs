@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
+use ingero_model::signals::BatchSignals;
 use ingero_proto::pb::PushRequest;
 use ingero_proto::{Table, ipc};
 use prost::Message;
@@ -43,6 +44,9 @@ pub struct Accepted {
     /// The request as it goes into the WAL.
     pub raw: Vec<u8>,
     pub tables: Vec<(Table, Vec<RecordBatch>)>,
+    /// The batch's signals (`ingero_model::signals::of_tables`), computed
+    /// once: the live detector and the signal tiers both take them.
+    pub signals: BatchSignals,
     pub rows: u64,
     pub ipc_bytes: u64,
 }
@@ -70,11 +74,12 @@ struct Buffer {
     pushes: Vec<Origin>,
     rows: usize,
     nodes: BTreeMap<String, NodeRange>,
+    signals: Vec<(Option<Origin>, BatchSignals)>,
     since: Option<Instant>,
 }
 
 impl Buffer {
-    fn add(&mut self, node: &str, seq: u64, tables: Vec<(Table, Vec<RecordBatch>)>) {
+    fn add(&mut self, node: &str, seq: u64, tables: Vec<(Table, Vec<RecordBatch>)>, signals: BatchSignals) {
         let mut rows = 0;
         let node: Arc<str> = node.into();
         for (t, batches) in tables {
@@ -85,13 +90,14 @@ impl Buffer {
         }
         self.rows += rows;
         NodeRange::add(&mut self.nodes, &node, seq, rows as u64);
+        self.signals.push((Some(Origin { node: node.clone(), seq, rows }), signals));
         self.pushes.push(Origin { node, seq, rows });
         self.since.get_or_insert_with(Instant::now);
     }
 
     fn seal(self, segment: u64) -> Sealed {
-        let Buffer { tables, origins, pushes, rows, nodes, .. } = self;
-        Sealed { segment, tables, origins, pushes, rows, nodes }
+        let Buffer { tables, origins, pushes, rows, nodes, signals, .. } = self;
+        Sealed { segment, tables, origins, pushes, rows, nodes, signals }
     }
 }
 
@@ -138,8 +144,9 @@ impl Committer {
                     continue;
                 }
                 let tables = decode_tables(&req)?;
+                let signals = ingero_model::signals::of_tables(&tables);
                 state.record(&req.node, req.sequence);
-                buf.add(&req.node, req.sequence, tables);
+                buf.add(&req.node, req.sequence, tables, signals);
             }
             tracing::info!(segment = seg.segment, rows = buf.rows, "replaying write-ahead log segment");
             commit_segment(&store, &cfg.wal_dir, &mut logs, Arc::new(buf.seal(seg.segment)), &metrics).await?;
@@ -311,7 +318,7 @@ fn answer(
                 metrics.bytes.inc_by(a.ipc_bytes);
                 metrics.batches.get_or_create(&OutcomeLabel { outcome: Outcome::stored }).inc();
                 let rows = a.rows;
-                buf.add(&a.node, a.sequence, a.tables);
+                buf.add(&a.node, a.sequence, a.tables, a.signals);
                 let _ = reply.send(Ok(Ack { duplicate: false, rows }));
             }
             for reply in dups {

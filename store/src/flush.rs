@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
+use ingero_model::signals::{BatchSignals, NodeWindowKey, Signals};
 use ingero_proto::Table;
 
 use super::Store;
@@ -67,6 +68,9 @@ pub(crate) struct Sealed {
     pub pushes: Vec<Origin>,
     pub rows: usize,
     pub nodes: BTreeMap<String, NodeRange>,
+    /// Each push's signals, computed once when it was accepted (the live
+    /// detector got the same); `None`: rows written without a push.
+    pub signals: Vec<(Option<Origin>, BatchSignals)>,
 }
 
 /// Per node, the highest sequence stored: batches at or below it are dropped.
@@ -95,6 +99,12 @@ impl Sealed {
                 (*t, batches.iter().zip(origins).filter(|(_, o)| keep(o)).map(|(b, _)| b.clone()).collect())
             })
             .collect()
+    }
+
+    /// The signals of the pushes `stored` does not cover.
+    fn signals_without<'a>(&'a self, stored: &'a Stored) -> impl Iterator<Item = &'a (NodeWindowKey, Signals)> + 'a {
+        let keep = |o: &Option<Origin>| o.as_ref().is_none_or(|o| stored.get(&*o.node).is_none_or(|&hw| o.seq > hw));
+        self.signals.iter().filter(move |(o, _)| keep(o)).flat_map(|(_, s)| s)
     }
 
     /// Each node's range, without the batches `stored` covers.
@@ -245,10 +255,14 @@ fn encode_table(writer: &str, segment: u64, t: Table, batches: &[RecordBatch]) -
 }
 
 /// Every signal tier's files.
-fn encode_tiers(writer: &str, segment: u64, tables: &BTreeMap<Table, Vec<RecordBatch>>) -> Result<Vec<Encoded>> {
+fn encode_tiers<'a>(
+    writer: &str,
+    segment: u64,
+    signals: impl IntoIterator<Item = &'a (NodeWindowKey, Signals)>,
+) -> Result<Vec<Encoded>> {
     let name = format!("part-{writer}-{segment:020}");
     let mut files = Vec::new();
-    for (tier, hour, b) in tiers::build(tables)? {
+    for (tier, hour, b) in tiers::build(signals)? {
         let (key, bytes) = (tiers::file_key(tier, hour, &name), tiers::encode(&b)?);
         files.push((tier, EncodedFile { key, bytes: bytes.into(), rows: b.num_rows() }));
     }
@@ -263,7 +277,7 @@ async fn encode(writer: &str, sealed: &Arc<Sealed>) -> Result<Vec<Encoded>> {
         tasks.push(tokio::task::spawn_blocking(move || Ok(vec![encode_table(&w, s.segment, t, &s.tables[&t])?])));
     }
     let (s, w) = (sealed.clone(), writer.to_string());
-    tasks.push(tokio::task::spawn_blocking(move || encode_tiers(&w, s.segment, &s.tables)));
+    tasks.push(tokio::task::spawn_blocking(move || encode_tiers(&w, s.segment, s.signals.iter().flat_map(|(_, v)| v))));
     let mut out = Vec::new();
     for t in tasks {
         out.extend(t.await.map_err(|e| Error::State(format!("encoder panicked: {e}")))??);
@@ -275,11 +289,11 @@ async fn encode(writer: &str, sealed: &Arc<Sealed>) -> Result<Vec<Encoded>> {
 async fn reencode(writer: &str, sealed: &Arc<Sealed>, name: &str, stored: &Stored) -> Result<Encoded> {
     let (s, w, name, stored) = (sealed.clone(), writer.to_string(), name.to_string(), stored.clone());
     tokio::task::spawn_blocking(move || {
-        let tables = s.tables_without(&stored);
         if let Some(t) = Table::from_name(&name) {
+            let tables = s.tables_without(&stored);
             return encode_table(&w, s.segment, t, tables.get(&t).map(Vec::as_slice).unwrap_or_default());
         }
-        let tier = encode_tiers(&w, s.segment, &tables)?.into_iter().find(|e| e.name == name);
+        let tier = encode_tiers(&w, s.segment, s.signals_without(&stored))?.into_iter().find(|e| e.name == name);
         Ok(tier.unwrap_or(Encoded { name, schema: tiers::schema(), files: Vec::new() }))
     })
     .await
@@ -307,7 +321,9 @@ pub async fn write_segment(
     tables: BTreeMap<Table, Vec<RecordBatch>>,
 ) -> Result<u64> {
     let rows = tables.values().flatten().map(|b| b.num_rows()).sum();
-    let sealed = Sealed { segment, tables, origins: BTreeMap::new(), pushes: Vec::new(), rows, nodes: BTreeMap::new() };
+    let sigs = ingero_model::signals::from_tables(&tables).into_iter().collect();
+    let (origins, pushes, nodes) = (BTreeMap::new(), Vec::new(), BTreeMap::new());
+    let sealed = Sealed { segment, tables, origins, pushes, rows, nodes, signals: vec![(None, sigs)] };
     commit(store, &mut Logs::new(writer.to_string()), Arc::new(sealed)).await
 }
 

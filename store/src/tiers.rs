@@ -127,11 +127,23 @@ impl Acc {
     }
 }
 
-/// The signal rows of one flush (or import), per tier and hour partition.
+/// The signal rows of one flush (or import), per tier and hour partition,
+/// from the signals each batch was given when it was accepted (merged per
+/// node-window here: `Signals::merge` is what `from_tables` does per row,
+/// so the result is the one the flush's tables would give).
 pub fn build<'a>(
-    tables: impl IntoIterator<Item = (&'a Table, &'a Vec<RecordBatch>)>,
+    signals: impl IntoIterator<Item = &'a (NodeWindowKey, Signals)>,
 ) -> Result<Vec<(Tier, i64, RecordBatch)>> {
-    let base: BTreeMap<NodeWindowKey, Acc> = from_tables(tables)
+    let mut merged: BTreeMap<NodeWindowKey, Signals> = BTreeMap::new();
+    for (k, s) in signals {
+        match merged.get_mut(k) {
+            Some(m) => m.merge(s),
+            None => {
+                merged.insert(k.clone(), s.clone());
+            }
+        }
+    }
+    let base: BTreeMap<NodeWindowKey, Acc> = merged
         .into_iter()
         .map(|(k, mut s)| {
             let age = s.procs.iter().filter_map(|p| p.age_ns).max();
@@ -162,6 +174,15 @@ pub fn build<'a>(
         }
     }
     Ok(out)
+}
+
+/// [`build`] from tables that arrived without signals (bulk writes: import,
+/// benchmarks).
+pub fn build_from_tables<'a>(
+    tables: impl IntoIterator<Item = (&'a Table, &'a Vec<RecordBatch>)>,
+) -> Result<Vec<(Tier, i64, RecordBatch)>> {
+    let sigs: Vec<(NodeWindowKey, Signals)> = from_tables(tables).into_iter().collect();
+    build(&sigs)
 }
 
 fn to_batch(rows: &[(&NodeWindowKey, &Acc)]) -> Result<RecordBatch> {
@@ -410,7 +431,7 @@ mod tests {
                 all.entry(table).or_default().extend(b);
             }
         }
-        let out = build(&all).unwrap();
+        let out = build_from_tables(&all).unwrap();
         let rows = |tier: Tier| -> Vec<TierRow<'_>> {
             out.iter()
                 .filter(|(t, _, _)| *t == tier)
@@ -439,6 +460,48 @@ mod tests {
         let minute = rows(Tier::Minute);
         assert_eq!(minute.len(), 1);
         assert_eq!(minute[0].signals.window_ns, 25e9);
+    }
+
+    /// Signals computed once per accepted batch and merged at the flush give
+    /// the tiers the flush's tables give, however the windows were split
+    /// into batches and in whatever order they arrived.
+    #[test]
+    fn tiers_from_per_batch_signals_equal_tiers_from_the_tables() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for _ in 0..20 {
+            // Batches of one node's windows, some windows split over two
+            // batches (a window's rows may come in parts), nodes interleaved.
+            let mut batches: Vec<Vec<(Table, Vec<RecordBatch>)>> = Vec::new();
+            for node in ["a", "b", "c"] {
+                for t in 0..(5 + next(30) as i64) {
+                    batches.push(window(node, t * (1 + next(3) as i64), 1 + next(900)));
+                    if next(4) == 0 {
+                        batches.push(window(node, t, 1 + next(50)));
+                    }
+                }
+            }
+            for i in (1..batches.len()).rev() {
+                batches.swap(i, next(i as u64 + 1) as usize);
+            }
+            let mut all: BTreeMap<Table, Vec<RecordBatch>> = BTreeMap::new();
+            for b in &batches {
+                for (t, rb) in b {
+                    all.entry(*t).or_default().extend(rb.iter().cloned());
+                }
+            }
+            let per_batch: Vec<_> = batches.iter().flat_map(|b| ingero_model::signals::of_tables(b)).collect();
+            let once = build(&per_batch).unwrap();
+            let twice = build_from_tables(&all).unwrap();
+            assert_eq!(once.len(), twice.len());
+            for ((ta, ha, a), (tb, hb, b)) in once.iter().zip(&twice) {
+                assert_eq!((ta, ha), (tb, hb));
+                assert_eq!(a, b, "tier {ta:?} hour {ha}");
+            }
+        }
     }
 
     #[test]
@@ -481,7 +544,7 @@ mod tests {
                 all.entry(table).or_default().extend(b);
             }
         }
-        let (_, _, b) = &build(&all).unwrap()[0];
+        let (_, _, b) = &build_from_tables(&all).unwrap()[0];
         let bytes = encode(b).unwrap();
         let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
             .unwrap()

@@ -13,8 +13,6 @@ pub use ingero_model::{progress, signals};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
-use ingero_proto::Table;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
@@ -114,7 +112,8 @@ pub trait SignalRouter: Send + Sync + std::fmt::Debug {
 }
 
 enum Feed {
-    Tables(Vec<(Table, Vec<RecordBatch>)>),
+    /// An accepted batch's signals, to route (this replica ranks the jobs it owns).
+    Local(Vec<(NodeWindowKey, Signals)>),
     /// Already routed here (forwarded by another replica, or re-routed).
     Signals(Vec<(NodeWindowKey, Signals)>),
 }
@@ -142,10 +141,10 @@ impl LiveRanker {
                         let sigs = match msg {
                             None => break,
                             Some(Feed::Signals(s)) => s,
-                            Some(Feed::Tables(tables)) => {
-                                let sigs = signals::from_tables(tables.iter().map(|(t, b)| (t, b))).into_iter().collect();
-                                match r.get() { Some(router) => router.route(sigs), None => sigs }
-                            }
+                            Some(Feed::Local(sigs)) => match r.get() {
+                                Some(router) => router.route(sigs),
+                                None => sigs,
+                            },
                         };
                         let mut det = d.lock().unwrap_or_else(|p| p.into_inner());
                         for (k, s) in sigs {
@@ -168,9 +167,10 @@ impl LiveRanker {
         let _ = self.router.set(router);
     }
 
-    /// Feeds an accepted batch; never blocks ingest (a full queue drops and counts).
-    pub fn feed(&self, tables: Vec<(Table, Vec<RecordBatch>)>) {
-        if self.tx.try_send(Feed::Tables(tables)).is_err() {
+    /// Feeds an accepted batch's signals; never blocks ingest (a full queue
+    /// drops and counts).
+    pub fn feed(&self, sigs: Vec<(NodeWindowKey, Signals)>) {
+        if self.tx.try_send(Feed::Local(sigs)).is_err() {
             self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
