@@ -17,6 +17,34 @@ pub struct Column {
     pub doc: &'static str,
 }
 
+/// The position of column `name` in `cols`. Evaluated in a `const`, a
+/// name that is not there (a renamed or removed column) fails the build.
+pub const fn position(cols: &[Column], name: &str) -> usize {
+    let mut i = 0;
+    while i < cols.len() {
+        if str_eq(cols[i].name, name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("no such column")
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The handful of Arrow types the tables use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColType {

@@ -182,10 +182,11 @@ pub fn from_tables<'a>(
 }
 
 fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Signals>) {
-    let node = b.column(0).as_string::<i32>();
-    let job = b.column(4).as_string::<i32>();
-    let start = b.column(10).as_primitive::<TimestampMicrosecondType>();
-    let win = b.column(11).as_primitive::<UInt64Type>();
+    use crate::tables::common;
+    let node = b.column(common::NODE).as_string::<i32>();
+    let job = b.column(common::JOB).as_string::<i32>();
+    let start = b.column(common::WINDOW_START).as_primitive::<TimestampMicrosecondType>();
+    let win = b.column(common::WINDOW_US).as_primitive::<UInt64Type>();
     let u64col = |name: &str| b.column_by_name(name).map(|c| c.as_primitive::<UInt64Type>().clone());
     let strcol = |name: &str| b.column_by_name(name).map(|c| c.as_string::<i32>().clone());
     let (lib, op) = (strcol("library"), strcol("op"));

@@ -80,6 +80,18 @@ columns! {
     }
 }
 
+/// Positions of the common columns in a row of any table (they come first),
+/// for readers of stored or pushed batches; checked by name when compiled.
+pub mod common {
+    use super::Common;
+    use crate::column::{Columns, position};
+    pub const NODE: usize = position(Common::COLUMNS, "node");
+    pub const JOB: usize = position(Common::COLUMNS, "job");
+    pub const PID: usize = position(Common::COLUMNS, "pid");
+    pub const WINDOW_START: usize = position(Common::COLUMNS, "window_start");
+    pub const WINDOW_US: usize = position(Common::COLUMNS, "window_us");
+}
+
 columns! {
     /// `call_windows`: one row per process, op and window.
     #[derive(Debug, Clone, PartialEq)]
@@ -225,5 +237,32 @@ columns! {
         oldest_age_ns: Option<u64>, "ns", "How long that call has been in flight at the end of the window";
         last_call_age_ns: Option<u64>, "ns", "Time from the end of the last window in which the process made a traced call to the end of this one (0: it made one in this window); null when never seen";
         proc_state: Option<&'a str>, "", "State of its main thread from /proc: R running, S sleeping, D uninterruptible (IO), T stopped, Z zombie";
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::COMMON;
+
+    #[test]
+    fn common_positions_name_the_columns_of_every_table() {
+        let at = |i: usize| COMMON[i].name;
+        assert_eq!(
+            [at(common::NODE), at(common::JOB), at(common::PID), at(common::WINDOW_START), at(common::WINDOW_US)],
+            ["node", "job", "pid", "window_start", "window_us"]
+        );
+        for t in Table::ALL {
+            let schema = t.schema();
+            for i in [common::NODE, common::JOB, common::PID, common::WINDOW_START, common::WINDOW_US] {
+                assert_eq!(schema.field(i).name(), COMMON[i].name, "{}", t.name());
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "no such column")]
+    fn a_missing_column_has_no_position() {
+        crate::column::position(COMMON, "node_name");
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use ingero_model::tables::common;
 use ingero_proto::pb::ingest_server::Ingest;
 use ingero_proto::pb::{ForwardRequest, ForwardResponse, PushRequest, PushResponse};
 use ingero_proto::{Table, ipc};
@@ -163,7 +164,7 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
 
 /// Value checks: rows belong to the sending node and windows are in a sane time range.
 fn check_rows(table: Table, b: &RecordBatch, node: &str, lo: i64, hi: i64) -> Result<(), Status> {
-    let nodes = b.column(0).as_any().downcast_ref::<StringArray>();
+    let nodes = b.column(common::NODE).as_any().downcast_ref::<StringArray>();
     if let Some(nodes) = nodes
         && let Some(i) = (0..nodes.len()).find(|&i| nodes.value(i) != node)
     {
@@ -172,7 +173,7 @@ fn check_rows(table: Table, b: &RecordBatch, node: &str, lo: i64, hi: i64) -> Re
             nodes.value(i)
         )));
     }
-    if let Some(ts) = b.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>() {
+    if let Some(ts) = b.column(common::WINDOW_START).as_any().downcast_ref::<TimestampMicrosecondArray>() {
         let (min, max) = (arrow::compute::min(ts), arrow::compute::max(ts));
         if let (Some(min), Some(max)) = (min, max)
             && (min < lo || max > hi)

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array};
 use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
+use ingero_model::tables::common;
 use ingero_proto::Table;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -43,7 +44,7 @@ pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Parti
         return Ok(out);
     }
     let ts = all
-        .column(10)
+        .column(common::WINDOW_START)
         .as_any()
         .downcast_ref::<TimestampMicrosecondArray>()
         .ok_or_else(|| Error::State("window_start is not a µs timestamp".into()))?;
@@ -89,19 +90,19 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
 }
 
 fn first_node(b: &RecordBatch) -> &str {
-    b.column(0).as_any().downcast_ref::<StringArray>().map_or("", |a| a.value(0))
+    b.column(common::NODE).as_any().downcast_ref::<StringArray>().map_or("", |a| a.value(0))
 }
 
 fn first_ts(b: &RecordBatch) -> i64 {
-    b.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>().map_or(0, |a| a.value(0))
+    b.column(common::WINDOW_START).as_any().downcast_ref::<TimestampMicrosecondArray>().map_or(0, |a| a.value(0))
 }
 
 /// Sorts by (node, window_start, pid) unless already in that order (the
 /// usual case for agent data: one batch per node per window, pids ascending).
 fn sort_if_needed(batch: &RecordBatch) -> Result<RecordBatch> {
-    let node = batch.column(0).as_any().downcast_ref::<StringArray>();
-    let pid = batch.column(7).as_any().downcast_ref::<UInt32Array>();
-    let ts = batch.column(10).as_any().downcast_ref::<TimestampMicrosecondArray>();
+    let node = batch.column(common::NODE).as_any().downcast_ref::<StringArray>();
+    let pid = batch.column(common::PID).as_any().downcast_ref::<UInt32Array>();
+    let ts = batch.column(common::WINDOW_START).as_any().downcast_ref::<TimestampMicrosecondArray>();
     if let (Some(node), Some(pid), Some(ts)) = (node, pid, ts) {
         let sorted = (1..batch.num_rows()).all(|i| {
             let a = (node.value(i - 1), ts.value(i - 1), pid.value(i - 1));
