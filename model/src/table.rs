@@ -17,6 +17,22 @@ pub enum Table {
     Stacks,
 }
 
+/// Table names as constants, for SQL text: `FROM {CALL_WINDOWS}` in a
+/// `format!` is checked by the compiler, `FROM call_windows` is not.
+pub mod names {
+    use super::Table;
+    pub const CALL_WINDOWS: &str = Table::CallWindows.name();
+    pub const SCHED_WINDOWS: &str = Table::SchedWindows.name();
+    pub const CGROUP_WINDOWS: &str = Table::CgroupWindows.name();
+    pub const IO_WINDOWS: &str = Table::IoWindows.name();
+    pub const HOST_EVENTS: &str = Table::HostEvents.name();
+    pub const STALL_EVENTS: &str = Table::StallEvents.name();
+    pub const PROCESS_META: &str = Table::ProcessMeta.name();
+    pub const NODE_WINDOWS: &str = Table::NodeWindows.name();
+    pub const PROGRESS_WINDOWS: &str = Table::ProgressWindows.name();
+    pub const STACKS: &str = Table::Stacks.name();
+}
+
 impl Table {
     pub const ALL: [Table; 10] = [
         Table::CallWindows,
@@ -31,7 +47,7 @@ impl Table {
         Table::Stacks,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Table::CallWindows => "call_windows",
             Table::SchedWindows => "sched_windows",

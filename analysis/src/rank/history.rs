@@ -14,6 +14,7 @@ use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, launch_predicate, quote, time_predicate, wait_predicates};
+use ingero_model::table::names::{CALL_WINDOWS, HOST_EVENTS, IO_WINDOWS, NODE_WINDOWS, SCHED_WINDOWS};
 use ingero_store::tiers::{self, Tier, TierBatch};
 
 #[derive(Debug, Clone)]
@@ -50,7 +51,7 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
         (
             "calls",
             format!(
-                "{head}, {} AS copy_ns, {} AS wait_ns, {} AS launches FROM call_windows {tail}",
+                "{head}, {} AS copy_ns, {} AS wait_ns, {} AS launches FROM {CALL_WINDOWS} {tail}",
                 d(&format!("CASE WHEN {copy} THEN total_ns ELSE 0 END")),
                 d(&format!("CASE WHEN {wait} THEN total_ns ELSE 0 END")),
                 d(&format!("CASE WHEN {} THEN count ELSE 0 END", launch_predicate())),
@@ -59,7 +60,7 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
         (
             "sched",
             format!(
-                "{head}, {} AS runq_ns, {} AS off_ns, {} AS on_ns, {} AS threads, {} AS off_call_ns FROM sched_windows {tail}",
+                "{head}, {} AS runq_ns, {} AS off_ns, {} AS on_ns, {} AS threads, {} AS off_call_ns FROM {SCHED_WINDOWS} {tail}",
                 d("runq_wait_ns"),
                 d("off_cpu_ns"),
                 d("on_cpu_ns"),
@@ -67,11 +68,11 @@ fn queries(req: &HistoryRequest) -> Vec<(&'static str, String)> {
                 d("COALESCE(off_cpu_in_call_ns, 0)")
             ),
         ),
-        ("io", format!("{head}, {} AS io_ns FROM io_windows {tail}", d("total_ns"))),
+        ("io", format!("{head}, {} AS io_ns FROM {IO_WINDOWS} {tail}", d("total_ns"))),
         (
             "host",
             format!(
-                "{head}, {} AS mem FROM host_events {tail}",
+                "{head}, {} AS mem FROM {HOST_EVENTS} {tail}",
                 d("CASE WHEN kind IN ('oom_kill', 'mem_pressure', 'swap') THEN 1 ELSE 0 END")
             ),
         ),
@@ -179,7 +180,7 @@ pub async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorC
     let extent = engine
         .sql(&format!(
             "SELECT MIN(CAST(window_start AS BIGINT)), MAX(CAST(window_start AS BIGINT) + CAST(window_us AS BIGINT)) \
-             FROM node_windows WHERE {}",
+             FROM {NODE_WINDOWS} WHERE {}",
             time_predicate("window_start", req.start_us, req.end_us)
         ))
         .await?;

@@ -13,6 +13,7 @@ use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
 use crate::error::{Error, Result};
 use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
 use crate::rank::signals::{is_blocking_copy, is_device_wait, is_launch, is_sync_op};
+use ingero_model::table::names::{CALL_WINDOWS, CGROUP_WINDOWS, HOST_EVENTS, IO_WINDOWS, SCHED_WINDOWS};
 use ingero_model::time::rfc3339;
 
 /// Window start as µs, for grouping.
@@ -77,7 +78,7 @@ impl Collector<'_> {
     async fn who(&mut self) -> Result<()> {
         let f = &self.filter;
         let who = self
-            .sql(&format!("SELECT DISTINCT node, job, pid, comm FROM sched_windows WHERE {f} UNION SELECT DISTINCT node, job, pid, comm FROM call_windows WHERE {f}"))
+            .sql(&format!("SELECT DISTINCT node, job, pid, comm FROM {SCHED_WINDOWS} WHERE {f} UNION SELECT DISTINCT node, job, pid, comm FROM {CALL_WINDOWS} WHERE {f}"))
             .await?;
         let (mut nodes, mut jobs, mut pids, mut comms) =
             (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
@@ -114,7 +115,7 @@ impl Collector<'_> {
         let sched = self
             .sql(&format!(
                 "SELECT {W} AS t, SUM(CAST(runq_wait_ns AS DOUBLE)), SUM(CAST(off_cpu_ns AS DOUBLE)), SUM(CAST(on_cpu_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)), \
-                 SUM(CAST(off_cpu_in_call_ns AS DOUBLE)), CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) FROM sched_windows WHERE {} GROUP BY 1",
+                 SUM(CAST(off_cpu_in_call_ns AS DOUBLE)), CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) FROM {SCHED_WINDOWS} WHERE {} GROUP BY 1",
                 self.filter
             ))
             .await?;
@@ -147,7 +148,7 @@ impl Collector<'_> {
     async fn calls(&mut self) -> Result<BTreeMap<i64, f64>> {
         let calls = self
             .sql(&format!(
-                "SELECT {W} AS t, library, op, count, total_ns, hist_bucket, hist_count, window_us, max_ns, sampled FROM call_windows WHERE {}",
+                "SELECT {W} AS t, library, op, count, total_ns, hist_bucket, hist_count, window_us, max_ns, sampled FROM {CALL_WINDOWS} WHERE {}",
                 self.filter
             ))
             .await?;
@@ -222,7 +223,7 @@ impl Collector<'_> {
     async fn io(&mut self) -> Result<()> {
         let io = self
             .sql(&format!(
-                "SELECT {W} AS t, SUM(CAST(total_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)) FROM io_windows WHERE {} GROUP BY 1",
+                "SELECT {W} AS t, SUM(CAST(total_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)) FROM {IO_WINDOWS} WHERE {} GROUP BY 1",
                 self.filter
             ))
             .await?;
@@ -239,7 +240,7 @@ impl Collector<'_> {
     async fn events(&mut self) -> Result<()> {
         let ev = self
             .sql(&format!(
-                "SELECT CAST(event_time AS BIGINT), kind, value, detail, comm FROM host_events WHERE {} ORDER BY 1 LIMIT 500",
+                "SELECT CAST(event_time AS BIGINT), kind, value, detail, comm FROM {HOST_EVENTS} WHERE {} ORDER BY 1 LIMIT 500",
                 self.filter
             ))
             .await?;
@@ -281,7 +282,7 @@ impl Collector<'_> {
         let span_ns = (end_us.min(last) - start_us.max(first)).max(1) as f64 * 1e3;
         let nb = self
             .sql(&format!(
-                "SELECT namespace, pod, comm, cgroup_path, SUM(CAST(on_cpu_ns AS DOUBLE)) AS cpu FROM cgroup_windows \
+                "SELECT namespace, pod, comm, cgroup_path, SUM(CAST(on_cpu_ns AS DOUBLE)) AS cpu FROM {CGROUP_WINDOWS} \
                  WHERE node IN ({}) AND {} AND {not_self} GROUP BY 1, 2, 3, 4 ORDER BY cpu DESC LIMIT 5",
                 self.node_list(),
                 self.time
@@ -306,7 +307,7 @@ impl Collector<'_> {
     async fn reference(&mut self) -> Result<()> {
         let refs = self
             .sql(&format!(
-                "SELECT detail FROM host_events WHERE kind = 'reference_chain' AND node IN ({}) AND {} ORDER BY event_time",
+                "SELECT detail FROM {HOST_EVENTS} WHERE kind = 'reference_chain' AND node IN ({}) AND {} ORDER BY event_time",
                 self.node_list(),
                 self.time
             ))
@@ -323,14 +324,14 @@ impl Collector<'_> {
         let (copy, wait) = wait_predicates();
         let share = |cond: &str| {
             format!(
-                "SELECT node, {W} AS t, SUM(CASE WHEN {cond} THEN CAST(total_ns AS DOUBLE) ELSE 0 END) / MAX(CAST(window_us AS DOUBLE) * 1000) FROM call_windows WHERE {jf} GROUP BY 1, 2"
+                "SELECT node, {W} AS t, SUM(CASE WHEN {cond} THEN CAST(total_ns AS DOUBLE) ELSE 0 END) / MAX(CAST(window_us AS DOUBLE) * 1000) FROM {CALL_WINDOWS} WHERE {jf} GROUP BY 1, 2"
             )
         };
         let pw = self.sql(&share(&wait)).await?;
         let pc = self.sql(&share(&copy)).await?;
         let ps = self
             .sql(&format!(
-                "SELECT node, {W} AS t, SUM(CAST(runq_wait_ns + off_cpu_ns - COALESCE(off_cpu_in_call_ns, 0) AS DOUBLE)) / SUM(CAST(runq_wait_ns + off_cpu_ns + on_cpu_ns AS DOUBLE)) FROM sched_windows WHERE {jf} GROUP BY 1, 2"
+                "SELECT node, {W} AS t, SUM(CAST(runq_wait_ns + off_cpu_ns - COALESCE(off_cpu_in_call_ns, 0) AS DOUBLE)) / SUM(CAST(runq_wait_ns + off_cpu_ns + on_cpu_ns AS DOUBLE)) FROM {SCHED_WINDOWS} WHERE {jf} GROUP BY 1, 2"
             ))
             .await?;
         let mut peers = BTreeSet::new();

@@ -15,6 +15,7 @@ use crate::query::{QueryEngine, quote, time_predicate};
 use crate::rank::detector::DetectorConfig;
 use crate::rank::signals::Signals;
 use crate::rank::stuck::{Culprit, ProcProgress, culprits};
+use ingero_model::table::names::PROGRESS_WINDOWS;
 use ingero_model::time::rfc3339;
 
 /// The chain, when one of the target's nodes held the rank a stuck job of
@@ -29,7 +30,7 @@ pub(crate) async fn chain(
     let Some(job) = d.jobs.first() else { return Ok(None) };
     let sql = format!(
         "SELECT node, CAST(window_start AS BIGINT), pid, rank, comm, threads_in_call, oldest_op, oldest_age_ns, \
-         last_call_age_ns, proc_state FROM progress_windows WHERE job = {} AND {}",
+         last_call_age_ns, proc_state FROM {PROGRESS_WINDOWS} WHERE job = {} AND {}",
         quote(job),
         time_predicate("window_start", start_us, end_us)
     );

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::query::QueryEngine;
+use ingero_model::table::names::{STACKS, STALL_EVENTS};
 
 /// Distinct stacks read per report (the most frequent).
 const MAX_STACKS: usize = 2_000;
@@ -78,7 +79,7 @@ struct Frames {
 /// stack once per node, under the first process that made it), busiest first.
 pub(crate) async fn collect(engine: &QueryEngine, filter: &str, stacks_filter: &str) -> Result<Vec<CallSite>> {
     let stalls =
-        engine.sql(&format!("SELECT op, library, duration_ns, stack_id FROM stall_events WHERE {filter}")).await?;
+        engine.sql(&format!("SELECT op, library, duration_ns, stack_id FROM {STALL_EVENTS} WHERE {filter}")).await?;
     let mut per_stack: HashMap<Option<u64>, usize> = HashMap::new();
     let mut calls: Vec<(String, String, u64, Option<u64>)> = Vec::new();
     for b in &stalls {
@@ -108,7 +109,7 @@ async fn frames(engine: &QueryEngine, filter: &str, ids: &[u64]) -> Result<HashM
     // A stack is shipped in every window that names it: DISTINCT keeps one
     // copy. (No `IN (ids)`: ids above i64::MAX do not survive as SQL literals.)
     let q = format!(
-        "SELECT DISTINCT stack_id, depth, kind, file, function, line, \"offset\" FROM stacks WHERE {filter} ORDER BY stack_id, depth"
+        "SELECT DISTINCT stack_id, depth, kind, file, function, line, \"offset\" FROM {STACKS} WHERE {filter} ORDER BY stack_id, depth"
     );
     let wanted: std::collections::HashSet<u64> = ids.iter().copied().collect();
     for b in engine.sql(&q).await? {

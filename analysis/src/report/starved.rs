@@ -12,6 +12,7 @@ use super::chains::{Chain, Severity, Summary, pct};
 use super::data::ReportData;
 use crate::error::Result;
 use crate::query::{QueryEngine, quote, time_predicate};
+use ingero_model::table::names::{CALL_WINDOWS, HOST_EVENTS, SCHED_WINDOWS};
 
 /// A data-loading worker: a child of a traced process that makes no CUDA call.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +41,7 @@ pub(crate) async fn workers(engine: &QueryEngine, d: &ReportData, start_us: i64,
     );
     let forks = engine
         .sql(&format!(
-            "SELECT DISTINCT value FROM host_events WHERE kind = 'fork' AND node IN ({nodes}) AND pid IN ({}) AND {time}",
+            "SELECT DISTINCT value FROM {HOST_EVENTS} WHERE kind = 'fork' AND node IN ({nodes}) AND pid IN ({}) AND {time}",
             list(&d.pids)
         ))
         .await?;
@@ -53,8 +54,8 @@ pub(crate) async fn workers(engine: &QueryEngine, d: &ReportData, start_us: i64,
     let rows = engine
         .sql(&format!(
             "SELECT pid, MAX(comm), SUM(CAST(voluntary_switches + involuntary_switches AS DOUBLE)), SUM(CAST(on_cpu_ns AS DOUBLE)), \
-             CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) FROM sched_windows WHERE node IN ({nodes}) AND {time} AND pid IN ({}) \
-             AND pid NOT IN (SELECT DISTINCT pid FROM call_windows WHERE node IN ({nodes}) AND {time}) GROUP BY pid ORDER BY 3 DESC",
+             CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) FROM {SCHED_WINDOWS} WHERE node IN ({nodes}) AND {time} AND pid IN ({}) \
+             AND pid NOT IN (SELECT DISTINCT pid FROM {CALL_WINDOWS} WHERE node IN ({nodes}) AND {time}) GROUP BY pid ORDER BY 3 DESC",
             list(&children)
         ))
         .await?;

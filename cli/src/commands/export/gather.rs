@@ -10,6 +10,7 @@ use arrow::datatypes::{DataType, Int64Type, UInt64Type};
 
 use crate::commands::{CmdResult, SourceArgs, sql};
 use ingero_analysis::query::{quote, time_predicate};
+use ingero_model::table::names::{CALL_WINDOWS, SCHED_WINDOWS, STALL_EVENTS};
 
 /// Which rows: a time range, optionally one job and some nodes.
 #[derive(Debug, Clone)]
@@ -137,7 +138,7 @@ pub(crate) async fn windows(source: &SourceArgs, scope: &Scope, nodes: &mut Node
     let f = scope.filter("window_start");
     let q = format!(
         "SELECT {COMMON}, window_start, window_us, on_cpu_ns, off_cpu_ns, off_cpu_in_call_ns, runq_wait_ns \
-         FROM sched_windows WHERE pid <> 0 AND {f} ORDER BY window_start"
+         FROM {SCHED_WINDOWS} WHERE pid <> 0 AND {f} ORDER BY window_start"
     );
     for b in sql::batches(source, &q).await? {
         let cols = Cols::of(&b);
@@ -152,7 +153,7 @@ pub(crate) async fn windows(source: &SourceArgs, scope: &Scope, nodes: &mut Node
         }
     }
     let q = format!(
-        "SELECT {COMMON}, window_start, max(window_us) AS window_us, sum(count) AS calls FROM call_windows \
+        "SELECT {COMMON}, window_start, max(window_us) AS window_us, sum(count) AS calls FROM {CALL_WINDOWS} \
          WHERE pid <> 0 AND {f} GROUP BY {COMMON}, window_start ORDER BY window_start"
     );
     for b in sql::batches(source, &q).await? {
@@ -174,11 +175,11 @@ pub(crate) async fn stalls(
     nodes: &mut Nodes,
 ) -> CmdResult<(usize, usize)> {
     let f = scope.filter("event_time");
-    let total = sql::batches(source, &format!("SELECT count(*) AS n FROM stall_events WHERE {f}")).await?;
+    let total = sql::batches(source, &format!("SELECT count(*) AS n FROM {STALL_EVENTS} WHERE {f}")).await?;
     let found = total.first().and_then(|b| ints(b, "n").first().copied().flatten()).unwrap_or(0) as usize;
     let q = format!(
         "SELECT {COMMON}, tid, event_time, duration_ns, library, op, threshold_ns, reason, stack_id \
-         FROM stall_events WHERE {f} ORDER BY duration_ns DESC LIMIT {max}"
+         FROM {STALL_EVENTS} WHERE {f} ORDER BY duration_ns DESC LIMIT {max}"
     );
     let mut kept = 0;
     for b in sql::batches(source, &q).await? {

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::rows;
 use crate::commands::{Failure, Since, SourceArgs, report, sql, stragglers};
+use ingero_model::table::names::{CALL_WINDOWS, SCHED_WINDOWS};
 use ingero_server::rank::detector::DetectorConfig;
 
 /// What the server knows: where data comes from and the detector's tuning.
@@ -145,20 +146,20 @@ impl Ingero {
         let q = match p.kind {
             TargetKind::Jobs => format!(
                 "SELECT job, count(DISTINCT node) AS nodes, count(DISTINCT namespace || '/' || pod) AS pods, \
-                 max(window_start) AS last_seen FROM call_windows WHERE job IS NOT NULL AND {t} \
+                 max(window_start) AS last_seen FROM {CALL_WINDOWS} WHERE job IS NOT NULL AND {t} \
                  GROUP BY job ORDER BY job"
             ),
             TargetKind::Nodes => format!(
                 "SELECT node, count(DISTINCT job) AS jobs, count(DISTINCT namespace || '/' || pod) AS pods, \
                  max(window_start) AS last_seen FROM (SELECT node, job, namespace, pod, window_start \
-                 FROM call_windows WHERE {t} UNION ALL SELECT node, job, namespace, pod, window_start \
-                 FROM sched_windows WHERE {t}) GROUP BY node ORDER BY node"
+                 FROM {CALL_WINDOWS} WHERE {t} UNION ALL SELECT node, job, namespace, pod, window_start \
+                 FROM {SCHED_WINDOWS} WHERE {t}) GROUP BY node ORDER BY node"
             ),
             TargetKind::Pods => format!(
                 "SELECT namespace || '/' || pod AS pod, min(node) AS node, min(job) AS job, \
                  max(window_start) AS last_seen FROM (SELECT node, job, namespace, pod, window_start \
-                 FROM call_windows WHERE pod IS NOT NULL AND {t} UNION ALL SELECT node, job, namespace, pod, \
-                 window_start FROM sched_windows WHERE pod IS NOT NULL AND {t}) GROUP BY namespace, pod \
+                 FROM {CALL_WINDOWS} WHERE pod IS NOT NULL AND {t} UNION ALL SELECT node, job, namespace, pod, \
+                 window_start FROM {SCHED_WINDOWS} WHERE pod IS NOT NULL AND {t}) GROUP BY namespace, pod \
                  ORDER BY pod"
             ),
         };
