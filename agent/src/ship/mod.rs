@@ -193,7 +193,7 @@ fn credentials_refused(s: &tonic::Status) -> bool {
 fn to_spool(client: &mut RoutedClient, spool: &mut Spool, tables: &Tables) {
     match client.request(tables) {
         Ok(req) => {
-            if let Err(e) = spool.push(&req) {
+            if let Err(e) = spool.push(req) {
                 tracing::error!(error = %e, "cannot spool a batch; it is lost");
                 spool.dropped += 1;
             }

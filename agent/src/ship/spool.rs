@@ -6,6 +6,10 @@
 //! A batch acknowledged by an aggregator that reports commits stays as
 //! `<seq>.ack` until the aggregator says it is in the store: if that replica
 //! dies first, the batch is sent again to the next one.
+//!
+//! The batch written last is also kept in memory: in the steady state (one
+//! window spooled, then sent) it is sent from there, not read back and
+//! decoded from the file just written; the file is what survives a restart.
 
 use std::fs;
 use std::io::Write;
@@ -21,6 +25,8 @@ pub(crate) struct Spool {
     max_bytes: u64,
     /// Batches dropped because the spool was full, since start.
     pub dropped: u64,
+    /// The batch written last and its file, until `oldest` hands it out.
+    last: Option<(PathBuf, PushRequest)>,
 }
 
 fn seq_of(p: &Path) -> Option<u64> {
@@ -41,7 +47,7 @@ impl Spool {
                 let _ = fs::remove_file(e.path());
             }
         }
-        let s = Spool { dir: dir.to_path_buf(), max_bytes, dropped: 0 };
+        let s = Spool { dir: dir.to_path_buf(), max_bytes, dropped: 0, last: None };
         // Not known to be stored: send again (a duplicate is acknowledged, not stored).
         s.requeue_acked();
         Ok(s)
@@ -99,13 +105,14 @@ impl Spool {
     }
 
     /// Writes a batch (atomically: temp file + rename), then enforces the cap.
-    pub(crate) fn push(&mut self, req: &PushRequest) -> Result<()> {
+    pub(crate) fn push(&mut self, req: PushRequest) -> Result<()> {
         let path = self.dir.join(format!("{:020}.pb", req.sequence));
         let tmp = self.dir.join(format!("{:020}.tmp", req.sequence));
         let mut f = fs::File::create(&tmp).map_err(err(&tmp))?;
         f.write_all(&req.encode_to_vec()).map_err(err(&tmp))?;
         f.sync_data().map_err(err(&tmp))?;
         fs::rename(&tmp, &path).map_err(err(&path))?;
+        self.last = Some((path, req));
         let mut files = self.listed("ack");
         files.extend(self.files());
         let mut total: u64 = files.iter().map(|f| f.1).sum();
@@ -122,7 +129,13 @@ impl Spool {
 
     /// The oldest batch (None when empty). Unreadable files are removed and counted.
     pub(crate) fn oldest(&mut self) -> Option<(PathBuf, PushRequest)> {
-        for (path, _) in self.files() {
+        let files = self.files();
+        if let (Some((first, _)), Some((path, _))) = (files.first(), &self.last)
+            && first == path
+        {
+            return self.last.take();
+        }
+        for (path, _) in files {
             match fs::read(&path).ok().and_then(|b| PushRequest::decode(b.as_slice()).ok()) {
                 Some(r) => return Some((path, r)),
                 None => {
@@ -165,7 +178,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Spool::open(dir.path(), 3_500).unwrap();
         for seq in 1..=5 {
-            s.push(&req(seq, 1000)).unwrap();
+            s.push(req(seq, 1000)).unwrap();
         }
         assert_eq!(s.dropped, 2);
         assert!(s.bytes() <= 3_500);
@@ -184,7 +197,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Spool::open(dir.path(), 1 << 20).unwrap();
         for seq in 1..=4 {
-            s.push(&req(seq, 10)).unwrap();
+            s.push(req(seq, 10)).unwrap();
         }
         for _ in 0..3 {
             let (p, _) = s.oldest().unwrap();
@@ -202,5 +215,27 @@ mod tests {
         let mut again = Spool::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(again.oldest().unwrap().1.sequence, 2);
         assert_eq!(again.files().len(), 3);
+    }
+
+    #[test]
+    fn the_batch_just_written_is_sent_from_memory_and_read_back_only_after_that() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spool::open(dir.path(), 1 << 20).unwrap();
+        s.push(req(1, 10)).unwrap();
+        // Spoil the file: the first send must not read it.
+        let (file, _) = s.files()[0].clone();
+        std::fs::write(&file, b"\xff\xff not a PushRequest").unwrap();
+        assert_eq!(s.oldest().unwrap().1.sequence, 1);
+        // Not acknowledged (the send failed): the next try reads the file,
+        // which here is spoiled, so it is removed and counted.
+        assert!(s.oldest().is_none());
+        assert_eq!(s.dropped, 1);
+        // A newer batch replaces the one in memory; older ones come from disk.
+        s.push(req(2, 10)).unwrap();
+        s.push(req(3, 10)).unwrap();
+        let (p, r) = s.oldest().unwrap();
+        assert_eq!(r.sequence, 2);
+        s.remove(&p);
+        assert_eq!(s.oldest().unwrap().1.sequence, 3);
     }
 }
