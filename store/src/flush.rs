@@ -57,6 +57,14 @@ pub(crate) struct Origin {
     pub rows: usize,
 }
 
+impl Origin {
+    /// Whether this push is still to be stored: above what the table
+    /// already holds of its node (another writer may have stored it first).
+    fn kept(&self, stored: &Stored) -> bool {
+        stored.get(&*self.node).is_none_or(|&hw| self.seq > hw)
+    }
+}
+
 /// A WAL segment ready for the store.
 #[derive(Debug)]
 pub(crate) struct Sealed {
@@ -91,7 +99,7 @@ impl Sealed {
 
     /// The tables without the batches `stored` covers.
     fn tables_without(&self, stored: &Stored) -> BTreeMap<Table, Vec<RecordBatch>> {
-        let keep = |o: &Origin| stored.get(&*o.node).is_none_or(|&hw| o.seq > hw);
+        let keep = |o: &Origin| o.kept(stored);
         self.tables
             .iter()
             .map(|(t, batches)| {
@@ -103,14 +111,13 @@ impl Sealed {
 
     /// The signals of the pushes `stored` does not cover.
     fn signals_without<'a>(&'a self, stored: &'a Stored) -> impl Iterator<Item = &'a (NodeWindowKey, Signals)> + 'a {
-        let keep = |o: &Option<Origin>| o.as_ref().is_none_or(|o| stored.get(&*o.node).is_none_or(|&hw| o.seq > hw));
-        self.signals.iter().filter(move |(o, _)| keep(o)).flat_map(|(_, s)| s)
+        self.signals.iter().filter(move |(o, _)| o.as_ref().is_none_or(|o| o.kept(stored))).flat_map(|(_, s)| s)
     }
 
     /// Each node's range, without the batches `stored` covers.
     fn ranges_without(&self, stored: &Stored) -> BTreeMap<String, NodeRange> {
         let mut out = BTreeMap::new();
-        for p in self.pushes.iter().filter(|o| stored.get(&*o.node).is_none_or(|&hw| o.seq > hw)) {
+        for p in self.pushes.iter().filter(|o| o.kept(stored)) {
             NodeRange::add(&mut out, &p.node, p.seq, p.rows as u64);
         }
         out
