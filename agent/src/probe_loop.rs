@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ingero_proto::Tables;
+use ingero_model::Tables;
 use tokio::sync::mpsc;
 
 use crate::attribution::Attributor;

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
-use ingero_proto::hist::Histogram;
+use ingero_model::hist::Histogram;
 
 use crate::loop_config::LoopConfig;
 use crate::probes::abi::CallKey;
@@ -130,7 +130,7 @@ fn halved(h: &Histogram) -> Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ingero_proto::hist::{BUCKETS, bucket};
+    use ingero_model::hist::{BUCKETS, bucket};
 
     const US: u64 = 1_000;
     const MS: u64 = 1_000_000;

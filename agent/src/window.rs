@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 
-use ingero_proto::hist::Histogram;
-use ingero_proto::rows::{BatchBuilder, Row, TimestampUs};
-use ingero_proto::tables::{
+use ingero_model::hist::Histogram;
+use ingero_model::rows::{BatchBuilder, Row, TimestampUs};
+use ingero_model::tables::{
     CallRow, CgroupRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, ProgressRow, SchedRow, StackRow, StallRow,
 };
-use ingero_proto::{Table, Tables};
+use ingero_model::{Table, Tables};
 
 use crate::attribution::{Attributor, ProcInfo};
 use crate::probes::abi::{Counters, HIST_BUCKETS, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent, StallEvent};

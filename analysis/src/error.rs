@@ -10,7 +10,7 @@ pub enum Error {
     Store(#[from] ingero_store::Error),
     /// A row that does not fit its table (the model's checks).
     #[error(transparent)]
-    Model(#[from] ingero_proto::Error),
+    Model(#[from] ingero_model::Error),
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
     /// A statement `ingero sql` refuses (not a query, empty) or SQL the

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use ingero_analysis::query::QueryEngine;
 use ingero_analysis::rank::history::{self, HistoryRequest};
-use ingero_proto::Table;
-use ingero_proto::rows::{BatchBuilder, TimestampUs};
-use ingero_proto::tables::{CallRow, Common, SchedRow};
+use ingero_model::Table;
+use ingero_model::rows::{BatchBuilder, TimestampUs};
+use ingero_model::tables::{CallRow, Common, SchedRow};
 use ingero_server::rank::detector::DetectorConfig;
 use ingero_sim::faults::Injection;
 use ingero_sim::model::{Rng, step_job};
@@ -135,7 +135,7 @@ fn window_batches(win: &[ingero_sim::model::RankWindow], names: &[String], start
         ] {
             let n = count.round() as u64;
             let per = (ms * 1e6) as u64;
-            let b = [ingero_proto::hist::bucket(per)];
+            let b = [ingero_model::hist::bucket(per)];
             let hc = [n];
             let row = CallRow {
                 library: lib,

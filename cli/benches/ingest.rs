@@ -12,7 +12,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::time::{Duration, Instant};
 
-use ingero_proto::{Table, ipc};
+use ingero_model::Table;
+use ingero_proto::ipc;
 use ingero_server::{ServeConfig, Server};
 use ingero_sim::loadgen::{self, LoadConfig, json_bytes, synth_tables};
 use ingero_store::StoreUrl;

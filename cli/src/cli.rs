@@ -19,7 +19,7 @@ use ingero_store::{StoreOptions, StoreUrl};
 
 /// Parses sizes such as `64MiB`, `512k`, `1000000`.
 pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
-    ingero_proto::units::parse_bytes(s)
+    ingero_model::units::parse_bytes(s)
 }
 
 fn parse_store(s: &str) -> Result<StoreUrl, String> {

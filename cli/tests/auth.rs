@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 use ingero_proto::auth::ClientAuth;
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
 use ingero_server::Server;

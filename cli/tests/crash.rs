@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_sim::loadgen::synth_tables;
 use ingero_store::read::read_table;

@@ -16,7 +16,7 @@ use arrow::array::RecordBatch;
 
 use fixtures::*;
 use ingero_analysis::query::QueryEngine;
-use ingero_proto::Table;
+use ingero_model::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_proto::pb::PushRequest;
 use ingero_server::Server;

@@ -4,10 +4,11 @@
 mod fixtures;
 
 use fixtures::*;
+use ingero_model::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
+use ingero_proto::ipc;
 use ingero_proto::pb::ingest_client::IngestClient as RawClient;
 use ingero_proto::pb::{PushRequest, TableBatch};
-use ingero_proto::{Table, ipc};
 use ingero_sim::loadgen::synth_tables;
 use ingero_store::read::{list_files, read_table};
 use tonic::Code;

@@ -9,11 +9,11 @@ mod fixtures;
 use std::process::{Command, Output};
 
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
+use ingero_model::hist::{Histogram, bucket};
+use ingero_model::rows::{BatchBuilder, TimestampUs};
+use ingero_model::tables::{CallRow, Common};
 use ingero_proto::client::{IngestClient, RetryPolicy};
-use ingero_proto::hist::{Histogram, bucket};
-use ingero_proto::rows::{BatchBuilder, TimestampUs};
-use ingero_proto::tables::{CallRow, Common};
 
 fn ingero(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()

@@ -59,7 +59,7 @@ fn stored_rows(dir: &Path) -> u64 {
     let url = StoreUrl::parse(&format!("file://{}", dir.join("data").display())).unwrap();
     let store = Store::open(&url, &Default::default()).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let tables = ingero_proto::Table::ALL.iter();
+    let tables = ingero_model::Table::ALL.iter();
     tables.map(|t| rt.block_on(Snapshot::load(&store, t.name())).unwrap().rows()).sum()
 }
 

@@ -4,7 +4,7 @@
 mod fixtures;
 
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_server::Server;
 use ingero_sim::loadgen::synth_tables;

@@ -4,7 +4,8 @@
 //! Must never panic, hang or allocate without bound, whatever the bytes.
 #![no_main]
 
-use ingero_proto::{ipc, values, Table};
+use ingero_model::{values, Table};
+use ingero_proto::ipc;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 

@@ -33,7 +33,7 @@ enum Command {
 }
 
 fn parse_bytes(s: &str) -> Result<usize, String> {
-    ingero_proto::units::parse_bytes(s)
+    ingero_model::units::parse_bytes(s)
 }
 
 #[derive(Debug, Args)]

@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 
 /// Distinct library files; `INGERO_CHURN_FILES` may change it (more than
 /// twice WARM_UP).

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, AsArray, RecordBatch};
 use fixtures::fake_kube::{FakeKube, pod};
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 use ingero_sim::seaweed::Seaweed;
 use ingero_store::read::read_table;
 use ingero_store::{Store, StoreUrl};

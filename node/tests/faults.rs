@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::TimestampMicrosecondType;
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 use prost::Message;
 
 const NODES: usize = 3;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::UInt32Type;
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 
 /// Outlier syncs the workload makes after it changed its root.
 const ROUNDS: u64 = 40;

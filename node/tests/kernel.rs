@@ -5,7 +5,7 @@
 mod fixtures;
 
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 
 fn tmp(tag: &str) -> (tempfile::TempDir, Cgroup) {
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int64Type, UInt32Type, UInt64Type};
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 
 fn tmp(tag: &str) -> (tempfile::TempDir, Cgroup) {
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int64Type, UInt32Type, UInt64Type};
 use fixtures::fake_kube::{FakeKube, pod};
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 use serde_json::json;
 
 /// (window_start, count, namespace, pod, container, job) per row of one pid, by window.

@@ -13,7 +13,7 @@ use std::process::Command;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{UInt32Type, UInt64Type};
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 
 const VERSIONS: [&str; 5] = ["3.9", "3.10", "3.11", "3.12", "3.13"];
 

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fixtures::*;
-use ingero_proto::Table;
+use ingero_model::Table;
 
 fn cc(args: &[&str], out: &Path, src: &str) {
     let st = Command::new("cc").args(args).arg("-o").arg(out).arg(native_dir().join(src)).args(["-ldl"]).status();

@@ -11,9 +11,10 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::auth::ClientAuth;
+use crate::ipc;
 use crate::pb::ingest_client::IngestClient as Raw;
 use crate::pb::{PushRequest, PushResponse, TableBatch};
-use crate::{Error, Table, ipc};
+use ingero_model::{Error, Table};
 
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {

@@ -10,8 +10,8 @@ use arrow::ipc::CompressionType;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
 
-use crate::schema::Table;
-use crate::{Error, Result};
+use ingero_model::schema::Table;
+use ingero_model::{Error, Result};
 
 /// Encodes batches of one schema as an IPC stream with zstd buffer compression.
 pub fn encode(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
@@ -169,7 +169,7 @@ fn check_nulls(table: Table, b: &RecordBatch) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rows::{BatchBuilder, CallRow, Common};
+    use ingero_model::rows::{BatchBuilder, CallRow, Common};
 
     #[test]
     fn built_batches_round_trip_and_limits_and_tables_are_checked() {

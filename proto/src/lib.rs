@@ -2,9 +2,8 @@
 //! Ingero's wire protocol: gRPC, Arrow IPC and the ingest client.
 //!
 //! - [`pb`]: gRPC messages and services generated from `ingero.proto`.
-//! - [`schema`], [`tables`], [`rows`], [`hist`]: the data model, re-exported
-//!   from `ingero-model`.
-//! - [`ipc`]: Arrow IPC encode/decode with validation against [`schema`].
+//! - [`ipc`]: Arrow IPC encode/decode with validation against the data model's
+//!   schema (`ingero_model::schema`; the model itself has no I/O).
 //! - [`client`]: the ingest client with retry and backoff.
 
 pub mod auth;
@@ -12,10 +11,6 @@ pub mod client;
 pub mod ipc;
 pub mod route;
 pub mod routed;
-
-// The data model lives in ingero-model; these keep the paths every crate uses.
-pub use ingero_model::{Error, Result, Table, Tables};
-pub use ingero_model::{column, hist, rows, schema, table, tables, units, values};
 
 /// The kubelet PodResources API (v1), client and server (tests serve it).
 pub mod podresources {

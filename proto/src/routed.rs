@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 
-use crate::Table;
 use crate::auth::ClientAuth;
 use crate::client::{IngestClient, RetryPolicy, SendError};
 use crate::pb::{PushRequest, PushResponse};
 use crate::route::rendezvous;
+use ingero_model::Table;
 
 /// How long after a move the first choice is tried again.
 const RETURN_AFTER: Duration = Duration::from_secs(15);

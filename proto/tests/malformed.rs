@@ -2,7 +2,8 @@
 //! Inputs the fuzzer found (fuzz/fuzz_targets/ingest_decode.rs): each must be
 //! refused with an error, never a panic or an abort.
 
-use ingero_proto::{Error, Table, ipc};
+use ingero_model::{Error, Table};
+use ingero_proto::ipc;
 
 fn decode(data: &[u8]) -> Result<usize, Error> {
     // Byte 0 selects the table in the fuzz target; the rest is the IPC stream.

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use tonic::Status;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use ingero_store::error::{Error, Result};
+use crate::error::{Error, Result};
 use ingero_store::metrics::Metrics;
 
 /// What the server demands of its clients.

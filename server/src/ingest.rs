@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use ingero_model::Table;
 use ingero_model::tables::common;
+use ingero_proto::ipc;
 use ingero_proto::pb::ingest_server::Ingest;
 use ingero_proto::pb::{ForwardRequest, ForwardResponse, PushRequest, PushResponse};
-use ingero_proto::{Table, ipc};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
@@ -146,12 +147,12 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
             return Err(Status::invalid_argument(format!("table `{table}` appears twice in one batch")));
         }
         let batches = ipc::decode(table, &t.arrow_ipc, limits.max_rows - rows).map_err(|e| match e {
-            ingero_proto::Error::TooLarge(m) => Status::resource_exhausted(format!("{m} (--max-batch-rows)")),
+            ingero_model::Error::TooLarge(m) => Status::resource_exhausted(format!("{m} (--max-batch-rows)")),
             other => Status::invalid_argument(other.to_string()),
         })?;
         for b in &batches {
             check_rows(table, b, &req.node, lo, hi)?;
-            ingero_proto::values::check(table, b).map_err(Status::invalid_argument)?;
+            ingero_model::values::check(table, b).map_err(Status::invalid_argument)?;
             rows += b.num_rows();
         }
         ipc_bytes += t.arrow_ipc.len() as u64;

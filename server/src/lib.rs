@@ -11,11 +11,14 @@
 //! ranking) or what a layer above adds ([`ExtraRoutes`]: the query service).
 
 pub mod auth;
+pub mod error;
 pub(crate) mod http;
 pub mod ingest;
 pub mod rank;
 pub(crate) mod ratelimit;
 pub mod replicas;
+
+pub use error::{Error, Result};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,13 +31,13 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::error::IoContext;
 use crate::http::{HttpState, router};
 use crate::ingest::{IngestService, Limits};
 use crate::rank::LiveRanker;
 use crate::rank::detector::DetectorConfig;
 use crate::replicas::{ReplicaConfig, Replicas};
 use ingero_store::commit::{CommitConfig, Committer};
-use ingero_store::error::{Error, IoContext, Result};
 use ingero_store::metrics::Metrics;
 use ingero_store::{Store, StoreOptions, StoreUrl};
 use tonic::service::interceptor::InterceptedService;
@@ -169,8 +172,8 @@ impl Server {
             if let Some(u) = upkeep {
                 u.abort();
             }
-            res.map_err(|e| Error::State(format!("gRPC server: {e}")))?;
-            flushed
+            res.map_err(|e| Error::Serve(format!("gRPC server: {e}")))?;
+            Ok(flushed?)
         });
         Ok(Server { grpc_addr, http_addr, committer, metrics, store, ranker, replicas, stop: Some(stop_tx), done })
     }
@@ -185,7 +188,7 @@ impl Server {
             let _ = stop.send(());
         }
         drop(self.committer);
-        self.done.await.map_err(|e| Error::State(format!("server task: {e}")))?
+        self.done.await.map_err(|e| Error::Serve(format!("server task: {e}")))?
     }
 
     /// Runs until `signal` resolves, then shuts down gracefully.

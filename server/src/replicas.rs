@@ -18,9 +18,9 @@ use ingero_proto::route::rendezvous;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
+use crate::error::{Error, Result};
 use crate::rank::signals::{NodeWindowKey, Signals};
 use crate::rank::{LiveRanker, Ranking, ReplicaAnswer, SignalRouter};
-use ingero_store::error::{Error, Result};
 
 /// How long a replica that failed a call is passed over.
 const DOWN_FOR: Duration = Duration::from_secs(5);

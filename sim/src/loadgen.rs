@@ -6,13 +6,13 @@
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
+use ingero_model::hist::Histogram;
+use ingero_model::rows::{BatchBuilder, TimestampUs};
+use ingero_model::tables::{CallRow, Common, SchedRow};
+use ingero_model::{Table, Tables};
 use ingero_proto::client::{RetryPolicy, SendError};
-use ingero_proto::hist::Histogram;
 use ingero_proto::pb::PushRequest;
 use ingero_proto::routed::RoutedClient;
-use ingero_proto::rows::{BatchBuilder, TimestampUs};
-use ingero_proto::tables::{CallRow, Common, SchedRow};
-use ingero_proto::{Table, Tables};
 
 const OPS: [(&str, &str); 8] = [
     ("cudart", "cudaLaunchKernel"),
@@ -65,7 +65,7 @@ pub fn synth_tables(node: &str, window_start_us: i64, rows: usize, seed: u64) ->
             let mut max = 0u64;
             for _ in 0..8 {
                 let d = 2_000 + rnd() % 50_000;
-                h.add(ingero_proto::hist::bucket(d), count / 8);
+                h.add(ingero_model::hist::bucket(d), count / 8);
                 total += d * (count / 8);
                 max = max.max(d);
             }

@@ -5,10 +5,10 @@
 //! device-to-host copy (`loss.item()` after the forward pass) and for the
 //! slowest rank's collective in its end-of-step stream sync.
 
-use ingero_proto::hist::Histogram;
-use ingero_proto::rows::{BatchBuilder, TimestampUs};
-use ingero_proto::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, ProcessMetaRow, SchedRow};
-use ingero_proto::{Table, Tables};
+use ingero_model::hist::Histogram;
+use ingero_model::rows::{BatchBuilder, TimestampUs};
+use ingero_model::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, ProcessMetaRow, SchedRow};
+use ingero_model::{Table, Tables};
 
 use crate::faults::{FaultKind, Injection};
 
@@ -297,7 +297,7 @@ fn cgroups(cg: &mut BatchBuilder, id: &RankId<'_>, r: &RankWindow, common: &Comm
 fn io(b: &mut BatchBuilder, r: &RankWindow, common: &Common) {
     let io_count = r.io_count.round() as u64;
     let mut h = Histogram::default();
-    h.add(ingero_proto::hist::bucket((r.io_ms * 1e6) as u64), io_count);
+    h.add(ingero_model::hist::bucket((r.io_ms * 1e6) as u64), io_count);
     let (bk, ct) = h.sparse();
     let row = IoRow {
         device: "259:0",

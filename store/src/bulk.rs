@@ -4,7 +4,7 @@
 //! committed to each table's Delta log under one transaction, so writing
 //! the same batch again (same `id`) adds nothing.
 
-use ingero_proto::Tables;
+use ingero_model::Tables;
 
 use crate::delta::action::Txn;
 use crate::error::Result;

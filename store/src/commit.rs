@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
+use ingero_model::Table;
 use ingero_model::signals::BatchSignals;
+use ingero_proto::ipc;
 use ingero_proto::pb::PushRequest;
-use ingero_proto::{Table, ipc};
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;

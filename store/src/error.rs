@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The storage layer's error type, which the serving layer shares; analysis
-//! wraps it in its own (`ingero_analysis::Error`).
+//! The storage layer's error type; the serving layer and analysis each wrap
+//! it in their own (`ingero_server::Error`, `ingero_analysis::Error`).
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -19,7 +19,7 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Proto(#[from] ingero_proto::Error),
+    Proto(#[from] ingero_model::Error),
     #[error("write-ahead log {path}: {reason}")]
     Wal { path: String, reason: String },
     #[error("state file: {0}")]

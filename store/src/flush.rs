@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
+use ingero_model::Table;
 use ingero_model::signals::{BatchSignals, NodeWindowKey, Signals};
-use ingero_proto::Table;
 
 use super::Store;
 use super::delta::action::Txn;

@@ -2,7 +2,7 @@
 //! Where things live in the store: hive partitions by table, date and hour.
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
-use ingero_proto::Table;
+use ingero_model::Table;
 
 const HOUR_US: i64 = 3_600_000_000;
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use arrow::array::{Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array};
 use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
+use ingero_model::Table;
 use ingero_model::tables::common;
-use ingero_proto::Table;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
@@ -122,8 +122,8 @@ fn sort_if_needed(batch: &RecordBatch) -> Result<RecordBatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ingero_proto::rows::{BatchBuilder, TimestampUs};
-    use ingero_proto::tables::{CgroupRow, Common};
+    use ingero_model::rows::{BatchBuilder, TimestampUs};
+    use ingero_model::tables::{CgroupRow, Common};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     #[test]

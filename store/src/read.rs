@@ -3,7 +3,7 @@
 //! tests; the query engine uses DataFusion over the same files.
 
 use arrow::array::RecordBatch;
-use ingero_proto::Table;
+use ingero_model::Table;
 use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 

@@ -16,7 +16,7 @@ use arrow::array::{
     UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimeUnit, UInt64Type};
-use ingero_proto::Table;
+use ingero_model::Table;
 use object_store::ObjectStoreExt;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -375,8 +375,8 @@ impl<'a> TierBatch<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ingero_proto::rows::{BatchBuilder, TimestampUs};
-    use ingero_proto::tables::{CallRow, Common, SchedRow};
+    use ingero_model::rows::{BatchBuilder, TimestampUs};
+    use ingero_model::tables::{CallRow, Common, SchedRow};
 
     fn window(node: &str, t_s: i64, wait_ms: u64) -> Vec<(Table, Vec<RecordBatch>)> {
         let c = Common {
@@ -389,7 +389,7 @@ mod tests {
             ..Default::default()
         };
         let mut calls = BatchBuilder::new(Table::CallWindows);
-        let h = [ingero_proto::hist::bucket(wait_ms * 1_000_000)];
+        let h = [ingero_model::hist::bucket(wait_ms * 1_000_000)];
         let n = [1u64];
         for (op, total) in [("cudaStreamSynchronize", wait_ms * 1_000_000), ("cudaLaunchKernel", 5)] {
             let row = CallRow {

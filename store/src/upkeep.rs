@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use ingero_proto::Table;
+use ingero_model::Table;
 
 use super::delta::maintain::{self, Upkeep};
 use super::state::{BATCHES_TABLE, batches_schema};

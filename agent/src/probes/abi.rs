@@ -11,7 +11,7 @@ pub(crate) mod c {
 }
 
 /// One histogram definition for the whole product: the wire's.
-pub(crate) const HIST_BUCKETS: usize = ingero_proto::hist::BUCKETS;
+pub(crate) const HIST_BUCKETS: usize = ingero_model::hist::BUCKETS;
 const _: () = assert!(c::INGERO_HIST_BUCKETS as usize == HIST_BUCKETS, "events.h and proto/src/hist.rs disagree");
 
 pub(crate) const COOKIE_TIMED: u64 = c::COOKIE_TIMED;

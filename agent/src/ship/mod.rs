@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ingero_proto::Tables;
+use ingero_model::Tables;
 use ingero_proto::client::SendError;
 use ingero_proto::pb::{PushRequest, PushResponse};
 use ingero_proto::routed::{Move, RoutedClient};

@@ -11,10 +11,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use arrow::array::RecordBatch;
-use ingero_proto::hist::{Histogram, bucket};
-use ingero_proto::rows::{BatchBuilder, TimestampUs};
-use ingero_proto::tables::{CallRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow};
-use ingero_proto::{Table, Tables};
+use ingero_model::hist::{Histogram, bucket};
+use ingero_model::rows::{BatchBuilder, TimestampUs};
+use ingero_model::tables::{CallRow, Common, HostEventRow, IoRow, NodeRow, ProcessMetaRow, SchedRow, StallRow};
+use ingero_model::{Table, Tables};
 
 use super::source::{CUDA, DRIVER, Event, HOST, IO, Part, Trace};
 use crate::error::Result;

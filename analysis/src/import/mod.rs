@@ -13,7 +13,7 @@ pub(crate) mod source;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
-use ingero_proto::Tables;
+use ingero_model::Tables;
 
 use crate::error::Result;
 use ingero_store::flush::Logs;

@@ -13,7 +13,7 @@ use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTable
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use futures::TryStreamExt;
-use ingero_proto::Table;
+use ingero_model::Table;
 use object_store::local::LocalFileSystem;
 use url::Url;
 

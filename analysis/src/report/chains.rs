@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Diagnosis: cause → effect → contributing factors → fixes, from the data.
 
-use ingero_proto::hist::Histogram;
+use ingero_model::hist::Histogram;
 use serde::Serialize;
 
 use super::data::{ReportData, median};

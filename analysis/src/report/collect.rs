@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type, UInt8Type, UInt32Type, UInt64Type};
-use ingero_proto::hist::Histogram;
+use ingero_model::hist::Histogram;
 
 use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
 use crate::error::{Error, Result};

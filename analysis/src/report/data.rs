@@ -2,7 +2,7 @@
 //! What a report is about and the raw material it is built from (read by
 //! [`super::collect`]).
 
-use ingero_proto::hist::Histogram;
+use ingero_model::hist::Histogram;
 use serde::Serialize;
 
 use crate::error::Result;

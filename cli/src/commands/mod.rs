@@ -36,9 +36,26 @@ impl Failure {
     }
 
     /// A library error: the caller's input (exit 2) or a failure while running (exit 1).
-    pub(crate) fn lib(e: impl Into<ingero_analysis::Error>) -> Failure {
-        let e = e.into();
+    pub(crate) fn lib(e: impl LibError) -> Failure {
         if e.is_input_error() { Failure::Usage(e.to_string()) } else { Failure::Run(e.into()) }
+    }
+}
+
+/// The error types of the libraries below the CLI, each of which knows
+/// whether the caller's input caused it.
+pub(crate) trait LibError: std::error::Error + Send + Sync + 'static {
+    fn is_input_error(&self) -> bool;
+}
+
+impl LibError for ingero_analysis::Error {
+    fn is_input_error(&self) -> bool {
+        self.is_input_error()
+    }
+}
+
+impl LibError for ingero_server::Error {
+    fn is_input_error(&self) -> bool {
+        self.is_input_error()
     }
 }
 

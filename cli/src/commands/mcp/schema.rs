@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use ingero_proto::schema::Table;
+use ingero_model::schema::Table;
 use ingero_store::tiers::{self, Tier};
 
 pub(crate) fn tables() -> Vec<Value> {
