@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ingero_proto::auth::ClientAuth;
-use ingero_proto::client::RetryPolicy;
 use ingero_proto::routed::RoutedClient;
 
 use crate::attribution::KubeSources;
@@ -86,7 +85,7 @@ impl Agent {
     pub fn start_in(rt: tokio::runtime::Runtime, cfg: AgentConfig, probes: Probes) -> Result<Agent> {
         let _guard = rt.enter();
         let Sink { url, auth } = cfg.sink.clone();
-        let policy = RetryPolicy { give_up_after: Duration::from_secs(2), ..Default::default() };
+        let policy = crate::ship::policy();
         let urls: Vec<String> = url.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
         let client =
             RoutedClient::new(&urls, &cfg.probe.node, policy, &auth).map_err(|e| Error::Config(e.to_string()))?;

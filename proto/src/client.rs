@@ -16,6 +16,10 @@ use crate::pb::ingest_client::IngestClient as Raw;
 use crate::pb::{PushRequest, PushResponse, TableBatch};
 use ingero_model::{Error, Table};
 
+/// How one push is retried: the only retry loop on the edge that uses it.
+/// A caller with its own loop (the agent's shipper, which spools while it
+/// waits) sends with [`RetryPolicy::single_attempt`] and takes its waits
+/// from [`RetryPolicy::backoff`].
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
     pub initial_backoff: Duration,
@@ -34,6 +38,29 @@ impl Default for RetryPolicy {
             give_up_after: Duration::from_secs(30),
             attempt_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+/// Waits between attempts: exponential, each with 0–100 % added at random
+/// so that many agents restarting together do not retry in lockstep.
+pub type Backoff = backon::ExponentialBackoff;
+
+impl RetryPolicy {
+    /// One attempt per push; the caller decides when to try again.
+    pub fn single_attempt() -> Self {
+        RetryPolicy { give_up_after: Duration::ZERO, ..Default::default() }
+    }
+
+    /// The waits between attempts, without end (`give_up_after` is checked
+    /// against the time since the first attempt, which includes the attempts).
+    pub fn backoff(&self) -> Backoff {
+        use backon::BackoffBuilder;
+        backon::ExponentialBuilder::new()
+            .with_min_delay(self.initial_backoff)
+            .with_max_delay(self.max_backoff)
+            .with_jitter()
+            .without_max_times()
+            .build()
     }
 }
 
@@ -133,7 +160,7 @@ impl IngestClient {
     /// the aggregator stores it at most once.
     pub async fn push(&mut self, req: &PushRequest) -> Result<PushResponse, SendError> {
         let started = tokio::time::Instant::now();
-        let mut backoff = self.policy.initial_backoff;
+        let mut waits = self.policy.backoff();
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -148,12 +175,12 @@ impl IngestClient {
                 Ok(Err(status)) => status,
                 Err(_) => Status::deadline_exceeded("no answer within the attempt timeout"),
             };
-            if started.elapsed() + backoff > self.policy.give_up_after {
+            let wait = waits.next().unwrap_or(self.policy.max_backoff);
+            if started.elapsed() + wait > self.policy.give_up_after {
                 return Err(SendError::Unavailable { attempts, last: err });
             }
             tracing::debug!(attempts, code = ?err.code(), message = err.message(), "push failed; retrying");
-            tokio::time::sleep(jitter(backoff)).await;
-            backoff = (backoff * 2).min(self.policy.max_backoff);
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -164,12 +191,61 @@ impl IngestClient {
     }
 }
 
-/// 50–100 % of `d`, so many agents restarting together do not retry in lockstep.
-fn jitter(d: Duration) -> Duration {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().subsec_nanos() as u64;
-    let mut x = nanos ^ 0x9E37_79B9_7F4A_7C15;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    d / 2 + Duration::from_nanos(x % (d.as_nanos() as u64 / 2 + 1))
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// An address nothing listens on: connections are refused at once.
+    pub(crate) fn closed_port() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    }
+
+    pub(crate) fn empty_request() -> PushRequest {
+        PushRequest { node: "node-a".into(), sequence: 1, tables: vec![] }
+    }
+
+    #[test]
+    fn waits_double_from_the_first_to_the_cap_each_with_up_to_as_much_again_at_random() {
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            ..Default::default()
+        };
+        let waits: Vec<Duration> = p.backoff().take(12).collect();
+        assert_eq!(waits.len(), 12, "the schedule must not end: the caller decides when to stop");
+        for (i, w) in waits.iter().enumerate() {
+            let base = (p.initial_backoff * 2u32.pow(i as u32)).min(p.max_backoff);
+            assert!(*w >= base && *w < base * 2, "wait {i} = {w:?}, base {base:?}");
+        }
+        let again: Vec<Duration> = p.backoff().take(12).collect();
+        assert_ne!(waits, again, "two agents must not wait in lockstep");
+    }
+
+    #[tokio::test]
+    async fn a_single_attempt_policy_tries_once_and_leaves_retrying_to_the_caller() {
+        let mut c = IngestClient::new(&closed_port(), "node-a", RetryPolicy::single_attempt()).unwrap();
+        match c.push(&empty_request()).await {
+            Err(SendError::Unavailable { attempts, .. }) => assert_eq!(attempts, 1),
+            other => panic!("expected one refused attempt, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retrying_policy_tries_again_until_its_budget_is_spent() {
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(40),
+            give_up_after: Duration::from_millis(300),
+            attempt_timeout: Duration::from_secs(1),
+        };
+        let mut c = IngestClient::new(&closed_port(), "node-a", p.clone()).unwrap();
+        let t = tokio::time::Instant::now();
+        match c.push(&empty_request()).await {
+            Err(SendError::Unavailable { attempts, .. }) => assert!(attempts >= 3, "{attempts} attempts"),
+            other => panic!("expected the budget to run out, got {other:?}"),
+        }
+        // It never sleeps past the budget; an attempt itself may take a little.
+        assert!(t.elapsed() < p.give_up_after + p.attempt_timeout, "{:?}", t.elapsed());
+    }
 }

@@ -24,6 +24,12 @@ use ingero_model::Table;
 /// How long after a move the first choice is tried again.
 const RETURN_AFTER: Duration = Duration::from_secs(15);
 
+/// With single-attempt pushes (the caller retries), how long the replica in
+/// use may go without answering, over however many pushes, before the next
+/// choice takes over. A client that retries itself moves when its own retry
+/// budget (`give_up_after`) is spent.
+pub const FAILOVER_AFTER: Duration = Duration::from_secs(2);
+
 /// Why the replica in use changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Move {
@@ -42,6 +48,10 @@ pub struct RoutedClient {
     pos: usize,
     moved_at: Option<Instant>,
     pending: Option<Move>,
+    /// Start of the first push of the current run of unanswered ones.
+    failing_since: Option<Instant>,
+    /// The clients retry within a push (`give_up_after` > 0).
+    retries_inside: bool,
 }
 
 impl RoutedClient {
@@ -60,6 +70,8 @@ impl RoutedClient {
             pos: 0,
             moved_at: None,
             pending: None,
+            failing_since: None,
+            retries_inside: !policy.give_up_after.is_zero(),
         })
     }
 
@@ -69,7 +81,16 @@ impl RoutedClient {
         let urls: Vec<String> = replicas.iter().map(|(u, _)| u.clone()).collect();
         let clients =
             replicas.iter().map(|(_, ch)| IngestClient::with_channel(ch.clone(), node, policy.clone())).collect();
-        RoutedClient { order: rendezvous(node, &urls), urls, clients, pos: 0, moved_at: None, pending: None }
+        RoutedClient {
+            order: rendezvous(node, &urls),
+            urls,
+            clients,
+            pos: 0,
+            moved_at: None,
+            pending: None,
+            failing_since: None,
+            retries_inside: !policy.give_up_after.is_zero(),
+        }
     }
 
     /// The replica in use.
@@ -93,6 +114,7 @@ impl RoutedClient {
         self.pos = sender.pos;
         self.moved_at = sender.moved_at;
         self.pending = sender.pending.or(self.pending);
+        self.failing_since = sender.failing_since;
     }
 
     /// The last change of replica, once.
@@ -100,15 +122,23 @@ impl RoutedClient {
         self.pending.take()
     }
 
-    /// Sends to the replica in use; when it does not answer within the
-    /// retry budget, the next push goes to the next choice.
+    /// Sends to the replica in use; when it has not answered for
+    /// [`FAILOVER_AFTER`] (this push and the unanswered ones before it), the
+    /// next push goes to the next choice.
     pub async fn push(&mut self, req: &PushRequest) -> Result<PushResponse, SendError> {
+        let started = Instant::now();
         let res = self.clients[self.order[self.pos]].push(req).await;
-        if matches!(res, Err(SendError::Unavailable { .. })) && self.urls.len() > 1 {
+        if !matches!(res, Err(SendError::Unavailable { .. })) {
+            self.failing_since = None;
+            return res;
+        }
+        let since = *self.failing_since.get_or_insert(started);
+        if self.urls.len() > 1 && (self.retries_inside || since.elapsed() >= FAILOVER_AFTER) {
             let from = self.current().to_string();
             self.pos = (self.pos + 1) % self.order.len();
             self.moved_at = Some(Instant::now());
             self.pending = Some(Move::Failover);
+            self.failing_since = None;
             tracing::warn!(from = %from, to = %self.current(), "aggregator replica not answering; moving to the next");
         }
         res
@@ -127,6 +157,7 @@ impl RoutedClient {
         if reachable(&url).await {
             tracing::info!(to = %url, "first-choice aggregator replica is back; returning");
             self.pos = 0;
+            self.failing_since = None;
             return true;
         }
         false
@@ -140,4 +171,39 @@ async fn reachable(url: &str) -> bool {
     let port = u.port_u16().unwrap_or(if u.scheme_str() == Some("https") { 443 } else { 80 });
     let addr = format!("{}:{port}", host.trim_start_matches('[').trim_end_matches(']'));
     tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await.is_ok_and(|r| r.is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::tests::{closed_port, empty_request};
+
+    #[tokio::test]
+    async fn single_attempt_pushes_move_on_only_after_the_replica_has_been_silent_for_failover_after() {
+        let urls = vec![closed_port(), closed_port()];
+        let mut c = RoutedClient::new(&urls, "node-a", RetryPolicy::single_attempt(), &ClientAuth::default()).unwrap();
+        let first = c.current().to_string();
+        assert!(matches!(c.push(&empty_request()).await, Err(SendError::Unavailable { .. })));
+        assert_eq!(c.take_move(), None, "one refused attempt is not an outage");
+        assert_eq!(c.current(), first);
+        tokio::time::sleep(FAILOVER_AFTER).await;
+        assert!(matches!(c.push(&empty_request()).await, Err(SendError::Unavailable { .. })));
+        assert_eq!(c.take_move(), Some(Move::Failover));
+        assert_ne!(c.current(), first);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_retries_itself_moves_on_when_its_own_budget_is_spent() {
+        let urls = vec![closed_port(), closed_port()];
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            give_up_after: Duration::from_millis(100),
+            ..Default::default()
+        };
+        let mut c = RoutedClient::new(&urls, "node-a", p, &ClientAuth::default()).unwrap();
+        let first = c.current().to_string();
+        assert!(matches!(c.push(&empty_request()).await, Err(SendError::Unavailable { .. })));
+        assert_eq!(c.take_move(), Some(Move::Failover));
+        assert_ne!(c.current(), first);
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ingero_model::Tables;
-use ingero_proto::client::SendError;
+use ingero_proto::client::{Backoff, RetryPolicy, SendError};
 use ingero_proto::pb::{PushRequest, PushResponse};
 use ingero_proto::routed::{Move, RoutedClient};
 use tokio::sync::mpsc;
@@ -38,10 +38,20 @@ pub(crate) struct Shipper {
     /// After the probe loop stops, how long to keep trying to empty the spool.
     drain_timeout: Duration,
     closing: Option<Instant>,
-    backoff: Duration,
+    /// Waits before the next try while the aggregator does not answer.
+    backoff: Backoff,
 }
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// The one retry policy of the agent -> aggregator edge: the client makes a
+/// single attempt per push and this loop waits and tries again (spooling
+/// what arrives meanwhile), so no retry loop sits inside another.
+pub(crate) fn policy() -> RetryPolicy {
+    RetryPolicy {
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(5),
+        ..RetryPolicy::single_attempt()
+    }
+}
 
 impl Shipper {
     pub(crate) fn new(
@@ -52,7 +62,7 @@ impl Shipper {
         drain_timeout: Duration,
     ) -> Shipper {
         client.advance_past(spool.max_sequence());
-        Shipper { rx, client, spool, stats, drain_timeout, closing: None, backoff: FIRST_BACKOFF }
+        Shipper { rx, client, spool, stats, drain_timeout, closing: None, backoff: policy().backoff() }
     }
 
     /// Returns when the channel closes and the spool is empty, or when
@@ -85,7 +95,7 @@ impl Shipper {
                         self.spool.remove(&path);
                     }
                     self.stats.sent.fetch_add(1, Ordering::Relaxed);
-                    self.backoff = FIRST_BACKOFF;
+                    self.backoff = policy().backoff();
                 }
                 Err(SendError::Rejected(s)) if !credentials_refused(&s) => {
                     tracing::error!(sequence = req.sequence, status = %s.message(), "aggregator refused a batch; dropping it");
@@ -170,18 +180,18 @@ impl Shipper {
     }
 
     async fn wait_backoff(&mut self, e: SendError) {
+        let wait = self.backoff.next().unwrap_or(policy().max_backoff);
         if let SendError::Rejected(s) = &e {
             // Wrong or missing credentials are a configuration problem, not a
             // bad batch: keep it in the spool until the token is fixed.
             tracing::error!(status = %s.message(), "aggregator refused our credentials (check --token-file / TLS); keeping batches in the spool");
         } else {
-            tracing::warn!(error = %e, spooled = self.spool.files().len(), retry_in = ?self.backoff, "aggregator unreachable; spooling");
+            tracing::warn!(error = %e, spooled = self.spool.files().len(), retry_in = ?wait, "aggregator unreachable; spooling");
         }
         tokio::select! {
-            _ = tokio::time::sleep(self.backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
             t = self.rx.recv(), if self.closing.is_none() => self.on_recv(t),
         }
-        self.backoff = (self.backoff * 2).min(Duration::from_secs(10));
     }
 }
 
