@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Fails when the quick start's build (`cargo run -p ingero -- demo`) and the
-test build (`cargo nextest run --workspace`) would compile a third-party
+test build (`cargo nextest run --workspace --features ingero/mcp`) would compile a third-party
 dependency with different features: the tests would then rebuild it, and
 everything above it, instead of reusing the demo's artifacts.
 
@@ -34,7 +34,7 @@ def features(args):
 
 def main():
     demo = features(["-p", "ingero", "-e", "normal,build"])
-    tests = features(["--workspace", "-e", "normal,build,dev"])
+    tests = features(["--workspace", "--features", "ingero/mcp", "-e", "normal,build,dev"])
     drift = {p: (demo[p], tests.get(p, set())) for p in demo if demo[p] != tests.get(p, set())}
     for pkg, (d, t) in sorted(drift.items()):
         print(f"{pkg}: the test build adds {sorted(t - d)}" + (f", lacks {sorted(d - t)}" if d - t else ""))

@@ -9,7 +9,7 @@ COPY . .
 # agent; `-p ingero` does not compile it.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p ingero --bin ingero \
+    cargo build --release --locked -p ingero --bin ingero --features mcp \
  && install -D -m 0755 target/release/ingero /out/ingero \
  && strip /out/ingero
 

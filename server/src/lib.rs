@@ -117,7 +117,6 @@ impl Server {
     /// Replays the WAL, binds both listeners and starts serving.
     pub async fn start(cfg: ServeConfig) -> Result<Server> {
         let store = Store::open(&cfg.store, &cfg.store_options)?;
-        let metrics = Arc::new(Metrics::default());
         let grpc = TcpListener::bind(cfg.listen).await.ctx(|| format!("binding --listen {}", cfg.listen))?;
         let http =
             TcpListener::bind(cfg.http_listen).await.ctx(|| format!("binding --http-listen {}", cfg.http_listen))?;
@@ -125,6 +124,9 @@ impl Server {
         let http_addr = http.local_addr().ctx(|| "local address".into())?;
 
         let ranker = LiveRanker::start(cfg.detector.clone(), cfg.grace);
+        let mut metrics = Metrics::default();
+        metrics.registry.register_collector(Box::new(crate::rank::exposition::RankingMetrics(ranker.clone())));
+        let metrics = Arc::new(metrics);
         let replicas = cfg.replicas.clone().map(|r| Replicas::start(r, &ranker)).transpose()?;
         let state = Arc::new(HttpState {
             metrics: metrics.clone(),

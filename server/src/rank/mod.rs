@@ -3,6 +3,7 @@
 //! detector; the current standings are served over gRPC, HTTP and metrics.
 
 pub mod detector;
+pub mod exposition;
 pub(crate) mod spec;
 pub mod standing;
 pub mod stuck;

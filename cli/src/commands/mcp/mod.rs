@@ -3,17 +3,24 @@
 //! (stragglers, stall reports, SQL, names seen, schemas), over stdio (an
 //! assistant starts it) or streamable HTTP (a shared deployment, with the
 //! bearer token and TLS the API uses).
+//!
+//! The server is the cargo feature `mcp` (the container image and the tests
+//! build it; the quick start leaves it out: rmcp and its macros are 40 s of
+//! a first build). Without it, `ingero mcp` says how to get it.
 
+#[cfg(feature = "mcp")]
 mod http;
+#[cfg(feature = "mcp")]
 mod rows;
+#[cfg(feature = "mcp")]
 mod schema;
+#[cfg(feature = "mcp")]
 mod tools;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use rmcp::ServiceExt;
 
 use super::{CmdResult, Failure, SourceArgs};
 
@@ -47,7 +54,18 @@ pub(crate) struct McpArgs {
     pub rank: crate::cli::RankArgs,
 }
 
+#[cfg(not(feature = "mcp"))]
+pub(crate) async fn run(_: McpArgs) -> CmdResult {
+    Err(Failure::Usage(
+        "this `ingero` was built without the MCP server: build it with \
+         `cargo build --release -p ingero --features mcp` (the container image has it)"
+            .into(),
+    ))
+}
+
+#[cfg(feature = "mcp")]
 pub(crate) async fn run(a: McpArgs) -> CmdResult {
+    use rmcp::ServiceExt;
     if a.max_rows == 0 {
         return Err(Failure::Usage("--max-rows must be > 0".into()));
     }
