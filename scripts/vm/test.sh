@@ -17,9 +17,9 @@ series=("$@")
 targets=(${INGERO_VM_TESTS:-kernel transparent})
 
 scripts/vm/prepare.sh
-# The test executables `cargo nextest run --workspace` runs here (built with
+# The test executables `cargo nextest run --workspace --features ingero/mcp` runs here (built with
 # the workspace's features, so nothing is rebuilt).
-mapfile -t bins < <(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null \
+mapfile -t bins < <(cargo test --workspace --features ingero/mcp --locked --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 want = sys.argv[1:]
 for l in sys.stdin:
