@@ -17,6 +17,7 @@ use ingero_model::Table;
 use object_store::local::LocalFileSystem;
 use url::Url;
 
+pub(crate) mod columns;
 pub mod service;
 mod stored;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type};
 
 use std::collections::HashMap;
@@ -13,6 +13,7 @@ use super::detector::{Detector, DetectorConfig};
 use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
+use crate::query::columns::Columns;
 use crate::query::{QueryEngine, launch_predicate, quote, time_predicate, wait_predicates};
 use ingero_model::table::names::{CALL_WINDOWS, HOST_EVENTS, IO_WINDOWS, NODE_WINDOWS, SCHED_WINDOWS};
 use ingero_store::tiers::{self, Tier, TierBatch};
@@ -179,14 +180,14 @@ pub async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorC
     let mut req = req.clone();
     let extent = engine
         .sql(&format!(
-            "SELECT MIN(CAST(window_start AS BIGINT)), MAX(CAST(window_start AS BIGINT) + CAST(window_us AS BIGINT)) \
+            "SELECT MIN(CAST(window_start AS BIGINT)) AS lo, MAX(CAST(window_start AS BIGINT) + CAST(window_us AS BIGINT)) AS hi \
              FROM {NODE_WINDOWS} WHERE {}",
             time_predicate("window_start", req.start_us, req.end_us)
         ))
         .await?;
-    if let Some(b) = extent.first().filter(|b| b.num_rows() == 1 && !b.column(0).is_null(0)) {
-        let (lo, hi) =
-            (b.column(0).as_primitive::<Int64Type>().value(0), b.column(1).as_primitive::<Int64Type>().value(0));
+    if let Some(b) = extent.first().filter(|b| b.num_rows() == 1) {
+        let (lo, hi) = (b.primitives::<Int64Type>("lo")?, b.primitives::<Int64Type>("hi")?);
+        let (lo, hi) = if lo.is_null(0) { (0, 0) } else { (lo.value(0), hi.value(0)) };
         if req.resolution.is_none() && lo < hi {
             req.start_us = req.start_us.max(lo);
             req.end_us = req.end_us.min(hi);
@@ -197,7 +198,7 @@ pub async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorC
     let mut det = Detector::new(cfg);
     for (kind, sql) in queries(req) {
         for b in engine.sql(&sql).await? {
-            feed(&mut det, kind, &b, bin_ns);
+            feed(&mut det, kind, &b, bin_ns)?;
         }
     }
     det.drain();
@@ -211,12 +212,19 @@ pub async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorC
     Ok(r)
 }
 
-fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) {
-    let job = b.column(0).as_string::<i32>();
-    let node = b.column(1).as_string::<i32>();
-    let bin = b.column(2).as_primitive::<Int64Type>();
-    let f = |i: usize| b.column(i).as_primitive::<Float64Type>().clone();
-    let cols: Vec<_> = (3..b.num_columns()).map(f).collect();
+/// The SUM columns each query of [`queries`] adds after job, node and bin.
+fn signal_columns(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "calls" => &["copy_ns", "wait_ns", "launches"],
+        "sched" => &["runq_ns", "off_ns", "on_ns", "threads", "off_call_ns"],
+        "io" => &["io_ns"],
+        _ => &["mem"],
+    }
+}
+
+fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) -> Result<()> {
+    let (job, node, bin) = (b.strings("job")?, b.strings("node")?, b.primitives::<Int64Type>("bin")?);
+    let cols = signal_columns(kind).iter().map(|c| b.primitives::<Float64Type>(c)).collect::<Result<Vec<_>>>()?;
     let v = |c: usize, i: usize| if cols[c].is_null(i) { 0.0 } else { cols[c].value(i) };
     for i in 0..b.num_rows() {
         let mut s = Signals { window_ns: bin_ns, measured: matches!(kind, "calls" | "sched"), ..Default::default() };
@@ -243,4 +251,5 @@ fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) {
         };
         det.add(key, &s);
     }
+    Ok(())
 }

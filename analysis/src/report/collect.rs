@@ -11,6 +11,7 @@ use ingero_model::hist::Histogram;
 
 use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
 use crate::error::{Error, Result};
+use crate::query::columns::Columns;
 use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
 use crate::rank::signals::{is_blocking_copy, is_device_wait, is_launch, is_sync_op};
 use ingero_model::table::names::{CALL_WINDOWS, CGROUP_WINDOWS, HOST_EVENTS, IO_WINDOWS, SCHED_WINDOWS};
@@ -19,14 +20,15 @@ use ingero_model::time::rfc3339;
 /// Window start as µs, for grouping.
 const W: &str = "CAST(window_start AS BIGINT)";
 
-fn f64s(b: &RecordBatch, i: usize) -> Vec<f64> {
-    let c = b.column(i).as_primitive::<Float64Type>();
-    (0..c.len()).map(|j| if c.is_null(j) { 0.0 } else { c.value(j) }).collect()
+/// A DOUBLE result column by name, nulls as 0.
+fn f64s(b: &RecordBatch, name: &str) -> Result<Vec<f64>> {
+    let c = b.primitives::<Float64Type>(name)?;
+    Ok((0..c.len()).map(|j| if c.is_null(j) { 0.0 } else { c.value(j) }).collect())
 }
 
-fn strs(b: &RecordBatch, i: usize) -> Vec<Option<String>> {
-    let c = b.column(i).as_string::<i32>();
-    (0..c.len()).map(|j| (!c.is_null(j)).then(|| c.value(j).to_string())).collect()
+fn strs(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>> {
+    let c = b.strings(name)?;
+    Ok((0..c.len()).map(|j| (!c.is_null(j)).then(|| c.value(j).to_string())).collect())
 }
 
 /// Reads the report's data for `target` in [start_us, end_us).
@@ -83,13 +85,13 @@ impl Collector<'_> {
         let (mut nodes, mut jobs, mut pids, mut comms) =
             (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
         for b in &who {
-            let pid = b.column(2).as_primitive::<UInt32Type>();
-            for (i, (n, j)) in strs(b, 0).into_iter().zip(strs(b, 1)).enumerate() {
+            let pid = b.primitives::<UInt32Type>("pid")?;
+            for (i, (n, j)) in strs(b, "node")?.into_iter().zip(strs(b, "job")?).enumerate() {
                 nodes.extend(n);
                 jobs.extend(j);
                 pids.insert(pid.value(i));
             }
-            comms.extend(strs(b, 3).into_iter().flatten());
+            comms.extend(strs(b, "comm")?.into_iter().flatten());
         }
         if nodes.is_empty() {
             return Err(Error::NoData(format!(
@@ -114,16 +116,17 @@ impl Collector<'_> {
     async fn sched(&mut self) -> Result<BTreeMap<i64, (f64, f64)>> {
         let sched = self
             .sql(&format!(
-                "SELECT {W} AS t, SUM(CAST(runq_wait_ns AS DOUBLE)), SUM(CAST(off_cpu_ns AS DOUBLE)), SUM(CAST(on_cpu_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)), \
-                 SUM(CAST(off_cpu_in_call_ns AS DOUBLE)), CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) FROM {SCHED_WINDOWS} WHERE {} GROUP BY 1",
+                "SELECT {W} AS t, SUM(CAST(runq_wait_ns AS DOUBLE)) AS runq, SUM(CAST(off_cpu_ns AS DOUBLE)) AS off, SUM(CAST(on_cpu_ns AS DOUBLE)) AS on_cpu, \
+                 MAX(CAST(window_us AS DOUBLE)) AS wu, SUM(CAST(off_cpu_in_call_ns AS DOUBLE)) AS in_call, \
+                 CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) AS split FROM {SCHED_WINDOWS} WHERE {} GROUP BY 1",
                 self.filter
             ))
             .await?;
         let mut unsplit = BTreeMap::new();
         for b in &sched {
-            let t = b.column(0).as_primitive::<Int64Type>();
-            let (runq, off, on, wu) = (f64s(b, 1), f64s(b, 2), f64s(b, 3), f64s(b, 4));
-            let (in_call, split) = (f64s(b, 5), f64s(b, 6));
+            let t = b.primitives::<Int64Type>("t")?;
+            let (runq, off, on, wu) = (f64s(b, "runq")?, f64s(b, "off")?, f64s(b, "on_cpu")?, f64s(b, "wu")?);
+            let (in_call, split) = (f64s(b, "in_call")?, f64s(b, "split")?);
             for i in 0..b.num_rows() {
                 let total = (runq[i] + off[i] + on[i]).max(1.0);
                 let p = self.points.entry(t.value(i)).or_default();
@@ -156,14 +159,11 @@ impl Collector<'_> {
         let mut ops: BTreeMap<String, OpStat> = BTreeMap::new();
         let mut waiting: BTreeMap<i64, f64> = BTreeMap::new();
         for b in &calls {
-            let t = b.column(0).as_primitive::<Int64Type>();
-            let (lib, op) = (b.column(1).as_string::<i32>(), b.column(2).as_string::<i32>());
-            let count = b.column(3).as_primitive::<UInt64Type>();
-            let total = b.column(4).as_primitive::<UInt64Type>();
-            let (hb, hc) = (b.column(5).as_list::<i32>(), b.column(6).as_list::<i32>());
-            let wu = b.column(7).as_primitive::<UInt64Type>();
-            let mx = b.column(8).as_primitive::<UInt64Type>();
-            let sampled = b.column(9).as_boolean();
+            let (t, lib, op) = (b.primitives::<Int64Type>("t")?, b.strings("library")?, b.strings("op")?);
+            let (count, total) = (b.primitives::<UInt64Type>("count")?, b.primitives::<UInt64Type>("total_ns")?);
+            let (hb, hc) = (b.lists("hist_bucket")?, b.lists("hist_count")?);
+            let (wu, mx) = (b.primitives::<UInt64Type>("window_us")?, b.primitives::<UInt64Type>("max_ns")?);
+            let sampled = b.booleans("sampled")?;
             for i in 0..b.num_rows() {
                 let (l, o, t) = (lib.value(i), op.value(i), t.value(i));
                 let (bk, ct) = (hb.value(i), hc.value(i));
@@ -223,13 +223,13 @@ impl Collector<'_> {
     async fn io(&mut self) -> Result<()> {
         let io = self
             .sql(&format!(
-                "SELECT {W} AS t, SUM(CAST(total_ns AS DOUBLE)), MAX(CAST(window_us AS DOUBLE)) FROM {IO_WINDOWS} WHERE {} GROUP BY 1",
+                "SELECT {W} AS t, SUM(CAST(total_ns AS DOUBLE)) AS total, MAX(CAST(window_us AS DOUBLE)) AS wu FROM {IO_WINDOWS} WHERE {} GROUP BY 1",
                 self.filter
             ))
             .await?;
         for b in &io {
-            let t = b.column(0).as_primitive::<Int64Type>();
-            let (tot, wu) = (f64s(b, 1), f64s(b, 2));
+            let t = b.primitives::<Int64Type>("t")?;
+            let (tot, wu) = (f64s(b, "total")?, f64s(b, "wu")?);
             for i in 0..b.num_rows() {
                 self.points.entry(t.value(i)).or_default().io_share = tot[i] / (wu[i].max(1.0) * 1e3);
             }
@@ -240,14 +240,13 @@ impl Collector<'_> {
     async fn events(&mut self) -> Result<()> {
         let ev = self
             .sql(&format!(
-                "SELECT CAST(event_time AS BIGINT), kind, value, detail, comm FROM {HOST_EVENTS} WHERE {} ORDER BY 1 LIMIT 500",
+                "SELECT CAST(event_time AS BIGINT) AS t, kind, value, detail, comm FROM {HOST_EVENTS} WHERE {} ORDER BY t LIMIT 500",
                 self.filter
             ))
             .await?;
         for b in &ev {
-            let t = b.column(0).as_primitive::<Int64Type>();
-            let v = b.column(2).as_primitive::<Int64Type>();
-            let (kind, detail, comm) = (strs(b, 1), strs(b, 3), strs(b, 4));
+            let (t, v) = (b.primitives::<Int64Type>("t")?, b.primitives::<Int64Type>("value")?);
+            let (kind, detail, comm) = (strs(b, "kind")?, strs(b, "detail")?, strs(b, "comm")?);
             for i in 0..b.num_rows() {
                 self.d.events.push(Event {
                     time: rfc3339(t.value(i)),
@@ -289,7 +288,8 @@ impl Collector<'_> {
             ))
             .await?;
         for b in &nb {
-            let (ns, pod, comm, path, cpu) = (strs(b, 0), strs(b, 1), strs(b, 2), strs(b, 3), f64s(b, 4));
+            let (ns, pod, comm) = (strs(b, "namespace")?, strs(b, "pod")?, strs(b, "comm")?);
+            let (path, cpu) = (strs(b, "cgroup_path")?, f64s(b, "cpu")?);
             for i in 0..b.num_rows() {
                 self.d.neighbours.push(Neighbour {
                     namespace: ns[i].clone(),
@@ -312,7 +312,9 @@ impl Collector<'_> {
                 self.time
             ))
             .await?;
-        self.d.reference = refs.iter().flat_map(|b| strs(b, 0)).flatten().collect();
+        for b in &refs {
+            self.d.reference.extend(strs(b, "detail")?.into_iter().flatten());
+        }
         Ok(())
     }
 
@@ -324,20 +326,20 @@ impl Collector<'_> {
         let (copy, wait) = wait_predicates();
         let share = |cond: &str| {
             format!(
-                "SELECT node, {W} AS t, SUM(CASE WHEN {cond} THEN CAST(total_ns AS DOUBLE) ELSE 0 END) / MAX(CAST(window_us AS DOUBLE) * 1000) FROM {CALL_WINDOWS} WHERE {jf} GROUP BY 1, 2"
+                "SELECT node, {W} AS t, SUM(CASE WHEN {cond} THEN CAST(total_ns AS DOUBLE) ELSE 0 END) / MAX(CAST(window_us AS DOUBLE) * 1000) AS share FROM {CALL_WINDOWS} WHERE {jf} GROUP BY 1, 2"
             )
         };
         let pw = self.sql(&share(&wait)).await?;
         let pc = self.sql(&share(&copy)).await?;
         let ps = self
             .sql(&format!(
-                "SELECT node, {W} AS t, SUM(CAST(runq_wait_ns + off_cpu_ns - COALESCE(off_cpu_in_call_ns, 0) AS DOUBLE)) / SUM(CAST(runq_wait_ns + off_cpu_ns + on_cpu_ns AS DOUBLE)) FROM {SCHED_WINDOWS} WHERE {jf} GROUP BY 1, 2"
+                "SELECT node, {W} AS t, SUM(CAST(runq_wait_ns + off_cpu_ns - COALESCE(off_cpu_in_call_ns, 0) AS DOUBLE)) / SUM(CAST(runq_wait_ns + off_cpu_ns + on_cpu_ns AS DOUBLE)) AS share FROM {SCHED_WINDOWS} WHERE {jf} GROUP BY 1, 2"
             ))
             .await?;
         let mut peers = BTreeSet::new();
-        let wait = by_window(&pw, &mut peers);
-        let copy = by_window(&pc, &mut peers);
-        let stall = by_window(&ps, &mut peers);
+        let wait = by_window(&pw, &mut peers)?;
+        let copy = by_window(&pc, &mut peers)?;
+        let stall = by_window(&ps, &mut peers)?;
         self.d.peers = peers.len();
         for (t, p) in self.points.iter_mut() {
             p.peer_wait_share = wait.get(t).map(|v| median(v.clone()));
@@ -348,18 +350,17 @@ impl Collector<'_> {
     }
 }
 
-/// (node, t, value) rows → values per window; the nodes seen go to `peers`.
-fn by_window(batches: &[RecordBatch], peers: &mut BTreeSet<String>) -> HashMap<i64, Vec<f64>> {
+/// (node, t, share) rows → shares per window; the nodes seen go to `peers`.
+fn by_window(batches: &[RecordBatch], peers: &mut BTreeSet<String>) -> Result<HashMap<i64, Vec<f64>>> {
     let mut by_t: HashMap<i64, Vec<f64>> = HashMap::new();
     for b in batches {
-        let t = b.column(1).as_primitive::<Int64Type>();
-        let v = f64s(b, 2);
-        for (i, n) in strs(b, 0).into_iter().enumerate() {
+        let (t, v) = (b.primitives::<Int64Type>("t")?, f64s(b, "share")?);
+        for (i, n) in strs(b, "node")?.into_iter().enumerate() {
             peers.extend(n);
             by_t.entry(t.value(i)).or_default().push(v[i]);
         }
     }
-    by_t
+    Ok(by_t)
 }
 
 /// Quantiles per op, busiest first.

@@ -5,12 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::{Int32Type, Int64Type, UInt32Type, UInt64Type};
 
 use super::chains::{Chain, Severity};
 use super::data::ReportData;
 use crate::error::Result;
+use crate::query::columns::Columns;
 use crate::query::{QueryEngine, quote, time_predicate};
 use crate::rank::detector::DetectorConfig;
 use crate::rank::signals::Signals;
@@ -29,14 +30,14 @@ pub(crate) async fn chain(
 ) -> Result<Option<Chain>> {
     let Some(job) = d.jobs.first() else { return Ok(None) };
     let sql = format!(
-        "SELECT node, CAST(window_start AS BIGINT), pid, rank, comm, threads_in_call, oldest_op, oldest_age_ns, \
+        "SELECT node, CAST(window_start AS BIGINT) AS t, pid, rank, comm, threads_in_call, oldest_op, oldest_age_ns, \
          last_call_age_ns, proc_state FROM {PROGRESS_WINDOWS} WHERE job = {} AND {}",
         quote(job),
         time_predicate("window_start", start_us, end_us)
     );
     let mut windows: BTreeMap<i64, BTreeMap<String, Signals>> = BTreeMap::new();
     for b in engine.sql(&sql).await? {
-        rows(&b, &mut windows);
+        rows(&b, &mut windows)?;
     }
     let after = cfg.stuck_after.as_nanos() as f64;
     let mut found: Vec<(i64, String, Culprit)> = Vec::new();
@@ -55,17 +56,12 @@ pub(crate) async fn chain(
     Ok(Some(c))
 }
 
-fn rows(b: &RecordBatch, windows: &mut BTreeMap<i64, BTreeMap<String, Signals>>) {
-    let node = b.column(0).as_string::<i32>();
-    let t = b.column(1).as_primitive::<Int64Type>();
-    let pid = b.column(2).as_primitive::<UInt32Type>();
-    let rank = b.column(3).as_primitive::<Int32Type>();
-    let comm = b.column(4).as_string::<i32>();
-    let in_call = b.column(5).as_primitive::<UInt32Type>();
-    let op = b.column(6).as_string::<i32>();
-    let age = b.column(7).as_primitive::<UInt64Type>();
-    let last = b.column(8).as_primitive::<UInt64Type>();
-    let state = b.column(9).as_string::<i32>();
+fn rows(b: &RecordBatch, windows: &mut BTreeMap<i64, BTreeMap<String, Signals>>) -> Result<()> {
+    let (node, t) = (b.strings("node")?, b.primitives::<Int64Type>("t")?);
+    let (pid, rank) = (b.primitives::<UInt32Type>("pid")?, b.primitives::<Int32Type>("rank")?);
+    let (comm, in_call) = (b.strings("comm")?, b.primitives::<UInt32Type>("threads_in_call")?);
+    let (op, age) = (b.strings("oldest_op")?, b.primitives::<UInt64Type>("oldest_age_ns")?);
+    let (last, state) = (b.primitives::<UInt64Type>("last_call_age_ns")?, b.strings("proc_state")?);
     for i in 0..b.num_rows() {
         let p = ProcProgress {
             pid: pid.value(i),
@@ -79,6 +75,7 @@ fn rows(b: &RecordBatch, windows: &mut BTreeMap<i64, BTreeMap<String, Signals>>)
         };
         windows.entry(t.value(i)).or_default().entry(node.value(i).to_string()).or_default().procs.push(p);
     }
+    Ok(())
 }
 
 fn hung_rank(job: &str, node: &str, c: &Culprit, since_us: i64, windows: usize) -> Chain {

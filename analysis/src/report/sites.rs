@@ -6,12 +6,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::{UInt32Type, UInt64Type};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::query::QueryEngine;
+use crate::query::columns::Columns;
 use ingero_model::table::names::{STACKS, STALL_EVENTS};
 
 /// Distinct stacks read per report (the most frequent).
@@ -83,8 +84,8 @@ pub(crate) async fn collect(engine: &QueryEngine, filter: &str, stacks_filter: &
     let mut per_stack: HashMap<Option<u64>, usize> = HashMap::new();
     let mut calls: Vec<(String, String, u64, Option<u64>)> = Vec::new();
     for b in &stalls {
-        let (op, lib) = (b.column(0).as_string::<i32>(), b.column(1).as_string::<i32>());
-        let (dur, sid) = (b.column(2).as_primitive::<UInt64Type>(), b.column(3).as_primitive::<UInt64Type>());
+        let (op, lib) = (b.strings("op")?, b.strings("library")?);
+        let (dur, sid) = (b.primitives::<UInt64Type>("duration_ns")?, b.primitives::<UInt64Type>("stack_id")?);
         for i in 0..b.num_rows() {
             let id = (!sid.is_null(i)).then(|| sid.value(i));
             *per_stack.entry(id).or_default() += 1;
@@ -113,16 +114,15 @@ async fn frames(engine: &QueryEngine, filter: &str, ids: &[u64]) -> Result<HashM
     );
     let wanted: std::collections::HashSet<u64> = ids.iter().copied().collect();
     for b in engine.sql(&q).await? {
-        add_frames(&b, &wanted, &mut out);
+        add_frames(&b, &wanted, &mut out)?;
     }
     Ok(out)
 }
 
-fn add_frames(b: &RecordBatch, wanted: &std::collections::HashSet<u64>, out: &mut HashMap<u64, Frames>) {
-    let id = b.column(0).as_primitive::<UInt64Type>();
-    let (kind, file, func) =
-        (b.column(2).as_string::<i32>(), b.column(3).as_string::<i32>(), b.column(4).as_string::<i32>());
-    let (line, off) = (b.column(5).as_primitive::<UInt32Type>(), b.column(6).as_primitive::<UInt64Type>());
+fn add_frames(b: &RecordBatch, wanted: &std::collections::HashSet<u64>, out: &mut HashMap<u64, Frames>) -> Result<()> {
+    let id = b.primitives::<UInt64Type>("stack_id")?;
+    let (kind, file, func) = (b.strings("kind")?, b.strings("file")?, b.strings("function")?);
+    let (line, off) = (b.primitives::<UInt32Type>("line")?, b.primitives::<UInt64Type>("offset")?);
     for i in (0..b.num_rows()).filter(|&i| wanted.contains(&id.value(i))) {
         let f = out.entry(id.value(i)).or_default();
         if kind.value(i) == "python" {
@@ -133,6 +133,7 @@ fn add_frames(b: &RecordBatch, wanted: &std::collections::HashSet<u64>, out: &mu
             f.native.push(NativeFrame { file: file.value(i).into(), function: func.value(i).into(), offset });
         }
     }
+    Ok(())
 }
 
 /// Groups calls by (op, readable frames): stacks that differ only in native

@@ -5,12 +5,13 @@
 //! processes it forked: PyTorch DataLoader workers, whatever they are
 //! called) burn CPU or context-switch heavily.
 
-use arrow::array::{Array, AsArray};
+use arrow::array::Array;
 use arrow::datatypes::{Float64Type, Int64Type, UInt32Type};
 
 use super::chains::{Chain, Severity, Summary, pct};
 use super::data::ReportData;
 use crate::error::Result;
+use crate::query::columns::Columns;
 use crate::query::{QueryEngine, quote, time_predicate};
 use ingero_model::table::names::{CALL_WINDOWS, HOST_EVENTS, SCHED_WINDOWS};
 
@@ -45,26 +46,28 @@ pub(crate) async fn workers(engine: &QueryEngine, d: &ReportData, start_us: i64,
             list(&d.pids)
         ))
         .await?;
-    let children: Vec<i64> =
-        forks.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec()).collect();
+    let mut children: Vec<i64> = Vec::new();
+    for b in &forks {
+        children.extend(b.primitives::<Int64Type>("value")?.values());
+    }
     if children.is_empty() {
         return Ok(vec![]);
     }
     let span_s = (d.series.len() as f64 * d.window_secs).max(d.window_secs);
     let rows = engine
         .sql(&format!(
-            "SELECT pid, MAX(comm), SUM(CAST(voluntary_switches + involuntary_switches AS DOUBLE)), SUM(CAST(on_cpu_ns AS DOUBLE)), \
-             CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) FROM {SCHED_WINDOWS} WHERE node IN ({nodes}) AND {time} AND pid IN ({}) \
-             AND pid NOT IN (SELECT DISTINCT pid FROM {CALL_WINDOWS} WHERE node IN ({nodes}) AND {time}) GROUP BY pid ORDER BY 3 DESC",
+            "SELECT pid, MAX(comm) AS comm, SUM(CAST(voluntary_switches + involuntary_switches AS DOUBLE)) AS switches, \
+             SUM(CAST(on_cpu_ns AS DOUBLE)) AS on_cpu_ns, CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) AS measured \
+             FROM {SCHED_WINDOWS} WHERE node IN ({nodes}) AND {time} AND pid IN ({}) \
+             AND pid NOT IN (SELECT DISTINCT pid FROM {CALL_WINDOWS} WHERE node IN ({nodes}) AND {time}) GROUP BY pid ORDER BY switches DESC",
             list(&children)
         ))
         .await?;
     let mut out = Vec::new();
     for b in &rows {
-        let pid = b.column(0).as_primitive::<UInt32Type>();
-        let comm = b.column(1).as_string::<i32>();
-        let f = |i: usize| b.column(i).as_primitive::<Float64Type>().clone();
-        let (sw, on, measured) = (f(2), f(3), f(4));
+        let (pid, comm) = (b.primitives::<UInt32Type>("pid")?, b.strings("comm")?);
+        let f = |name: &str| b.primitives::<Float64Type>(name);
+        let (sw, on, measured) = (f("switches")?, f("on_cpu_ns")?, f("measured")?);
         for i in 0..b.num_rows() {
             out.push(Worker {
                 pid: pid.value(i),
