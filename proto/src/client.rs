@@ -236,7 +236,7 @@ pub(crate) mod tests {
         let p = RetryPolicy {
             initial_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(40),
-            give_up_after: Duration::from_millis(300),
+            give_up_after: Duration::from_secs(1),
             attempt_timeout: Duration::from_secs(1),
         };
         let mut c = IngestClient::new(&closed_port(), "node-a", p.clone()).unwrap();
