@@ -45,7 +45,12 @@ impl Collector for Stats {
                 Counter => {
                     // The encoder adds `_total` to a counter's samples.
                     let m = ConstCounter::new(v);
-                    m.encode(enc.encode_descriptor(name.trim_end_matches("_total"), help, None, m.metric_type())?)?;
+                    m.encode(enc.encode_descriptor(
+                        name.strip_suffix("_total").unwrap_or(name),
+                        help,
+                        None,
+                        m.metric_type(),
+                    )?)?;
                 }
                 Gauge => {
                     let m = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
