@@ -219,3 +219,54 @@ async fn client_retries_until_the_server_comes_up() {
     .unwrap();
     assert_eq!(total_rows(&read_table(&store, Table::SchedWindows).await.unwrap()), 1);
 }
+
+/// A push from a newer agent: today's fields plus one this server does not know.
+#[derive(Clone, PartialEq, prost::Message)]
+struct NewerPush {
+    #[prost(string, tag = "1")]
+    node: String,
+    #[prost(uint64, tag = "2")]
+    sequence: u64,
+    #[prost(message, repeated, tag = "3")]
+    tables: Vec<TableBatch>,
+    #[prost(string, tag = "15")]
+    added_later: String,
+}
+
+/// The WAL keeps the bytes the agent sent (the server does not encode the
+/// request again), so a field added by a newer agent survives a replay.
+#[tokio::test]
+async fn the_wal_holds_the_request_as_sent_unknown_fields_included() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = local_server(dir.path()).await;
+    let mut client = IngestClient::new(&server.grpc_url(), "gpu-n", RetryPolicy::default()).unwrap();
+    let req = client.request(&synth_tables("gpu-n", now_window() - 5_000_000, 16, 1)).unwrap();
+    let sent = NewerPush { node: req.node, sequence: req.sequence, tables: req.tables, added_later: "v2".into() };
+
+    let channel = tonic::transport::Endpoint::from_shared(server.grpc_url()).unwrap().connect().await.unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let path = http::uri::PathAndQuery::from_static("/ingero.v1.Ingest/Push");
+    let codec = tonic_prost::ProstCodec::<NewerPush, ingero_proto::pb::PushResponse>::default();
+    let resp = grpc.unary(tonic::Request::new(sent.clone()), path, codec).await.unwrap().into_inner();
+    assert_eq!(resp.rows, 16 + 2, "{resp:?}");
+
+    // Segment frames are [len u32][crc32 u32][payload] (store/src/wal.rs).
+    let mut records = Vec::new();
+    for entry in std::fs::read_dir(dir.path().join("wal")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "wal") {
+            continue;
+        }
+        let data = std::fs::read(path).unwrap();
+        let mut off = 0;
+        while off + 8 <= data.len() {
+            let len = u32::from_le_bytes(data[off..off + 4].try_into().unwrap()) as usize;
+            records.push(data[off + 8..off + 8 + len].to_vec());
+            off += 8 + len;
+        }
+    }
+    assert_eq!(records.len(), 1, "one push, one WAL record");
+    assert_eq!(records[0], prost::Message::encode_to_vec(&sent), "the WAL record is not the request as sent");
+    server.shutdown().await.unwrap();
+}

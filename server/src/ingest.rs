@@ -10,8 +10,8 @@ use ingero_model::Table;
 use ingero_model::tables::common;
 use ingero_proto::ipc;
 use ingero_proto::pb::ingest_server::Ingest;
-use ingero_proto::pb::{ForwardRequest, ForwardResponse, PushRequest, PushResponse};
-use prost::Message;
+use ingero_proto::pb::{ForwardRequest, ForwardResponse, PushResponse};
+use ingero_proto::received::ReceivedPush;
 use tonic::{Request, Response, Status};
 
 use ingero_store::commit::{Accepted, Committer};
@@ -59,7 +59,7 @@ pub struct IngestService {
 
 #[tonic::async_trait]
 impl Ingest for IngestService {
-    async fn push(&self, request: Request<PushRequest>) -> Result<Response<PushResponse>, Status> {
+    async fn push(&self, request: Request<ReceivedPush>) -> Result<Response<PushResponse>, Status> {
         let req = request.into_inner();
         let accepted = match validate(req, &self.limits) {
             Ok(a) => a,
@@ -115,8 +115,10 @@ impl Ingest for IngestService {
 }
 
 /// Checks a request against the contract; every refusal names the problem.
-pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
-    let size = req.encoded_len();
+/// The WAL gets the frame as received (no second encoding).
+pub fn validate(push: ReceivedPush, limits: &Limits) -> Result<Accepted, Status> {
+    let ReceivedPush { request: req, frame } = push;
+    let size = frame.len();
     if size > limits.max_message_bytes {
         return Err(Status::resource_exhausted(format!(
             "batch is {size} bytes, the limit is {} bytes (--max-message-size)",
@@ -158,9 +160,8 @@ pub fn validate(req: PushRequest, limits: &Limits) -> Result<Accepted, Status> {
         ipc_bytes += t.arrow_ipc.len() as u64;
         tables.push((table, batches));
     }
-    let raw = req.encode_to_vec();
     let signals = ingero_model::signals::of_tables(&tables);
-    Ok(Accepted { node: req.node, sequence: req.sequence, raw, tables, signals, rows: rows as u64, ipc_bytes })
+    Ok(Accepted { node: req.node, sequence: req.sequence, raw: frame, tables, signals, rows: rows as u64, ipc_bytes })
 }
 
 /// Value checks: rows belong to the sending node and windows are in a sane time range.

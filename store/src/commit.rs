@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
+use bytes::Bytes;
 use ingero_model::Table;
 use ingero_model::signals::BatchSignals;
 use ingero_proto::ipc;
@@ -42,8 +43,8 @@ pub struct CommitConfig {
 pub struct Accepted {
     pub node: String,
     pub sequence: u64,
-    /// The request as it goes into the WAL.
-    pub raw: Vec<u8>,
+    /// The request's protobuf bytes as received; they go into the WAL.
+    pub raw: Bytes,
     pub tables: Vec<(Table, Vec<RecordBatch>)>,
     /// The batch's signals (`ingero_model::signals::of_tables`), computed
     /// once: the live detector and the signal tiers both take them.
@@ -282,14 +283,14 @@ fn split_duplicates(pushes: Fresh, high_water: &BTreeMap<String, u64>) -> (Fresh
 
 /// Appends the group's records with one fsync, off the async threads.
 async fn append(wal: Wal, fresh: &mut Fresh, metrics: &Metrics) -> (Wal, Result<()>) {
-    let records: Vec<Vec<u8>> = fresh.iter_mut().map(|(a, _)| std::mem::take(&mut a.raw)).collect();
+    let records: Vec<Bytes> = fresh.iter_mut().map(|(a, _)| std::mem::take(&mut a.raw)).collect();
     if records.is_empty() {
         return (wal, Ok(()));
     }
     let started = Instant::now();
     let (wal, res) = tokio::task::spawn_blocking(move || {
         let mut wal = wal;
-        let res = wal.append_durable(records.iter().map(|r| r.as_slice()));
+        let res = wal.append_durable(records.iter().map(|r| r.as_ref()));
         (wal, res)
     })
     .await
