@@ -101,7 +101,8 @@ pub(crate) struct ServeArgs {
     /// same list in the same order on each replica and agent. Agents send each
     /// node to one replica (rendezvous hash of the node name); each job's live
     /// ranking runs on one replica; a live straggler query on any replica asks
-    /// all and names those that do not answer. All share --store.
+    /// all and names those that do not answer. All share --store, which must
+    /// honour put-if-absent (checked at start; refused with exit 2 if not).
     #[arg(long, env = "INGERO_REPLICAS", value_delimiter = ',', requires = "replica_self")]
     pub replicas: Vec<String>,
     /// This replica's own URL as written in --replicas.

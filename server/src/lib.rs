@@ -117,6 +117,10 @@ impl Server {
     /// Replays the WAL, binds both listeners and starts serving.
     pub async fn start(cfg: ServeConfig) -> Result<Server> {
         let store = Store::open(&cfg.store, &cfg.store_options)?;
+        if let Some(r) = &cfg.replicas {
+            // Replicas race for Delta versions: verified before trusted.
+            ingero_store::probe::put_if_absent(&store, &r.urls[r.me]).await?;
+        }
         let grpc = TcpListener::bind(cfg.listen).await.ctx(|| format!("binding --listen {}", cfg.listen))?;
         let http =
             TcpListener::bind(cfg.http_listen).await.ctx(|| format!("binding --http-listen {}", cfg.http_listen))?;

@@ -27,6 +27,14 @@ pub enum Error {
     /// Bad flags or files given to the server (exit code 2).
     #[error("{0}")]
     Config(String),
+    /// The store cannot refuse a second create of one object, so replicas
+    /// racing for a Delta version would overwrite each other's commits.
+    #[error(
+        "store {store} does not honour put-if-absent ({found}); replicas would overwrite each other's \
+         commits. Run one `ingero serve` (no --replicas) on this store, or use a store with conditional \
+         writes (S3 with If-None-Match, GCS, Azure Blob, a local directory)"
+    )]
+    NoPutIfAbsent { store: String, found: String },
     #[error("the aggregator is shutting down")]
     ShuttingDown,
 }
@@ -38,7 +46,7 @@ impl Error {
     /// range): the CLI exits 2 and the gRPC API answers InvalidArgument or
     /// NotFound. Everything else is a failure while running (exit 1).
     pub fn is_input_error(&self) -> bool {
-        matches!(self, Error::StoreUrl { .. } | Error::Config(_))
+        matches!(self, Error::StoreUrl { .. } | Error::Config(_) | Error::NoPutIfAbsent { .. })
     }
 }
 

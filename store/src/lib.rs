@@ -16,6 +16,7 @@ pub mod handle;
 pub(crate) mod layout;
 pub mod metrics;
 pub mod parquet;
+pub mod probe;
 pub mod read;
 pub mod state;
 pub mod tiers;

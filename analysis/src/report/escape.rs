@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! HTML escaping, shared by the page, the flame graph and the fleet view (a
-//! leaf, so that none of them imports another for it).
+//! HTML escaping for the hand-built SVG and tables of the flame graph; the
+//! pages themselves are maud templates, which escape what they splice.
 
 /// Text made safe inside HTML elements and quoted attributes.
 pub fn esc(s: &str) -> String {

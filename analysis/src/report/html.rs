@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //! One self-contained HTML page (inline CSS and SVG, no scripts, no fetches).
+//! Built with maud: every value spliced into the page is escaped by it.
 
-use std::fmt::Write;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::Report;
 use super::chains::{Severity, fmt_ns};
-pub use super::escape::esc;
 
 struct Line<'a> {
     label: &'a str,
@@ -14,7 +14,7 @@ struct Line<'a> {
 }
 
 /// A line chart of time (seconds from the first window) against values.
-fn chart(title: &str, unit: &str, lines: &[Line<'_>]) -> String {
+fn chart(title: &str, unit: &str, lines: &[Line<'_>]) -> Markup {
     let (w, h, l, r, t, b) = (720.0, 220.0, 56.0, 16.0, 28.0, 34.0);
     let xs = lines.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let xmax = xs.fold(1.0f64, f64::max);
@@ -22,57 +22,46 @@ fn chart(title: &str, unit: &str, lines: &[Line<'_>]) -> String {
     let ymax = if ymax <= 0.0 { 1.0 } else { ymax * 1.1 };
     let px = |x: f64| l + (w - l - r) * x / xmax;
     let py = |y: f64| t + (h - t - b) * (1.0 - y / ymax);
-    let mut o = String::new();
-    let _ = write!(
-        o,
-        r#"<figure><svg viewBox="0 0 {w} {h}" role="img" aria-label="{}"><text x="{l}" y="18" class="ct">{}</text>"#,
-        esc(title),
-        esc(title)
-    );
-    for i in 0..=4 {
-        let y = ymax * i as f64 / 4.0;
-        let _ = write!(
-            o,
-            r#"<line x1="{l}" x2="{}" y1="{py:.1}" y2="{py:.1}" class="grid"/><text x="{}" y="{:.1}" class="ax" text-anchor="end">{}</text>"#,
-            w - r,
-            l - 6.0,
-            py(y) + 4.0,
-            fmt_axis(y, unit),
-            py = py(y)
-        );
-    }
-    let _ = write!(
-        o,
-        r#"<text x="{}" y="{}" class="ax" text-anchor="middle">seconds from start (0–{xmax:.0})</text>"#,
-        (l + w - r) / 2.0,
-        h - 8.0
-    );
-    for (k, s) in lines.iter().enumerate() {
-        let mut d = String::new();
-        let mut pen = false;
-        for (x, y) in &s.points {
-            match y {
-                Some(y) => {
-                    let _ = write!(d, "{}{:.1},{:.1} ", if pen { "L" } else { "M" }, px(*x), py(*y));
-                    pen = true;
+    // SVG elements are not void in HTML: each closes explicitly (`{}`).
+    html! {
+        figure {
+            svg viewBox=(format!("0 0 {w} {h}")) role="img" aria-label=(title) {
+                text x=(l) y="18" class="ct" { (title) }
+                @for i in 0..=4 {
+                    @let y = ymax * i as f64 / 4.0;
+                    line x1=(l) x2=(w - r) y1=(format!("{:.1}", py(y))) y2=(format!("{:.1}", py(y))) class="grid" {}
+                    text x=(l - 6.0) y=(format!("{:.1}", py(y) + 4.0)) class="ax" text-anchor="end" {
+                        (fmt_axis(y, unit))
+                    }
                 }
-                None => pen = false,
+                text x=((l + w - r) / 2.0) y=(h - 8.0) class="ax" text-anchor="middle" {
+                    "seconds from start (0–" (format!("{xmax:.0}")) ")"
+                }
+                @for (k, s) in lines.iter().enumerate() {
+                    @let lx = l + 10.0 + 230.0 * k as f64;
+                    path d=(path(&s.points, px, py)) fill="none" stroke=(s.color) stroke-width="2" {}
+                    rect x=(lx) y=(t + 4.0) width="12" height="3" fill=(s.color) {}
+                    text x=(lx + 16.0) y=(t + 8.0) class="ax" { (s.label) }
+                }
             }
         }
-        let _ = write!(o, r#"<path d="{d}" fill="none" stroke="{}" stroke-width="2"/>"#, s.color);
-        let lx = l + 10.0 + 230.0 * k as f64;
-        let _ = write!(
-            o,
-            r#"<rect x="{lx}" y="{}" width="12" height="3" fill="{}"/><text x="{}" y="{}" class="ax">{}</text>"#,
-            t + 4.0,
-            s.color,
-            lx + 16.0,
-            t + 8.0,
-            esc(s.label)
-        );
     }
-    o.push_str("</svg></figure>");
-    o
+}
+
+/// SVG path data of a line; a gap (None) lifts the pen.
+fn path(points: &[(f64, Option<f64>)], px: impl Fn(f64) -> f64, py: impl Fn(f64) -> f64) -> String {
+    let mut d = String::new();
+    let mut pen = false;
+    for (x, y) in points {
+        match y {
+            Some(y) => {
+                d += &format!("{}{:.1},{:.1} ", if pen { "L" } else { "M" }, px(*x), py(*y));
+                pen = true;
+            }
+            None => pen = false,
+        }
+    }
+    d
 }
 
 fn fmt_axis(y: f64, unit: &str) -> String {
@@ -91,41 +80,50 @@ pub fn render(r: &Report) -> String {
         (Some(b), None) => format!("{} → no slower", fmt_ns(b)),
         _ => "—".into(),
     };
-    format!(
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Ingero report: {title}</title><style>{STYLE}</style></head><body><main>
-<h1>Stall report: {title}</h1><p class="meta">{from} → {to} · nodes {nodes} · job {jobs} · {procs}</p>
-<div class="kpis"><div class="kpi"><b>{stall:.0}%</b><span>host stall share</span></div><div class="kpi"><b>{runq:.0}%</b><span>run-queue wait</span></div>
-<div class="kpi"><b>{off:.0}%</b><span>off-CPU</span></div><div class="kpi"><b>{sync}</b><span>sync p99 calm → worst</span></div></div>
-{strag}<h2>Causal chains</h2>{chains}{sites}<h2>Over time</h2>{charts}
-<h2>Other CPU users on the node</h2><table><tr><th>pod</th><th>process</th><th>cgroup</th><th>cores</th></tr>{neigh}</table>
-<p class="meta">Generated by Ingero {ver}. Self-contained: no scripts, no network.</p></main></body></html>
-"#,
-        title = esc(&r.target),
-        from = esc(&r.from),
-        to = esc(&r.to),
-        nodes = esc(&r.nodes.join(", ")),
-        jobs = esc(&r.jobs.join(", ")),
-        procs = esc(&r.processes.join(", ")),
-        stall = s.stall_share * 100.0,
-        runq = s.runq_share * 100.0,
-        off = s.offcpu_share * 100.0,
-        sync = esc(&sync),
-        strag = stragglers(r),
-        chains = chains(r),
-        sites = if r.call_sites.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "<h2>Where the stalls were made</h2>{}{}",
-                super::flame::flame(&r.call_sites),
-                super::flame::table(&r.call_sites)
-            )
-        },
-        charts = charts(r),
-        neigh = neighbours(r),
-        ver = env!("CARGO_PKG_VERSION"),
-    )
+    let kpi = |value: String, label: &str| html! { div.kpi { b { (value) } span { (label) } } };
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "Ingero report: " (r.target) }
+                // Our own constant, raw: a style element's text is not entity-decoded.
+                style { (PreEscaped(STYLE)) }
+            }
+            body { main {
+                h1 { "Stall report: " (r.target) }
+                p.meta {
+                    (r.from) " → " (r.to) " · nodes " (r.nodes.join(", ")) " · job " (r.jobs.join(", "))
+                    " · " (r.processes.join(", "))
+                }
+                div.kpis {
+                    (kpi(format!("{:.0}%", s.stall_share * 100.0), "host stall share"))
+                    (kpi(format!("{:.0}%", s.runq_share * 100.0), "run-queue wait"))
+                    (kpi(format!("{:.0}%", s.offcpu_share * 100.0), "off-CPU"))
+                    (kpi(sync, "sync p99 calm → worst"))
+                }
+                (stragglers(r))
+                h2 { "Causal chains" }
+                (chains(r))
+                @if !r.call_sites.is_empty() {
+                    h2 { "Where the stalls were made" }
+                    // Hand-built SVG and table from flame.rs, which escapes its own text.
+                    (PreEscaped(super::flame::flame(&r.call_sites)))
+                    (PreEscaped(super::flame::table(&r.call_sites)))
+                }
+                h2 { "Over time" }
+                (charts(r))
+                h2 { "Other CPU users on the node" }
+                table {
+                    tr { th { "pod" } th { "process" } th { "cgroup" } th { "cores" } }
+                    (neighbours(r))
+                }
+                p.meta { "Generated by Ingero " (env!("CARGO_PKG_VERSION")) ". Self-contained: no scripts, no network." }
+            } }
+        }
+    };
+    page.into_string() + "\n"
 }
 
 const STYLE: &str = "
@@ -144,7 +142,7 @@ table{border-collapse:collapse;width:100%;background:#fff} td,th{border:1px soli
 ";
 
 /// Host stall, sync p99 and collective wait over time, against the job's other nodes.
-fn charts(r: &Report) -> String {
+fn charts(r: &Report) -> Markup {
     let t0 = r.series.first().map_or(0, |p| p.t_us);
     let x = |t: i64| (t - t0) as f64 / 1e6;
     let node = r.nodes.join(", ");
@@ -189,85 +187,84 @@ fn charts(r: &Report) -> String {
             },
         ],
     );
-    stall + &sync + &nccl
+    html! { (stall) (sync) (nccl) }
 }
 
-fn chains(r: &Report) -> String {
-    let mut out = String::new();
-    if r.chains.is_empty() {
-        out.push_str(
-            "<p class=ok>No stall found: host stall, IO, memory and collective waits are within normal ranges.</p>",
-        );
-    }
-    let li = |label: &str, items: &[String]| -> String {
-        if items.is_empty() {
-            return String::new();
+fn chains(r: &Report) -> Markup {
+    // The label is ours; the items are data (escaped by maud).
+    let items = |label: &str, items: &[String]| {
+        html! {
+            @if !items.is_empty() {
+                dt { (label) }
+                @for i in items { dd { (i) } }
+            }
         }
-        format!("<dt>{label}</dt>{}", items.iter().map(|i| format!("<dd>{}</dd>", esc(i))).collect::<String>())
     };
-    for c in &r.chains {
-        let sev = match c.severity {
-            Severity::High => "high",
-            Severity::Medium => "medium",
-            Severity::Low => "low",
-        };
-        let _ = write!(
-            out,
-            r#"<section class="chain {sev}"><h3><span class="sev">{}</span> {}{}</h3><dl>{}{}{}{}</dl></section>"#,
-            sev.to_uppercase(),
-            esc(&c.title),
-            c.explains.map_or(String::new(), |x| format!(
-                r#" <span class="explains">explains {:.0}% of the time</span>"#,
-                x * 100.0
-            )),
-            li("Root cause", &c.root_cause),
-            li("Effect", &c.effect),
-            li("Contributing", &c.contributing),
-            li("Fix", &c.fixes)
-        );
-        if !c.call_sites.is_empty() {
-            let _ = write!(
-                out,
-                "<details class=where><summary>Where: {} call site{}</summary>{}</details>",
-                c.call_sites.len(),
-                if c.call_sites.len() == 1 { "" } else { "s" },
-                super::flame::table(&c.call_sites)
-            );
+    html! {
+        @if r.chains.is_empty() {
+            p.ok { "No stall found: host stall, IO, memory and collective waits are within normal ranges." }
+        }
+        @for c in &r.chains {
+            @let sev = match c.severity {
+                Severity::High => "high",
+                Severity::Medium => "medium",
+                Severity::Low => "low",
+            };
+            section.chain.(sev) {
+                h3 {
+                    span.sev { (sev.to_uppercase()) }
+                    " " (c.title)
+                    @if let Some(x) = c.explains {
+                        " " span.explains { "explains " (format!("{:.0}", x * 100.0)) "% of the time" }
+                    }
+                }
+                dl {
+                    (items("Root cause", &c.root_cause))
+                    (items("Effect", &c.effect))
+                    (items("Contributing", &c.contributing))
+                    (items("Fix", &c.fixes))
+                }
+            }
+            @if !c.call_sites.is_empty() {
+                details.where {
+                    summary {
+                        "Where: " (c.call_sites.len()) " call site" @if c.call_sites.len() != 1 { "s" }
+                    }
+                    // Hand-built by flame.rs, which escapes its own text.
+                    (PreEscaped(super::flame::table(&c.call_sites)))
+                }
+            }
         }
     }
-    out
 }
 
-fn stragglers(r: &Report) -> String {
-    r.straggler
-        .iter()
-        .map(|s| {
-            format!(
-                "<p class=flag>{} in job <b>{}</b>: {} (score {:.1}) — {}</p>",
-                esc(&s.node),
-                esc(&s.job),
-                if s.flagged { "<b>flagged straggler</b>" } else { "deviating" },
-                s.score,
-                esc(&s.signals.iter().map(|d| d.text.clone()).collect::<Vec<_>>().join("; "))
-            )
-        })
-        .collect()
+fn stragglers(r: &Report) -> Markup {
+    html! {
+        @for s in &r.straggler {
+            p.flag {
+                (s.node) " in job " b { (s.job) } ": "
+                @if s.flagged { b { "flagged straggler" } } @else { "deviating" }
+                " (score " (format!("{:.1}", s.score)) ") — "
+                (s.signals.iter().map(|d| d.text.as_str()).collect::<Vec<_>>().join("; "))
+            }
+        }
+    }
 }
 
-fn neighbours(r: &Report) -> String {
-    r.neighbours
-        .iter()
-        .map(|n| {
-            format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=num>{:.2}</td></tr>",
-                esc(&match (&n.namespace, &n.pod) {
-                    (Some(a), Some(b)) => format!("{a}/{b}"),
-                    _ => "—".into(),
-                }),
-                esc(&n.comm),
-                esc(&n.cgroup_path),
-                n.cores
-            )
-        })
-        .collect()
+fn neighbours(r: &Report) -> Markup {
+    html! {
+        @for n in &r.neighbours {
+            tr {
+                td {
+                    @match (&n.namespace, &n.pod) {
+                        (Some(a), Some(b)) => { (a) "/" (b) }
+                        _ => "—",
+                    }
+                }
+                td { (n.comm) }
+                td { (n.cgroup_path) }
+                td.num { (format!("{:.2}", n.cores)) }
+            }
+        }
+    }
 }
