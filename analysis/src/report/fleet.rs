@@ -377,4 +377,16 @@ mod tests {
         assert_eq!(colour(5.0), BANDS[1].1);
         assert_eq!(colour(40.0), BANDS[4].1);
     }
+
+    #[test]
+    fn names_from_the_data_are_escaped() {
+        let mut r = ranking(10, 20);
+        r.stragglers[0].node = "<script>x</script>".into();
+        r.timeline.as_mut().unwrap().nodes[7].node = "<script>x</script>".into();
+        r.generated_at = "\"&'".into();
+        let html = render(&r, ("<a", "b>"));
+        assert!(!html.contains("<script>"), "unescaped node name");
+        assert!(html.contains("&lt;script&gt;x&lt;/script&gt;") && html.contains("&quot;&amp;'"));
+        assert!(html.contains("&lt;a → b&gt;"));
+    }
 }
