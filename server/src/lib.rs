@@ -272,6 +272,7 @@ async fn maintain(
                 compacted = u.compacted_files,
                 written = u.written_files,
                 vacuumed = u.deleted_files,
+                log_files_deleted = u.deleted_log_files,
                 "table upkeep"
             ),
             Err(e) => tracing::warn!(error = %e, "table upkeep failed; next try in {every:?}"),

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Compaction and vacuum of every table of the store (`ingero maintain`,
+//! Compaction, vacuum and log cleanup of every table of the store (`ingero maintain`,
 //! and `ingero serve` every `--maintain-every`).
 
 use std::time::Duration;
@@ -25,15 +25,17 @@ pub fn tables() -> Vec<(&'static str, SchemaRef, Encode)> {
     v
 }
 
-/// Compacts, then vacuums, the tables `mine` selects.
+/// Compacts, vacuums and cleans the logs of the tables `mine` selects.
 pub async fn run(store: &Store, retention: Duration, mine: impl Fn(&str) -> bool) -> Result<Upkeep> {
     let mut total = Upkeep::default();
     for (name, schema, encode) in tables().into_iter().filter(|(n, _, _)| mine(n)) {
         let c = maintain::compact(store, name, &schema, encode).await?;
         let v = maintain::vacuum(store, name, &schema, retention).await?;
+        let l = maintain::cleanup_log(store, name, maintain::LOG_RETENTION).await?;
         total.compacted_files += c.compacted_files;
         total.written_files += c.written_files;
         total.deleted_files += v.deleted_files;
+        total.deleted_log_files += l.deleted_log_files;
     }
     Ok(total)
 }

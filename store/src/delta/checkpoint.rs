@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 /// A checkpoint every this many commits (Delta's own default).
 pub const EVERY: u64 = 100;
 
-fn checkpoint_key(table: &str, version: u64) -> String {
+pub(crate) fn checkpoint_key(table: &str, version: u64) -> String {
     format!("{table}/_delta_log/{version:020}.checkpoint.parquet")
 }
 
@@ -123,7 +123,7 @@ pub async fn write(store: &Store, snap: &Snapshot) -> Result<()> {
     w.close()?;
     store.put_durable(&checkpoint_key(&snap.table, version), buf.into()).await?;
     let last = serde_json::json!({"version": version, "size": acts.len()}).to_string();
-    store.put_durable(&format!("{}/_delta_log/_last_checkpoint", snap.table), last.into_bytes().into()).await
+    store.put_durable(&super::log::last_checkpoint_key(&snap.table), last.into_bytes().into()).await
 }
 
 /// The actions of a checkpoint.

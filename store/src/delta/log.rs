@@ -19,13 +19,46 @@ pub fn commit_key(table: &str, version: u64) -> String {
     format!("{table}/_delta_log/{version:020}.json")
 }
 
+/// Key of the pointer to the newest checkpoint, relative to the store.
+pub fn last_checkpoint_key(table: &str) -> String {
+    format!("{table}/_delta_log/_last_checkpoint")
+}
+
+/// The version `_last_checkpoint` names; None when it is missing or
+/// unreadable (then the whole log is listed, as before any checkpoint).
+pub async fn last_checkpoint(store: &Store, table: &str) -> Option<u64> {
+    let body = store.object_store.get(&store.key(&last_checkpoint_key(table))).await.ok()?.bytes().await.ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    v.get("version")?.as_u64()
+}
+
+/// The log's keys from the last checkpoint on, so opening a table costs the
+/// same however old it is; the whole log when the pointer is missing or
+/// names a checkpoint that is not there.
+async fn list_log(store: &Store, table: &str) -> Result<Vec<String>> {
+    let log = store.key(&format!("{table}/_delta_log/"));
+    if let Some(cp) = last_checkpoint(store, table).await {
+        // Lists keys after `<cp>` in byte order: `<cp>.checkpoint.parquet`, `<cp>.json` and newer.
+        let from = store.key(&format!("{table}/_delta_log/{cp:020}"));
+        let keys: Vec<String> = store
+            .object_store
+            .list_with_offset(Some(&log), &from)
+            .map_ok(|m| m.location.to_string())
+            .try_collect()
+            .await?;
+        if keys.iter().any(|k| k.ends_with(&format!("{cp:020}.checkpoint.parquet"))) {
+            return Ok(keys);
+        }
+        tracing::warn!(table, checkpoint = cp, "_last_checkpoint names a missing checkpoint; listing the whole log");
+    }
+    Ok(store.object_store.list(Some(&log)).map_ok(|m| m.location.to_string()).try_collect().await?)
+}
+
 impl Snapshot {
     /// Reads the table's log from the store (an absent table is empty).
     pub async fn load(store: &Store, table: &str) -> Result<Snapshot> {
         let mut s = Snapshot { table: table.to_string(), ..Default::default() };
-        let log = store.key(&format!("{table}/_delta_log/"));
-        let keys: Vec<String> =
-            store.object_store.list(Some(&log)).map_ok(|m| m.location.to_string()).try_collect().await?;
+        let keys = list_log(store, table).await?;
         let mut commits: Vec<u64> = Vec::new();
         let mut newest_checkpoint: Option<u64> = None;
         for k in &keys {

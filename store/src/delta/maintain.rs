@@ -32,6 +32,8 @@ pub struct Upkeep {
     pub compacted_files: usize,
     pub written_files: usize,
     pub deleted_files: usize,
+    /// Commits and checkpoints a newer checkpoint covers, past the log retention.
+    pub deleted_log_files: usize,
 }
 
 fn rows_of(a: &super::action::Add) -> u64 {
@@ -147,4 +149,94 @@ pub async fn vacuum(store: &Store, table: &str, logical: &SchemaRef, retention: 
         }
     }
     Ok(done)
+}
+
+/// Delta's default `delta.logRetentionDuration`: how long log entries a
+/// newer checkpoint covers are kept (readers time-travel within it).
+pub const LOG_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Deletes the log entries (`<version>.json`, older checkpoints, other
+/// engines' `<version>.*` files) below the checkpoint `_last_checkpoint`
+/// names, once older than `retention`, so the log stops growing with the
+/// table's age. Without a checkpoint nothing is deleted.
+pub async fn cleanup_log(store: &Store, table: &str, retention: Duration) -> Result<Upkeep> {
+    let mut done = Upkeep::default();
+    let Some(cp) = super::log::last_checkpoint(store, table).await else { return Ok(done) };
+    match store.object_store.head(&store.key(&super::checkpoint::checkpoint_key(table, cp))).await {
+        Ok(_) => {}
+        Err(object_store::Error::NotFound { .. }) => return Ok(done),
+        Err(e) => return Err(e.into()),
+    }
+    let cutoff = chrono::Utc::now() - retention;
+    let log = store.key(&format!("{table}/_delta_log/"));
+    let listed: Vec<object_store::ObjectMeta> = store.object_store.list(Some(&log)).try_collect().await?;
+    for m in listed {
+        let name = m.location.filename().unwrap_or_default();
+        let version = name.split('.').next().filter(|v| v.len() == 20).and_then(|v| v.parse::<u64>().ok());
+        if version.is_some_and(|v| v < cp) && m.last_modified < cutoff {
+            store.object_store.delete(&m.location).await?;
+            done.deleted_log_files += 1;
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delta::log::Snapshot;
+    use crate::{StoreOptions, StoreUrl};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    /// 250 commits (checkpoints at 100 and 200): cleanup keeps what a fresh
+    /// log keeps, deletes only what checkpoint 200 covers, and the table
+    /// reads the same before and after.
+    #[tokio::test]
+    async fn an_aged_log_is_cut_at_its_checkpoint_and_the_table_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
+        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let logical = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
+        let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
+        for i in 0..250 {
+            let file = add(&format!("date=2026-11-27/hour=1/f{i}.parquet"), 100, 1);
+            log.commit(&store, vec![file], vec![], None, serde_json::json!({})).await.unwrap();
+        }
+        let before = Snapshot::load(&store, "t").await.unwrap();
+        assert_eq!(before.version, Some(250));
+        let log_dir = dir.path().join("t/_delta_log");
+        let count = || std::fs::read_dir(&log_dir).unwrap().count();
+        assert_eq!(count(), 251 + 2 + 1, "251 commits, 2 checkpoints, _last_checkpoint");
+
+        // Within the retention (Delta's 30 days) nothing goes.
+        assert_eq!(cleanup_log(&store, "t", LOG_RETENTION).await.unwrap().deleted_log_files, 0);
+        // Past it: commits 0..=199 and checkpoint 100.
+        assert_eq!(cleanup_log(&store, "t", Duration::ZERO).await.unwrap().deleted_log_files, 201);
+        assert_eq!(count(), 51 + 1 + 1, "commits 200..=250, checkpoint 200, _last_checkpoint");
+
+        let after = Snapshot::load(&store, "t").await.unwrap();
+        assert_eq!(after.version, before.version);
+        assert_eq!(after.files.keys().collect::<Vec<_>>(), before.files.keys().collect::<Vec<_>>());
+        assert_eq!(after.files.len(), 250);
+    }
+
+    /// A stale `_last_checkpoint` (naming a checkpoint that is gone) falls
+    /// back to the whole log instead of failing or reading too little.
+    #[tokio::test]
+    async fn a_stale_last_checkpoint_falls_back_to_the_whole_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
+        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let logical = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
+        let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
+        for i in 0..5 {
+            let file = add(&format!("date=2026-11-27/hour=1/f{i}.parquet"), 100, 1);
+            log.commit(&store, vec![file], vec![], None, serde_json::json!({})).await.unwrap();
+        }
+        let pointer = br#"{"version":3,"size":9}"#.to_vec();
+        store.put_durable(&crate::delta::log::last_checkpoint_key("t"), pointer.into()).await.unwrap();
+        let snap = Snapshot::load(&store, "t").await.unwrap();
+        assert_eq!((snap.version, snap.files.len()), (Some(5), 5));
+        assert_eq!(cleanup_log(&store, "t", Duration::ZERO).await.unwrap().deleted_log_files, 0);
+    }
 }
