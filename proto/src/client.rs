@@ -127,8 +127,11 @@ impl IngestClient {
         &self.node
     }
 
-    /// Next batch sequence. Starts from the wall clock in µs, so sequences keep
-    /// increasing across agent restarts without any state on disk.
+    /// Next batch sequence: the wall clock in µs, or one above the last
+    /// sequence (this client's, or one given to `advance_past`), whichever is
+    /// higher. The agent's spool records its highest sequence and passes it
+    /// in at start, so a clock stepped back never reuses a sequence the
+    /// aggregator would take for a duplicate.
     pub fn next_sequence(&mut self) -> u64 {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
         self.last_sequence = now.max(self.last_sequence + 1);
@@ -203,6 +206,18 @@ pub(crate) mod tests {
 
     pub(crate) fn empty_request() -> PushRequest {
         PushRequest { node: "node-a".into(), sequence: 1, tables: vec![] }
+    }
+
+    /// The spool recorded a sequence from before the clock stepped back an
+    /// hour: the next ones go on above it, not from the clock.
+    #[tokio::test]
+    async fn after_a_clock_step_back_sequences_continue_above_the_recorded_one() {
+        let mut c = IngestClient::new(&closed_port(), "node-a", RetryPolicy::single_attempt()).unwrap();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64;
+        let recorded = now + 3_600_000_000;
+        c.advance_past(recorded);
+        let (a, b) = (c.next_sequence(), c.next_sequence());
+        assert!(recorded < a && a < b, "{recorded} {a} {b}");
     }
 
     #[test]

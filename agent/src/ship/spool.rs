@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 //! On-disk spool: every batch is written here before it is sent and removed
 //! once acknowledged, so an unreachable aggregator or an agent restart loses
-//! nothing. Bounded: when full, the oldest batches are dropped and counted.
+//! nothing. Bounded: when full, the oldest unsent batches are dropped and
+//! counted; acknowledged ones (below) are never dropped.
+//!
+//! The highest sequence ever spooled is kept in `sequence`, so a restarted
+//! agent whose spool is empty (everything committed) still numbers its next
+//! batch above it when the wall clock has stepped back: the aggregator drops
+//! a sequence at or below the node's high-water mark as a duplicate.
 //!
 //! A batch acknowledged by an aggregator that reports commits stays as
 //! `<seq>.ack` until the aggregator says it is in the store: if that replica
@@ -27,7 +33,12 @@ pub(crate) struct Spool {
     pub dropped: u64,
     /// The batch written last and its file, until `oldest` hands it out.
     last: Option<(PathBuf, PushRequest)>,
+    /// Highest sequence ever spooled (also in the file `sequence`).
+    high_water: u64,
 }
+
+/// The file holding the highest sequence ever spooled.
+const HIGH_WATER: &str = "sequence";
 
 fn seq_of(p: &Path) -> Option<u64> {
     p.file_stem()?.to_str()?.parse().ok()
@@ -47,7 +58,8 @@ impl Spool {
                 let _ = fs::remove_file(e.path());
             }
         }
-        let s = Spool { dir: dir.to_path_buf(), max_bytes, dropped: 0, last: None };
+        let high_water = read_high_water(&dir.join(HIGH_WATER));
+        let s = Spool { dir: dir.to_path_buf(), max_bytes, dropped: 0, last: None, high_water };
         // Not known to be stored: send again (a duplicate is acknowledged, not stored).
         s.requeue_acked();
         Ok(s)
@@ -99,9 +111,23 @@ impl Spool {
         self.files().iter().map(|f| f.1).sum()
     }
 
-    /// Highest sequence in the spool (to keep new sequences above it).
+    /// Highest sequence ever spooled (to keep new sequences above it).
     pub(crate) fn max_sequence(&self) -> u64 {
-        self.files().iter().chain(self.listed("ack").iter()).filter_map(|(p, _)| seq_of(p)).max().unwrap_or(0)
+        let listed = self.files().iter().chain(self.listed("ack").iter()).filter_map(|(p, _)| seq_of(p)).max();
+        listed.unwrap_or(0).max(self.high_water)
+    }
+
+    /// Records `seq` as the highest sequence (temp file + rename, synced).
+    fn raise_high_water(&mut self, seq: u64) -> Result<()> {
+        if seq <= self.high_water {
+            return Ok(());
+        }
+        let (path, tmp) = (self.dir.join(HIGH_WATER), self.dir.join(format!("{HIGH_WATER}.tmp")));
+        let mut f = fs::File::create(&tmp).map_err(err(&tmp))?;
+        f.write_all(seq.to_string().as_bytes()).and_then(|_| f.sync_data()).map_err(err(&tmp))?;
+        fs::rename(&tmp, &path).map_err(err(&path))?;
+        self.high_water = seq;
+        Ok(())
     }
 
     /// Writes a batch (atomically: temp file + rename), then enforces the cap.
@@ -112,10 +138,14 @@ impl Spool {
         f.write_all(&req.encode_to_vec()).map_err(err(&tmp))?;
         f.sync_data().map_err(err(&tmp))?;
         fs::rename(&tmp, &path).map_err(err(&path))?;
+        self.raise_high_water(req.sequence)?;
         self.last = Some((path, req));
-        let mut files = self.listed("ack");
-        files.extend(self.files());
-        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        // Acknowledged batches count but are never dropped: the aggregator
+        // has them and commits them within its flush age; if that replica
+        // dies first they are the only copy.
+        let acked: u64 = self.listed("ack").iter().map(|f| f.1).sum();
+        let mut files = self.files();
+        let mut total: u64 = acked + files.iter().map(|f| f.1).sum::<u64>();
         while total > self.max_bytes && files.len() > 1 {
             let (oldest, size) = files.remove(0);
             if fs::remove_file(&oldest).is_ok() {
@@ -149,6 +179,18 @@ impl Spool {
 
     pub(crate) fn remove(&self, path: &Path) {
         let _ = fs::remove_file(path);
+    }
+}
+
+/// The recorded high-water mark; 0 when absent or unreadable (then the
+/// spooled files and the wall clock are all there is to go by).
+fn read_high_water(path: &Path) -> u64 {
+    match fs::read_to_string(path) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+            tracing::warn!(file = %path.display(), "unreadable sequence high-water mark; ignored");
+            0
+        }),
+        Err(_) => 0,
     }
 }
 
@@ -237,5 +279,38 @@ mod tests {
         assert_eq!(r.sequence, 2);
         s.remove(&p);
         assert_eq!(s.oldest().unwrap().1.sequence, 3);
+    }
+
+    #[test]
+    fn the_highest_sequence_outlives_the_batches_that_carried_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spool::open(dir.path(), 1 << 20).unwrap();
+        s.push(req(1_000, 10)).unwrap();
+        let (p, _) = s.oldest().unwrap();
+        s.mark_acked(&p);
+        s.forget_committed(1_000);
+        assert!(s.files().is_empty() && s.listed("ack").is_empty());
+        // Everything committed and gone; a restart still knows 1,000.
+        let again = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(again.max_sequence(), 1_000);
+    }
+
+    #[test]
+    fn a_full_spool_drops_unsent_batches_never_acknowledged_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spool::open(dir.path(), 3_500).unwrap();
+        for seq in 1..=3 {
+            s.push(req(seq, 1000)).unwrap();
+            let (p, _) = s.oldest().unwrap();
+            s.mark_acked(&p);
+        }
+        for seq in 4..=6 {
+            s.push(req(seq, 1000)).unwrap();
+        }
+        let acked: Vec<u64> = s.listed("ack").iter().filter_map(|(p, _)| seq_of(p)).collect();
+        assert_eq!(acked, vec![1, 2, 3], "an acknowledged batch was dropped");
+        let unsent: Vec<u64> = s.files().iter().filter_map(|(p, _)| seq_of(p)).collect();
+        assert_eq!(unsent, vec![6], "the newest unsent batch is kept, older unsent ones dropped");
+        assert_eq!(s.dropped, 2);
     }
 }
