@@ -17,6 +17,10 @@ use ingero_store::commit::CommitConfig;
 use ingero_store::url::DEFAULT_STORE;
 use ingero_store::{StoreOptions, StoreUrl};
 
+/// The shortest `--vacuum-retention` accepted: files a reader may still be
+/// reading are never deleted sooner.
+const MIN_VACUUM_RETENTION: Duration = Duration::from_secs(3600);
+
 /// Parses sizes such as `64MiB`, `512k`, `1000000`.
 pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
     ingero_model::units::parse_bytes(s)
@@ -116,7 +120,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "INGERO_MAINTAIN_EVERY", default_value = "10m", value_parser = humantime::parse_duration)]
     pub maintain_every: Duration,
     /// Vacuum deletes files compacted away (or never committed) longer ago than
-    /// this; a query running longer than it could miss files.
+    /// this; a query running longer than it could miss files. At least 1h.
     #[arg(long, env = "INGERO_VACUUM_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
     pub vacuum_retention: Duration,
     #[command(flatten)]
@@ -187,6 +191,13 @@ impl ServeArgs {
         }
         if self.max_batch_rows == 0 {
             return Err("--max-batch-rows must be > 0".into());
+        }
+        if self.vacuum_retention < MIN_VACUUM_RETENTION {
+            return Err(format!(
+                "--vacuum-retention {} is below the floor of 1h: a query or an outside engine reading an older \
+                 snapshot would lose files it is reading (Delta's own default: 7 days)",
+                humantime::format_duration(self.vacuum_retention)
+            ));
         }
         let cfg = ServeConfig {
             store: self.store.store.clone(),

@@ -115,7 +115,7 @@ async fn a_replica_refuses_a_store_that_ignores_conditional_writes() {
     let mut cfg = serve_config(&prefix, &dir.path().join("wal"), opts);
     let urls = vec!["http://127.0.0.1:1".to_string(), "http://127.0.0.1:2".to_string()];
     cfg.replicas = Some(ReplicaConfig::new(urls, "http://127.0.0.1:1", ClientAuth::default()).unwrap());
-    let err = Server::start(cfg).await.err().expect("a replica started on a store without put-if-absent");
+    let err = Server::start(cfg).await.expect_err("a replica started on a store without put-if-absent");
     let msg = err.to_string();
     eprintln!("refused: {msg}");
     assert!(msg.contains(&prefix) && msg.contains("put-if-absent") && msg.contains("no --replicas"), "{msg}");

@@ -35,6 +35,13 @@ pub enum Error {
          writes (S3 with If-None-Match, GCS, Azure Blob, a local directory)"
     )]
     NoPutIfAbsent { store: String, found: String },
+    /// Another engine upgraded the table to a protocol this writer does not
+    /// implement; writing anyway would corrupt it for every reader.
+    #[error(
+        "table {table} needs Delta {needs}, which this writer does not implement; ingero will not write to it. \
+         Point --store at another location, or restore the table's protocol with the engine that upgraded it"
+    )]
+    TableProtocol { table: String, needs: String },
     #[error("the aggregator is shutting down")]
     ShuttingDown,
 }
@@ -46,7 +53,10 @@ impl Error {
     /// range): the CLI exits 2 and the gRPC API answers InvalidArgument or
     /// NotFound. Everything else is a failure while running (exit 1).
     pub fn is_input_error(&self) -> bool {
-        matches!(self, Error::StoreUrl { .. } | Error::Config(_) | Error::NoPutIfAbsent { .. })
+        matches!(
+            self,
+            Error::StoreUrl { .. } | Error::Config(_) | Error::NoPutIfAbsent { .. } | Error::TableProtocol { .. }
+        )
     }
 }
 

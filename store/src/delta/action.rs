@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 pub struct Protocol {
     pub min_reader_version: u32,
     pub min_writer_version: u32,
+    /// Table features (protocol 3/7): kept so a checkpoint preserves them
+    /// and the writer fence (`protocol.rs`) can read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reader_features: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer_features: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

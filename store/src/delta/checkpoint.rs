@@ -78,6 +78,8 @@ fn schema() -> SchemaRef {
                 vec![
                     Field::new("minReaderVersion", DataType::Int32, true),
                     Field::new("minWriterVersion", DataType::Int32, true),
+                    Field::new_list("readerFeatures", Field::new_list_field(DataType::Utf8, true), true),
+                    Field::new_list("writerFeatures", Field::new_list_field(DataType::Utf8, true), true),
                 ],
             ),
         ]))

@@ -9,6 +9,7 @@ pub mod action;
 pub mod checkpoint;
 pub mod log;
 pub mod maintain;
+pub mod protocol;
 pub mod schema;
 pub mod snapshot;
 pub mod table;

@@ -11,6 +11,7 @@ use arrow::datatypes::Schema;
 use super::action::{self, Action, Add, Format, MetaData, Protocol, Txn};
 use super::checkpoint;
 use super::log::{Snapshot, commit_key};
+use super::protocol;
 use super::schema::{PARTITION_COLUMNS, schema_string};
 use crate::Store;
 use crate::error::Result;
@@ -80,7 +81,7 @@ impl TableLog {
             self.create(store).await?;
             self.snapshot.refresh(store).await?;
         }
-        Ok(())
+        protocol::check_writable(&self.snapshot.table, self.snapshot.protocol.as_ref())
     }
 
     /// One attempt at the version after the snapshot's (call [`Self::prepare`]
@@ -134,6 +135,7 @@ impl TableLog {
         let body = action::encode(&actions);
         loop {
             self.snapshot.refresh(store).await?;
+            protocol::check_writable(&self.snapshot.table, self.snapshot.protocol.as_ref())?;
             if inputs.iter().any(|p| !self.snapshot.files.contains_key(p)) {
                 return Ok(None);
             }
@@ -176,10 +178,7 @@ impl TableLog {
             configuration: BTreeMap::new(),
             created_time: Some(chrono::Utc::now().timestamp_millis()),
         };
-        let body = action::encode(&[
-            Action::Protocol(Protocol { min_reader_version: 1, min_writer_version: 2 }),
-            Action::MetaData(meta),
-        ]);
+        let body = action::encode(&[Action::Protocol(Protocol::ours()), Action::MetaData(meta)]);
         store.put_if_absent(&commit_key(&self.snapshot.table, 0), body.into()).await?;
         Ok(())
     }
@@ -218,10 +217,7 @@ mod tests {
             configuration: BTreeMap::new(),
             created_time: Some(1),
         };
-        let v0 = action::encode(&[
-            Action::Protocol(Protocol { min_reader_version: 1, min_writer_version: 2 }),
-            Action::MetaData(meta),
-        ]);
+        let v0 = action::encode(&[Action::Protocol(Protocol::ours()), Action::MetaData(meta)]);
         assert!(store.put_if_absent(&commit_key("call_windows", 0), v0.into()).await.unwrap());
 
         let mut log = TableLog::open(&store, "call_windows", &logical).await.unwrap();
