@@ -36,7 +36,7 @@ pub async fn commit_tables(
     let by_table: Vec<_> = tables.iter().map(|(t, b)| (*t, vec![b.clone()])).collect();
     let mut tier_files = Vec::new();
     for (tier, hour, b) in tiers::build_from_tables(by_table.iter().map(|(t, b)| (t, b)))? {
-        let key = tiers::file_key(tier, hour, &tag);
+        let key = tiers::file_key(tier, hour, &format!("{tag}-{}", crate::layout::unique()));
         tier_files.push((tier, EncodedFile { key, bytes: tiers::encode(&b)?.into(), rows: b.num_rows() }));
     }
     out.extend(Encoded::tiers(tier_files));
@@ -48,5 +48,5 @@ pub async fn commit_tables(
 }
 
 fn file_key(p: &Partition, tag: &str) -> String {
-    format!("{}/{tag}.parquet", p.dir())
+    format!("{}/{tag}-{}.parquet", p.dir(), crate::layout::unique())
 }

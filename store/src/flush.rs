@@ -200,7 +200,14 @@ impl Logs {
             adds.push(table::add(f.rel(&t.name), f.bytes.len(), f.rows));
             store.put_durable(&f.key, f.bytes.clone()).await?;
         }
-        log.commit(store, adds, vec![guard.clone()], Some(guard), info).await?;
+        if log.commit(store, adds, vec![guard.clone()], Some(guard), info).await?.is_none() {
+            // Committed meanwhile by an earlier attempt: these files are
+            // referenced by no version, so no reader can be reading them.
+            for f in &t.files {
+                let _ = object_store::ObjectStoreExt::delete(&store.object_store, &store.key(&f.key)).await;
+            }
+            return Ok(0);
+        }
         Ok(t.files.len() as u64)
     }
 
@@ -267,7 +274,7 @@ fn encode_tiers<'a>(
     segment: u64,
     signals: impl IntoIterator<Item = &'a (NodeWindowKey, Signals)>,
 ) -> Result<Vec<Encoded>> {
-    let name = format!("part-{writer}-{segment:020}");
+    let name = format!("part-{writer}-{segment:020}-{}", crate::layout::unique());
     let mut files = Vec::new();
     for (tier, hour, b) in tiers::build(signals)? {
         let (key, bytes) = (tiers::file_key(tier, hour, &name), tiers::encode(&b)?);
@@ -358,7 +365,7 @@ async fn commit_batches(
             let batch = batches_rows(&writer, sealed.segment, &ranges, now)?;
             let dir = hour_dir(BATCHES_TABLE, hour_of(now));
             let dir = dir.strip_prefix(&format!("{BATCHES_TABLE}/")).unwrap_or(&dir);
-            let rel = format!("{dir}/part-{writer}-{:020}.parquet", sealed.segment);
+            let rel = format!("{dir}/part-{writer}-{:020}-{}.parquet", sealed.segment, crate::layout::unique());
             let bytes = tiers::encode(&batch)?;
             adds.push(table::add(&rel, bytes.len(), ranges.len()));
             store.put_durable(&format!("{BATCHES_TABLE}/{rel}"), bytes.into()).await?;

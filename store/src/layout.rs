@@ -30,12 +30,20 @@ impl Partition {
         hour_dir(self.table.name(), self.hour)
     }
 
-    /// File written for this partition by one writer's WAL segment. The
-    /// name is a pure function of writer and segment, so replaying a segment
-    /// after a crash overwrites a half-finished flush instead of adding one.
+    /// File written for this partition by one writer's WAL segment: named
+    /// by writer and segment for people, made unique by [`unique`], so no
+    /// path is ever written twice (Delta's rule: a reader holding an older
+    /// snapshot must not see a file change under it). A replay after a crash
+    /// writes new files; the half-finished flush's were never committed and
+    /// vacuum deletes them after its retention.
     pub fn file(&self, writer: &str, segment: u64, chunk: usize) -> String {
-        format!("{}/part-{writer}-{segment:020}-{chunk:04}.parquet", self.dir())
+        format!("{}/part-{writer}-{segment:020}-{chunk:04}-{}.parquet", self.dir(), unique())
     }
+}
+
+/// A random suffix that makes each written file's name unique.
+pub(crate) fn unique() -> String {
+    format!("{:08x}", rand::random::<u32>())
 }
 
 #[cfg(test)]
@@ -48,10 +56,10 @@ mod tests {
         let us = 1_795_242_600_000_000;
         let p = Partition { table: Table::CallWindows, hour: hour_of(us) };
         assert_eq!(p.dir(), "call_windows/date=2026-11-21/hour=06");
-        assert_eq!(
-            p.file("ab12", 7, 1),
-            "call_windows/date=2026-11-21/hour=06/part-ab12-00000000000000000007-0001.parquet"
-        );
+        let (a, b) = (p.file("ab12", 7, 1), p.file("ab12", 7, 1));
+        assert!(a.starts_with("call_windows/date=2026-11-21/hour=06/part-ab12-00000000000000000007-0001-"), "{a}");
+        assert!(a.ends_with(".parquet"));
+        assert_ne!(a, b, "a path is never written twice");
         assert_eq!(hour_of(-1), -1);
     }
 }
