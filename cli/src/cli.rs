@@ -123,6 +123,14 @@ pub(crate) struct ServeArgs {
     /// this; a query running longer than it could miss files. At least 1h.
     #[arg(long, env = "INGERO_VACUUM_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
     pub vacuum_retention: Duration,
+    /// Rows of the raw tables (every window, the ingest bookkeeping) are kept
+    /// this long, by whole hours; maintenance removes older ones (0s: for ever).
+    #[arg(long, env = "INGERO_RETENTION_RAW", default_value = "30days", value_parser = humantime::parse_duration)]
+    pub retention_raw: Duration,
+    /// Rows of the signal tiers (what `ingero stragglers` ranks history from)
+    /// are kept this long (0s: for ever).
+    #[arg(long, env = "INGERO_RETENTION_TIERS", default_value = "400days", value_parser = humantime::parse_duration)]
+    pub retention_tiers: Duration,
     #[command(flatten)]
     pub rank: RankArgs,
 }
@@ -192,6 +200,14 @@ impl ServeArgs {
         if self.max_batch_rows == 0 {
             return Err("--max-batch-rows must be > 0".into());
         }
+        for (flag, ttl) in [("--retention-raw", self.retention_raw), ("--retention-tiers", self.retention_tiers)] {
+            if !ttl.is_zero() && ttl < Duration::from_secs(2 * 3600) {
+                return Err(format!(
+                    "{flag} {} would remove the hour being written: at least 2h, or 0s to keep everything",
+                    humantime::format_duration(ttl)
+                ));
+            }
+        }
         if self.vacuum_retention < MIN_VACUUM_RETENTION {
             return Err(format!(
                 "--vacuum-retention {} is below the floor of 1h: a query or an outside engine reading an older \
@@ -229,6 +245,10 @@ impl ServeArgs {
             replicas: self.replica_config()?,
             maintain_every: (!self.maintain_every.is_zero()).then_some(self.maintain_every),
             vacuum_retention: self.vacuum_retention,
+            data_retention: ingero_store::retention::Retention {
+                raw: (!self.retention_raw.is_zero()).then_some(self.retention_raw),
+                tiers: (!self.retention_tiers.is_zero()).then_some(self.retention_tiers),
+            },
             extra_routes: None,
         };
         Ok(with_query(cfg, self.query.limits()))

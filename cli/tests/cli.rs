@@ -143,6 +143,7 @@ fn bad_arguments_exit_2_with_one_clear_line() {
         (vec!["serve", "--store=ftp://host/x"], "unsupported scheme"),
         (vec!["serve", "--flush-rows=0"], "--flush-rows"),
         (vec!["serve", "--vacuum-retention=5m"], "below the floor of 1h"),
+        (vec!["serve", "--retention-raw=30m"], "at least 2h"),
         (vec!["serve", "--max-message-size=12parsecs"], "unknown size unit"),
         (vec!["simulate", "--nodes=1"], "at least 2"),
         (vec!["simulate", "--inject=cpu@99:1s"], "does not exist"),

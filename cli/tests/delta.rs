@@ -23,6 +23,7 @@ use ingero_server::Server;
 use ingero_sim::loadgen::synth_tables;
 use ingero_store::delta::Snapshot;
 use ingero_store::read::read_table;
+use ingero_store::retention::Retention;
 use ingero_store::{StoreOptions, StoreUrl};
 use ingero_store::{flush, upkeep};
 
@@ -139,7 +140,7 @@ async fn two_aggregators_share_a_local_store_exactly_once_and_other_engines_agre
     // Those 100 one-window files sit in one settled hour: compaction merges
     // them in one commit, vacuum deletes the merged-away files.
     let files_before = from_checkpoint.files.len();
-    let u = upkeep::run(&store, std::time::Duration::ZERO, |_| true).await.unwrap();
+    let u = upkeep::run(&store, std::time::Duration::ZERO, &Retention::FOREVER, |_| true).await.unwrap();
     assert!(u.compacted_files >= 100 && u.written_files >= 1, "{u:?}");
     // Also deleted: files a writer wrote for a version another one took
     // first (each attempt writes new names; none is ever rewritten).
@@ -171,7 +172,7 @@ async fn two_aggregators_share_a_local_store_exactly_once_and_other_engines_agre
     assert!(b[&settled] >= 60 && a[&settled] == 1, "the settled hour in one file: {b:?} → {a:?}");
     assert_eq!(after.files.len(), files_before - b[&settled] + 1, "other hours untouched: {b:?} → {a:?}");
     assert_eq!(after.rows(), from_checkpoint.rows(), "compaction kept every row");
-    let again = upkeep::run(&store, std::time::Duration::ZERO, |_| true).await.unwrap();
+    let again = upkeep::run(&store, std::time::Duration::ZERO, &Retention::FOREVER, |_| true).await.unwrap();
     assert_eq!(again, Default::default(), "nothing left to do");
 
     let py = Command::new("python3").args(["-c", "import deltalake, polars, duckdb"]).status();
@@ -291,5 +292,59 @@ async fn a_replica_that_commits_late_stores_nothing_twice_and_loses_nothing() {
             let last = reqs.last().unwrap().sequence as i64;
             assert_eq!(s.txns.get(&format!("node:gpu-{i}")), Some(&last), "{t} knows gpu-{i}'s high-water");
         }
+    }
+}
+
+/// Data retention: hours older than the raw TTL leave every raw table in one
+/// DELETE commit (delta-rs sees them gone), newer hours stay whole, the
+/// signal tiers keep theirs under their own TTL, and vacuum deletes the
+/// removed files.
+#[tokio::test]
+async fn retention_removes_expired_hours_and_keeps_the_rest() {
+    let data = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", data.path().display());
+    let store = ingero_store::Store::open(&StoreUrl::parse(&url).unwrap(), &Default::default()).unwrap();
+    let now = chrono::Utc::now().timestamp_micros();
+    let day = 86_400_000_000i64;
+    // Segments 1-3: 40 days old; 4-6: an hour ago.
+    for seg in 1..=6u64 {
+        let at = if seg <= 3 { now - 40 * day } else { now - 3_600_000_000 } + seg as i64 * 1_000_000;
+        let t: BTreeMap<Table, Vec<RecordBatch>> =
+            synth_tables("ret-node", at, 8, seg).into_iter().map(|(t, b)| (t, vec![b])).collect();
+        flush::write_segment(&store, "ret", seg, t).await.unwrap();
+    }
+    let before = read_table(&store, Table::CallWindows).await.unwrap();
+    assert_eq!(total_rows(&before), 6 * 8);
+
+    let keep_tiers = Retention { raw: Some(std::time::Duration::from_secs(30 * 86_400)), tiers: None };
+    let u = upkeep::run(&store, std::time::Duration::ZERO, &keep_tiers, |_| true).await.unwrap();
+    assert!(u.expired.files > 0 && u.expired.rows >= 3 * 8 && u.expired.bytes > 0, "{u:?}");
+    assert!(u.deleted_files >= u.expired.files, "vacuum deletes what expired: {u:?}");
+    let after = read_table(&store, Table::CallWindows).await.unwrap();
+    assert_eq!(total_rows(&after), 3 * 8, "only the recent hour's rows remain");
+    let minute = Snapshot::load(&store, "signal_windows_60s").await.unwrap();
+    assert!(
+        minute.rows() > 0
+            && minute.files.values().any(|a| a.partition_values.values().flatten().any(|v| {
+                chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
+                    .is_ok_and(|d| d < chrono::Utc::now().date_naive() - chrono::Days::new(35))
+            })),
+        "the tiers keep their old hours (their own TTL: for ever here)"
+    );
+
+    let again = upkeep::run(&store, std::time::Duration::ZERO, &keep_tiers, |_| true).await.unwrap();
+    assert_eq!(again.expired, Default::default(), "nothing left to expire: {again:?}");
+
+    let py = Command::new("python3").args(["-c", "import deltalake, polars, duckdb"]).status();
+    if !require("python3 with deltalake, polars and duckdb (pip)", py.is_ok_and(|s| s.success())) {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/delta_read.py");
+    let out = Command::new("python3").args([script, data.path().to_str().unwrap(), "call_windows", "count"]).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "delta_read.py: {}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for engine in ["deltalake", "polars"] {
+        assert_eq!(got["call_windows"][engine], 3 * 8, "{engine} sees the expired rows gone: {got}");
     }
 }

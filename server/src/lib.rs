@@ -60,6 +60,8 @@ pub struct ServeConfig {
     pub maintain_every: Option<std::time::Duration>,
     /// Vacuum deletes files removed (or never committed) longer ago than this.
     pub vacuum_retention: std::time::Duration,
+    /// How long each kind of table keeps its rows (applied by maintenance).
+    pub data_retention: ingero_store::retention::Retention,
     /// gRPC services a layer above adds behind the same token check: the
     /// query service (`query::service::with_query`). None: ingest only, and a
     /// binary that never sets it (the agent's `run --store`) links no query
@@ -163,9 +165,9 @@ impl Server {
         state.ready.store(true, Ordering::Release);
         tracing::info!(grpc = %grpc_addr, http = %http_addr, store = %cfg.store, "ingero serve ready");
 
-        let upkeep = cfg
-            .maintain_every
-            .map(|every| tokio::spawn(maintain(store.clone(), every, cfg.vacuum_retention, replicas.clone())));
+        let upkeep = cfg.maintain_every.map(|every| {
+            tokio::spawn(maintain(store.clone(), every, upkeep_of(&cfg), replicas.clone(), metrics.clone()))
+        });
         let flush = committer.clone();
         let done = tokio::spawn(async move {
             let res = grpc_server.await;
@@ -253,28 +255,41 @@ fn remap_too_large<B>(mut resp: ::http::Response<B>) -> ::http::Response<B> {
     resp
 }
 
-/// Compacts and vacuums every `every` the tables this replica looks after
+/// The retentions maintenance applies.
+#[derive(Debug, Clone, Copy)]
+struct Upkeep {
+    vacuum: std::time::Duration,
+    data: ingero_store::retention::Retention,
+}
+
+fn upkeep_of(cfg: &ServeConfig) -> Upkeep {
+    Upkeep { vacuum: cfg.vacuum_retention, data: cfg.data_retention }
+}
+
+/// Expires, compacts and vacuums every `every` the tables this replica looks after
 /// (all of them when it is the only one).
-async fn maintain(
-    store: Store,
-    every: std::time::Duration,
-    retention: std::time::Duration,
-    set: Option<Arc<Replicas>>,
-) {
+async fn maintain(store: Store, every: std::time::Duration, how: Upkeep, set: Option<Arc<Replicas>>, m: Arc<Metrics>) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let mine = |t: &str| set.as_ref().is_none_or(|s| s.owns(t));
-        match ingero_store::upkeep::run(&store, retention, mine).await {
+        match ingero_store::upkeep::run(&store, how.vacuum, &how.data, mine).await {
             Ok(u) if u == Default::default() => {}
-            Ok(u) => tracing::info!(
-                compacted = u.compacted_files,
-                written = u.written_files,
-                vacuumed = u.deleted_files,
-                log_files_deleted = u.deleted_log_files,
-                "table upkeep"
-            ),
+            Ok(u) => {
+                m.expired_files.inc_by(u.expired.files as u64);
+                m.expired_rows.inc_by(u.expired.rows);
+                m.expired_bytes.inc_by(u.expired.bytes);
+                tracing::info!(
+                    expired_files = u.expired.files,
+                    expired_rows = u.expired.rows,
+                    compacted = u.compacted_files,
+                    written = u.written_files,
+                    vacuumed = u.deleted_files,
+                    log_files_deleted = u.deleted_log_files,
+                    "table upkeep"
+                );
+            }
             Err(e) => tracing::warn!(error = %e, "table upkeep failed; next try in {every:?}"),
         }
     }
@@ -297,6 +312,7 @@ impl ServeConfig {
             replicas: None,
             maintain_every: Some(std::time::Duration::from_secs(600)),
             vacuum_retention: std::time::Duration::from_secs(7 * 24 * 3600),
+            data_retention: Default::default(),
             extra_routes: None,
         }
     }

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod parquet;
 pub mod probe;
 pub mod read;
+pub mod retention;
 pub mod state;
 pub mod tiers;
 pub mod upkeep;

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub flush_seconds: Histogram,
     pub wal_sync_seconds: Histogram,
     pub files_written: Counter,
+    pub expired_files: Counter,
+    pub expired_rows: Counter,
+    pub expired_bytes: Counter,
 }
 
 impl Default for Metrics {
@@ -65,6 +68,9 @@ impl Default for Metrics {
             flush_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             wal_sync_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             files_written: Counter::default(),
+            expired_files: Counter::default(),
+            expired_rows: Counter::default(),
+            expired_bytes: Counter::default(),
         };
         registry.register("ingest_batches", "Ingest batches by outcome", m.batches.clone());
         registry.register("ingest_rows", "Rows stored, by table", m.rows.clone());
@@ -76,6 +82,10 @@ impl Default for Metrics {
         registry.register("flush_seconds", "Time to write one segment to the store", m.flush_seconds.clone());
         registry.register("wal_sync_seconds", "Write + fsync time of one WAL group commit", m.wal_sync_seconds.clone());
         registry.register("parquet_files_written", "Parquet files written", m.files_written.clone());
+        let retention = "removed by data retention (--retention-raw, --retention-tiers)";
+        registry.register("retention_files", format!("Files {retention}"), m.expired_files.clone());
+        registry.register("retention_rows", format!("Rows {retention}"), m.expired_rows.clone());
+        registry.register("retention_bytes", format!("Bytes {retention}"), m.expired_bytes.clone());
         // Every outcome and refusal reason exists at 0 from the start, so
         // rate() and the dashboard's panels have a series before the first one.
         for outcome in [Outcome::stored, Outcome::duplicate, Outcome::rejected] {

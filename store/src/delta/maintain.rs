@@ -34,9 +34,11 @@ pub struct Upkeep {
     pub deleted_files: usize,
     /// Commits and checkpoints a newer checkpoint covers, past the log retention.
     pub deleted_log_files: usize,
+    /// Removed by data retention (files, rows, bytes), deleted later by vacuum.
+    pub expired: crate::retention::Expired,
 }
 
-fn rows_of(a: &super::action::Add) -> u64 {
+pub(crate) fn rows_of(a: &super::action::Add) -> u64 {
     a.stats
         .as_deref()
         .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())

@@ -148,6 +148,35 @@ impl TableLog {
         }
     }
 
+    /// Removes `paths` in one commit (data retention: `dataChange: true`, a
+    /// DELETE to readers). `None` when another writer removed one first.
+    pub async fn remove_files(&mut self, store: &Store, paths: &[String]) -> Result<Option<u64>> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut actions = vec![Action::CommitInfo(serde_json::json!({
+            "timestamp": now,
+            "operation": "DELETE",
+            "operationParameters": {"reason": "retention", "files": paths.len()},
+            "engineInfo": format!("ingero/{}", env!("CARGO_PKG_VERSION")),
+        }))];
+        actions.extend(paths.iter().map(|p| {
+            Action::Remove(super::action::Remove { path: p.clone(), deletion_timestamp: Some(now), data_change: true })
+        }));
+        let body = action::encode(&actions);
+        loop {
+            self.snapshot.refresh(store).await?;
+            protocol::check_writable(&self.snapshot.table, self.snapshot.protocol.as_ref())?;
+            if paths.iter().any(|p| !self.snapshot.files.contains_key(p)) {
+                return Ok(None);
+            }
+            let next = self.snapshot.version.map_or(0, |v| v + 1);
+            if store.put_if_absent(&commit_key(&self.snapshot.table, next), body.clone().into()).await? {
+                self.snapshot.apply_commit(next, &body)?;
+                self.checkpoint_if_due(store, next).await;
+                return Ok(Some(next));
+            }
+        }
+    }
+
     /// The table's metadata with our schema, when the log holds another
     /// one: a table written before unsigned columns were widened (u8 as
     /// `byte`) is moved to the wide types by the first commit of wide files,
