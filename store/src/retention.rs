@@ -66,7 +66,7 @@ pub async fn expire(store: &Store, table: &str, logical: &SchemaRef, ttl: Durati
         if partition_hour(add).is_some_and(|h| h < cutoff_hour) {
             gone.push(path.clone());
             done.files += 1;
-            done.rows += crate::delta::maintain::rows_of(add).min(u64::MAX / 2);
+            done.rows += add.rows().min(u64::MAX / 2);
             done.bytes += add.size.max(0) as u64;
         }
     }

@@ -89,6 +89,18 @@ pub enum Action {
     CommitInfo(serde_json::Value),
 }
 
+impl Add {
+    /// `numRecords` from the file's statistics; unknown counts as huge (so
+    /// compaction leaves such a file alone).
+    pub fn rows(&self) -> u64 {
+        self.stats
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+            .and_then(|v| v["numRecords"].as_u64())
+            .unwrap_or(u64::MAX)
+    }
+}
+
 impl Action {
     /// Parses one line; `None` for actions this store does not use.
     pub fn parse(line: &str) -> Result<Option<Action>, serde_json::Error> {

@@ -110,6 +110,19 @@ fn actions(snap: &Snapshot) -> Vec<Action> {
 /// so a reader on an older snapshot still finds its files.
 pub const TOMBSTONE_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
 
+/// Key of the pointer to the newest checkpoint, relative to the store.
+pub fn last_checkpoint_key(table: &str) -> String {
+    format!("{table}/_delta_log/_last_checkpoint")
+}
+
+/// The version `_last_checkpoint` names; None when it is missing or
+/// unreadable (then the whole log is listed, as before any checkpoint).
+pub async fn last_version(store: &Store, table: &str) -> Option<u64> {
+    let body = store.object_store.get(&store.key(&last_checkpoint_key(table))).await.ok()?.bytes().await.ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    v.get("version")?.as_u64()
+}
+
 /// Writes the checkpoint of `snap` (at its version) and `_last_checkpoint`.
 pub async fn write(store: &Store, snap: &Snapshot) -> Result<()> {
     let Some(version) = snap.version else { return Ok(()) };
@@ -125,7 +138,7 @@ pub async fn write(store: &Store, snap: &Snapshot) -> Result<()> {
     w.close()?;
     store.put_durable(&checkpoint_key(&snap.table, version), buf.into()).await?;
     let last = serde_json::json!({"version": version, "size": acts.len()}).to_string();
-    store.put_durable(&super::log::last_checkpoint_key(&snap.table), last.into_bytes().into()).await
+    store.put_durable(&last_checkpoint_key(&snap.table), last.into_bytes().into()).await
 }
 
 /// The actions of a checkpoint.

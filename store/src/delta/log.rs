@@ -19,25 +19,12 @@ pub fn commit_key(table: &str, version: u64) -> String {
     format!("{table}/_delta_log/{version:020}.json")
 }
 
-/// Key of the pointer to the newest checkpoint, relative to the store.
-pub fn last_checkpoint_key(table: &str) -> String {
-    format!("{table}/_delta_log/_last_checkpoint")
-}
-
-/// The version `_last_checkpoint` names; None when it is missing or
-/// unreadable (then the whole log is listed, as before any checkpoint).
-pub async fn last_checkpoint(store: &Store, table: &str) -> Option<u64> {
-    let body = store.object_store.get(&store.key(&last_checkpoint_key(table))).await.ok()?.bytes().await.ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    v.get("version")?.as_u64()
-}
-
 /// The log's keys from the last checkpoint on, so opening a table costs the
 /// same however old it is; the whole log when the pointer is missing or
 /// names a checkpoint that is not there.
 async fn list_log(store: &Store, table: &str) -> Result<Vec<String>> {
     let log = store.key(&format!("{table}/_delta_log/"));
-    if let Some(cp) = last_checkpoint(store, table).await {
+    if let Some(cp) = checkpoint::last_version(store, table).await {
         // Lists keys after `<cp>` in byte order: `<cp>.checkpoint.parquet`, `<cp>.json` and newer.
         let from = store.key(&format!("{table}/_delta_log/{cp:020}"));
         let keys: Vec<String> = store

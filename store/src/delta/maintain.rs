@@ -38,14 +38,6 @@ pub struct Upkeep {
     pub expired: crate::retention::Expired,
 }
 
-pub(crate) fn rows_of(a: &super::action::Add) -> u64 {
-    a.stats
-        .as_deref()
-        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
-        .and_then(|v| v["numRecords"].as_u64())
-        .unwrap_or(u64::MAX)
-}
-
 /// Groups of small files to merge: per settled hour partition, packed up to [`parquet::FILE_ROWS`] rows.
 fn plan(log: &TableLog, now_us: i64) -> Vec<Vec<String>> {
     let current = hour_of(now_us);
@@ -53,7 +45,7 @@ fn plan(log: &TableLog, now_us: i64) -> Vec<Vec<String>> {
     for (path, a) in &log.snapshot.files {
         let (date, hour) = (a.partition_values.get("date"), a.partition_values.get("hour"));
         let (Some(Some(d)), Some(Some(h))) = (date, hour) else { continue };
-        let rows = rows_of(a);
+        let rows = a.rows();
         if rows < SMALL_ROWS {
             by_part.entry((d.clone(), h.clone())).or_default().push((path, rows));
         }
@@ -163,7 +155,7 @@ pub const LOG_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// table's age. Without a checkpoint nothing is deleted.
 pub async fn cleanup_log(store: &Store, table: &str, retention: Duration) -> Result<Upkeep> {
     let mut done = Upkeep::default();
-    let Some(cp) = super::log::last_checkpoint(store, table).await else { return Ok(done) };
+    let Some(cp) = super::checkpoint::last_version(store, table).await else { return Ok(done) };
     match store.object_store.head(&store.key(&super::checkpoint::checkpoint_key(table, cp))).await {
         Ok(_) => {}
         Err(object_store::Error::NotFound { .. }) => return Ok(done),
@@ -236,7 +228,7 @@ mod tests {
             log.commit(&store, vec![file], vec![], None, serde_json::json!({})).await.unwrap();
         }
         let pointer = br#"{"version":3,"size":9}"#.to_vec();
-        store.put_durable(&crate::delta::log::last_checkpoint_key("t"), pointer.into()).await.unwrap();
+        store.put_durable(&crate::delta::checkpoint::last_checkpoint_key("t"), pointer.into()).await.unwrap();
         let snap = Snapshot::load(&store, "t").await.unwrap();
         assert_eq!((snap.version, snap.files.len()), (Some(5), 5));
         assert_eq!(cleanup_log(&store, "t", Duration::ZERO).await.unwrap().deleted_log_files, 0);
