@@ -123,12 +123,13 @@ pub(crate) struct ServeArgs {
     /// this; a query running longer than it could miss files. At least 1h.
     #[arg(long, env = "INGERO_VACUUM_RETENTION", default_value = "7days", value_parser = humantime::parse_duration)]
     pub vacuum_retention: Duration,
-    /// Rows of the raw tables (every window, the ingest bookkeeping) are kept
-    /// this long, by whole hours; maintenance removes older ones (0s: for ever).
+    /// Rows of the raw tables (every window, the ingest bookkeeping, the
+    /// per-window signals) are kept this long, by whole hours; maintenance
+    /// removes older ones (0s: for ever).
     #[arg(long, env = "INGERO_RETENTION_RAW", default_value = "30days", value_parser = humantime::parse_duration)]
     pub retention_raw: Duration,
-    /// Rows of the signal tiers (what `ingero stragglers` ranks history from)
-    /// are kept this long (0s: for ever).
+    /// Rows of the 10 s and 60 s signal tiers (what `ingero stragglers` ranks
+    /// long ranges from) are kept this long (0s: for ever).
     #[arg(long, env = "INGERO_RETENTION_TIERS", default_value = "400days", value_parser = humantime::parse_duration)]
     pub retention_tiers: Duration,
     #[command(flatten)]

@@ -4,9 +4,10 @@
 //! Delta DELETE); vacuum deletes their files once the vacuum retention has
 //! passed, so a reader on an older snapshot still finds them meanwhile.
 //!
-//! Two TTLs: the raw tables (every window row, and the ingest bookkeeping)
-//! and the signal tiers (what history ranking reads, a few rows per node and
-//! window), which are small enough to keep much longer.
+//! Two TTLs: the raw tables (every window row, the ingest bookkeeping and
+//! the per-window signal tier, one row per node and window) and the 10 s and
+//! 60 s signal tiers (what history ranking reads over long ranges), which
+//! are 10-60 times smaller and worth keeping much longer.
 
 use std::time::Duration;
 
@@ -41,7 +42,8 @@ impl Retention {
 
     /// The TTL of one table.
     pub fn ttl(&self, table: &str) -> Option<Duration> {
-        if Tier::ALL.iter().any(|t| t.name() == table) { self.tiers } else { self.raw }
+        let coarse = [Tier::TenSeconds, Tier::Minute].iter().any(|t| t.name() == table);
+        if coarse { self.tiers } else { self.raw }
     }
 }
 
@@ -66,7 +68,8 @@ pub async fn expire(store: &Store, table: &str, logical: &SchemaRef, ttl: Durati
         if partition_hour(add).is_some_and(|h| h < cutoff_hour) {
             gone.push(path.clone());
             done.files += 1;
-            done.rows += add.rows().min(u64::MAX / 2);
+            // A file without a row count adds nothing to the count.
+            done.rows += Some(add.rows()).filter(|&r| r != u64::MAX).unwrap_or(0);
             done.bytes += add.size.max(0) as u64;
         }
     }
@@ -83,4 +86,20 @@ fn partition_hour(add: &crate::delta::action::Add) -> Option<i64> {
     let hour: u32 = add.partition_values.get("hour")?.as_deref()?.parse().ok()?;
     let t = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").ok()?.and_hms_opt(hour, 0, 0)?;
     Some(layout::hour_of(t.and_utc().timestamp_micros()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_coarse_tiers_keep_the_long_ttl_everything_else_the_raw_one() {
+        let r = Retention { raw: Some(Duration::from_secs(1)), tiers: Some(Duration::from_secs(2)) };
+        for t in ["call_windows", "sched_windows", "ingest_batches", "signal_windows"] {
+            assert_eq!(r.ttl(t), r.raw, "{t}");
+        }
+        for t in ["signal_windows_10s", "signal_windows_60s"] {
+            assert_eq!(r.ttl(t), r.tiers, "{t}");
+        }
+    }
 }
