@@ -121,46 +121,39 @@ impl TableLog {
     /// Replaces `inputs` by `output` in one commit (compaction). `None` when
     /// another writer removed one of the inputs first: it compacted them.
     pub async fn replace(&mut self, store: &Store, inputs: &[String], outputs: Vec<Add>) -> Result<Option<u64>> {
-        let now = chrono::Utc::now().timestamp_millis();
-        let mut actions = vec![Action::CommitInfo(serde_json::json!({
-            "timestamp": now,
-            "operation": "OPTIMIZE",
-            "operationParameters": {"files": inputs.len()},
-            "engineInfo": format!("ingero/{}", env!("CARGO_PKG_VERSION")),
-        }))];
-        actions.extend(inputs.iter().map(|p| {
-            Action::Remove(super::action::Remove { path: p.clone(), deletion_timestamp: Some(now), data_change: false })
-        }));
-        actions.extend(outputs.into_iter().map(|o| Action::Add(Add { data_change: false, ..o })));
-        let body = action::encode(&actions);
-        loop {
-            self.snapshot.refresh(store).await?;
-            protocol::check_writable(&self.snapshot.table, self.snapshot.protocol.as_ref())?;
-            if inputs.iter().any(|p| !self.snapshot.files.contains_key(p)) {
-                return Ok(None);
-            }
-            let next = self.snapshot.version.map_or(0, |v| v + 1);
-            if store.put_if_absent(&commit_key(&self.snapshot.table, next), body.clone().into()).await? {
-                self.snapshot.apply_commit(next, &body)?;
-                self.checkpoint_if_due(store, next).await;
-                return Ok(Some(next));
-            }
-        }
+        let info = serde_json::json!({"operation": "OPTIMIZE", "operationParameters": {"files": inputs.len()}});
+        let outputs = outputs.into_iter().map(|o| Action::Add(Add { data_change: false, ..o }));
+        self.remove_then(store, inputs, false, info, outputs.collect()).await
     }
 
     /// Removes `paths` in one commit (data retention: `dataChange: true`, a
     /// DELETE to readers). `None` when another writer removed one first.
     pub async fn remove_files(&mut self, store: &Store, paths: &[String]) -> Result<Option<u64>> {
-        let now = chrono::Utc::now().timestamp_millis();
-        let mut actions = vec![Action::CommitInfo(serde_json::json!({
-            "timestamp": now,
+        let info = serde_json::json!({
             "operation": "DELETE",
             "operationParameters": {"reason": "retention", "files": paths.len()},
-            "engineInfo": format!("ingero/{}", env!("CARGO_PKG_VERSION")),
-        }))];
+        });
+        self.remove_then(store, paths, true, info, vec![]).await
+    }
+
+    /// One commit that removes `paths` and adds `then`, retried on the next
+    /// version until it lands, or `None` once one of `paths` is gone.
+    async fn remove_then(
+        &mut self,
+        store: &Store,
+        paths: &[String],
+        data_change: bool,
+        mut info: serde_json::Value,
+        then: Vec<Action>,
+    ) -> Result<Option<u64>> {
+        let now = chrono::Utc::now().timestamp_millis();
+        info["timestamp"] = now.into();
+        info["engineInfo"] = format!("ingero/{}", env!("CARGO_PKG_VERSION")).into();
+        let mut actions = vec![Action::CommitInfo(info)];
         actions.extend(paths.iter().map(|p| {
-            Action::Remove(super::action::Remove { path: p.clone(), deletion_timestamp: Some(now), data_change: true })
+            Action::Remove(super::action::Remove { path: p.clone(), deletion_timestamp: Some(now), data_change })
         }));
+        actions.extend(then);
         let body = action::encode(&actions);
         loop {
             self.snapshot.refresh(store).await?;
