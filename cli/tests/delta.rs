@@ -204,6 +204,14 @@ async fn two_aggregators_share_a_local_store_exactly_once_and_other_engines_agre
         assert_eq!(got["call_windows"][k], sum, "{k}: {got}");
     }
     assert_eq!(got["call_windows"]["checkpoint"], true);
+    // Every file, compacted ones included, carries min/max/null statistics
+    // that delta-rs parses into true bounds (integers exact).
+    for table in ["call_windows", "sched_windows", "ingest_batches", "signal_windows"] {
+        let (stats, files) = (&got[table]["stats"], got[table]["files"].as_u64().unwrap());
+        assert_eq!(stats["files"].as_u64(), Some(files), "{table}: every file has statistics: {stats}");
+        assert!(stats["checked"].as_u64().unwrap() >= 3 * files, "{table}: {stats}");
+        assert_eq!(stats["wrong"], serde_json::json!([]), "{table}: statistics delta-rs reads: {stats}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

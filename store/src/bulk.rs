@@ -29,7 +29,7 @@ pub async fn commit_tables(
         let mut enc = Vec::new();
         for (part, b) in parquet::partition(*table, std::slice::from_ref(batch))? {
             let key = file_key(&part, &tag);
-            enc.push(EncodedFile { key, bytes: parquet::encode(&b)?.into(), rows: b.num_rows() });
+            enc.push(EncodedFile::new(key, parquet::encode(&b)?));
         }
         out.push(Encoded { name: table.name().to_string(), schema: table.schema(), files: enc });
     }
@@ -37,7 +37,7 @@ pub async fn commit_tables(
     let mut tier_files = Vec::new();
     for (tier, hour, b) in tiers::build_from_tables(by_table.iter().map(|(t, b)| (t, b)))? {
         let key = tiers::file_key(tier, hour, &format!("{tag}-{}", crate::layout::unique()));
-        tier_files.push((tier, EncodedFile { key, bytes: tiers::encode(&b)?.into(), rows: b.num_rows() }));
+        tier_files.push((tier, EncodedFile::new(key, tiers::encode(&b)?)));
     }
     out.extend(Encoded::tiers(tier_files));
     let mut files = 0;

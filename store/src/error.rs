@@ -42,6 +42,10 @@ pub enum Error {
          Point --store at another location, or restore the table's protocol with the engine that upgraded it"
     )]
     TableProtocol { table: String, needs: String },
+    /// Our columns cannot be merged into the table's schema (a type changed,
+    /// or the table requires a column our files lack).
+    #[error("table {table}: {reason}; ingero will not write to it. Point --store at another location")]
+    TableSchema { table: String, reason: String },
     #[error("the aggregator is shutting down")]
     ShuttingDown,
 }
@@ -55,7 +59,11 @@ impl Error {
     pub fn is_input_error(&self) -> bool {
         matches!(
             self,
-            Error::StoreUrl { .. } | Error::Config(_) | Error::NoPutIfAbsent { .. } | Error::TableProtocol { .. }
+            Error::StoreUrl { .. }
+                | Error::Config(_)
+                | Error::NoPutIfAbsent { .. }
+                | Error::TableProtocol { .. }
+                | Error::TableSchema { .. }
         )
     }
 }

@@ -23,7 +23,7 @@ use ingero_model::Table;
 use ingero_model::signals::{BatchSignals, NodeWindowKey, Signals};
 
 use super::Store;
-use super::delta::action::Txn;
+use super::delta::action::{Add, Txn};
 use super::delta::{Snapshot, TableLog, table};
 use super::layout::{hour_dir, hour_of};
 use super::state::{BATCHES_TABLE, batches_schema, node_app, writer_app};
@@ -173,7 +173,7 @@ impl Logs {
                 }
                 (on_store, written) = (true, written + t.files.len() as u64);
             }
-            let adds = t.files.iter().map(|f| table::add(f.rel(&t.name), f.bytes.len(), f.rows)).collect();
+            let adds = t.files.iter().map(|f| f.add(&t.name)).collect();
             let txns = std::iter::once(guard.clone()).chain(sealed.node_txns()).collect();
             if log.try_commit(store, adds, txns, info.clone()).await?.is_some() {
                 return Ok(written);
@@ -197,7 +197,7 @@ impl Logs {
         }
         let mut adds = Vec::with_capacity(t.files.len());
         for f in &t.files {
-            adds.push(table::add(f.rel(&t.name), f.bytes.len(), f.rows));
+            adds.push(f.add(&t.name));
             store.put_durable(&f.key, f.bytes.clone()).await?;
         }
         if log.commit(store, adds, vec![guard.clone()], Some(guard), info).await?.is_none() {
@@ -220,15 +220,23 @@ impl Logs {
     }
 }
 
-/// One encoded file: its store key, bytes and row count.
+/// One encoded file: its store key, bytes and Delta statistics.
 #[derive(Debug)]
 pub(crate) struct EncodedFile {
     pub key: String,
     pub bytes: bytes::Bytes,
-    pub rows: usize,
+    pub stats: String,
 }
 
 impl EncodedFile {
+    pub(crate) fn new(key: String, f: parquet::ParquetFile) -> EncodedFile {
+        EncodedFile { key, bytes: f.bytes.into(), stats: f.stats }
+    }
+
+    fn add(&self, table: &str) -> Add {
+        table::add(self.rel(table), self.bytes.len(), self.stats.clone())
+    }
+
     /// The path relative to the table directory, as the log names it.
     fn rel<'a>(&'a self, table: &str) -> &'a str {
         self.key.strip_prefix(table).and_then(|k| k.strip_prefix('/')).unwrap_or(&self.key)
@@ -262,7 +270,7 @@ fn encode_table(writer: &str, segment: u64, t: Table, batches: &[RecordBatch]) -
         for (chunk, offset) in (0..rows).step_by(parquet::FILE_ROWS).enumerate() {
             let slice = batch.slice(offset, parquet::FILE_ROWS.min(rows - offset));
             let key = part.file(writer, segment, chunk);
-            files.push(EncodedFile { key, bytes: parquet::encode(&slice)?.into(), rows: slice.num_rows() });
+            files.push(EncodedFile::new(key, parquet::encode(&slice)?));
         }
     }
     Ok(Encoded { name: t.name().to_string(), schema: t.schema(), files })
@@ -277,8 +285,7 @@ fn encode_tiers<'a>(
     let name = format!("part-{writer}-{segment:020}-{}", crate::layout::unique());
     let mut files = Vec::new();
     for (tier, hour, b) in tiers::build(signals)? {
-        let (key, bytes) = (tiers::file_key(tier, hour, &name), tiers::encode(&b)?);
-        files.push((tier, EncodedFile { key, bytes: bytes.into(), rows: b.num_rows() }));
+        files.push((tier, EncodedFile::new(tiers::file_key(tier, hour, &name), tiers::encode(&b)?)));
     }
     Ok(Encoded::tiers(files))
 }
@@ -366,9 +373,9 @@ async fn commit_batches(
             let dir = hour_dir(BATCHES_TABLE, hour_of(now));
             let dir = dir.strip_prefix(&format!("{BATCHES_TABLE}/")).unwrap_or(&dir);
             let rel = format!("{dir}/part-{writer}-{:020}-{}.parquet", sealed.segment, crate::layout::unique());
-            let bytes = tiers::encode(&batch)?;
-            adds.push(table::add(&rel, bytes.len(), ranges.len()));
-            store.put_durable(&format!("{BATCHES_TABLE}/{rel}"), bytes.into()).await?;
+            let file = tiers::encode(&batch)?;
+            adds.push(table::add(&rel, file.bytes.len(), file.stats));
+            store.put_durable(&format!("{BATCHES_TABLE}/{rel}"), file.bytes.into()).await?;
             written = 1;
         }
         let txns = std::iter::once(guard.clone()).chain(sealed.node_txns()).collect();

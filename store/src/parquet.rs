@@ -66,9 +66,17 @@ pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Parti
     Ok(out)
 }
 
+/// An encoded Parquet file with its Delta statistics.
+#[derive(Debug)]
+pub struct ParquetFile {
+    pub bytes: Vec<u8>,
+    /// The `add` action's `stats` JSON ([`super::delta::stats`]).
+    pub stats: String,
+}
+
 /// Encodes a partition as one zstd Parquet file with page statistics,
 /// sorted by (node, window_start, pid).
-pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
+pub fn encode(batch: &RecordBatch) -> Result<ParquetFile> {
     let sorted = super::delta::schema::to_storage(&sort_if_needed(batch)?)?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
@@ -86,7 +94,7 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
     let mut w = ArrowWriter::try_new(&mut buf, sorted.schema(), Some(props))?;
     w.write(&sorted)?;
     w.close()?;
-    Ok(buf)
+    Ok(ParquetFile { bytes: buf, stats: super::delta::stats::of(&sorted) })
 }
 
 fn first_node(b: &RecordBatch) -> &str {
@@ -145,7 +153,7 @@ mod tests {
         let rows: Vec<usize> = parts.values().map(|b| b.num_rows()).collect();
         assert_eq!(rows, vec![3, 1]);
         let first = parts.values().next().unwrap();
-        let bytes = encode(first).unwrap();
+        let bytes = encode(first).unwrap().bytes;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes)).unwrap();
         let md = reader.metadata().clone();
         let back: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();

@@ -218,7 +218,7 @@ fn to_batch(rows: &[(&NodeWindowKey, &Acc)]) -> Result<RecordBatch> {
 }
 
 /// Encodes a tier batch (already sorted by job, node, time) as zstd Parquet.
-pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
+pub fn encode(batch: &RecordBatch) -> Result<super::parquet::ParquetFile> {
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_statistics_enabled(EnabledStatistics::Chunk)
@@ -229,7 +229,7 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
     let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props))?;
     w.write(&batch)?;
     w.close()?;
-    Ok(buf)
+    Ok(super::parquet::ParquetFile { bytes: buf, stats: super::delta::stats::of(&batch) })
 }
 
 /// Where a tier's file for one hour goes; `name` is unique per writer
@@ -545,8 +545,8 @@ mod tests {
             }
         }
         let (_, _, b) = &build_from_tables(&all).unwrap()[0];
-        let bytes = encode(b).unwrap();
-        let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
+        let file = encode(b).unwrap();
+        let back: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(file.bytes))
             .unwrap()
             .build()
             .unwrap()

@@ -15,7 +15,7 @@ use super::tiers::{self, Tier};
 use super::{Store, parquet};
 use crate::error::Result;
 
-type Encode = fn(&RecordBatch) -> Result<Vec<u8>>;
+type Encode = fn(&RecordBatch) -> Result<parquet::ParquetFile>;
 
 /// Every table with its schema and the encoder of its files.
 pub fn tables() -> Vec<(&'static str, SchemaRef, Encode)> {

@@ -20,6 +20,7 @@ use super::schema::to_logical;
 use super::table::{TableLog, add};
 use crate::error::{Error, Result};
 use crate::layout::hour_of;
+use crate::parquet::ParquetFile;
 use crate::{Store, parquet};
 
 /// Files with fewer rows than this are compacted.
@@ -76,7 +77,7 @@ fn plan(log: &TableLog, now_us: i64) -> Vec<Vec<String>> {
     groups
 }
 
-async fn read_all(store: &Store, table: &str, paths: &[String], logical: &SchemaRef) -> Result<RecordBatch> {
+pub(crate) async fn read_all(store: &Store, table: &str, paths: &[String], logical: &SchemaRef) -> Result<RecordBatch> {
     let mut batches = Vec::new();
     for p in paths {
         let bytes = store.object_store.get(&store.key(&format!("{table}/{p}"))).await?.bytes().await?;
@@ -92,7 +93,7 @@ pub async fn compact(
     store: &Store,
     table: &str,
     logical: &SchemaRef,
-    encode: fn(&RecordBatch) -> Result<Vec<u8>>,
+    encode: fn(&RecordBatch) -> Result<ParquetFile>,
 ) -> Result<Upkeep> {
     let mut log = TableLog::open(store, table, logical).await?;
     let mut done = Upkeep::default();
@@ -100,11 +101,11 @@ pub async fn compact(
         let merged = read_all(store, table, &group, logical).await?;
         let dir = group[0].rsplit_once('/').map_or("", |(d, _)| d).to_string();
         let rel = format!("{dir}/compact-{:016x}.parquet", rand::random::<u64>());
-        let bytes = tokio::task::spawn_blocking(move || encode(&merged).map(|b| (b, merged.num_rows())))
+        let file = tokio::task::spawn_blocking(move || encode(&merged))
             .await
             .map_err(|e| Error::State(format!("compaction encoder panicked: {e}")))??;
-        let output = add(&rel, bytes.0.len(), bytes.1);
-        store.put_durable(&format!("{table}/{rel}"), bytes.0.into()).await?;
+        let output = add(&rel, file.bytes.len(), file.stats);
+        store.put_durable(&format!("{table}/{rel}"), file.bytes.into()).await?;
         match log.replace(store, &group, vec![output]).await? {
             Some(_) => {
                 done.compacted_files += group.len();
@@ -193,7 +194,7 @@ mod tests {
         let logical = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
         let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
         for i in 0..250 {
-            let file = add(&format!("date=2026-11-27/hour=1/f{i}.parquet"), 100, 1);
+            let file = add(&format!("date=2026-11-27/hour=1/f{i}.parquet"), 100, crate::delta::stats::rows_only(1));
             log.commit(&store, vec![file], vec![], None, serde_json::json!({})).await.unwrap();
         }
         let before = Snapshot::load(&store, "t").await.unwrap();
@@ -224,7 +225,7 @@ mod tests {
         let logical = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
         let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
         for i in 0..5 {
-            let file = add(&format!("date=2026-11-27/hour=1/f{i}.parquet"), 100, 1);
+            let file = add(&format!("date=2026-11-27/hour=1/f{i}.parquet"), 100, crate::delta::stats::rows_only(1));
             log.commit(&store, vec![file], vec![], None, serde_json::json!({})).await.unwrap();
         }
         let pointer = br#"{"version":3,"size":9}"#.to_vec();

@@ -7,11 +7,13 @@
 
 pub mod action;
 pub mod checkpoint;
+pub mod evolve;
 pub mod log;
 pub mod maintain;
 pub mod protocol;
 pub mod schema;
 pub mod snapshot;
+pub mod stats;
 pub mod table;
 pub mod visible;
 

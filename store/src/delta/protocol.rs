@@ -92,7 +92,7 @@ mod tests {
         let v = Snapshot::load(&store, "t").await.unwrap().version.unwrap() + 1;
         assert!(store.put_if_absent(&commit_key("t", v), upgrade(&["appendOnly"]).into()).await.unwrap());
         for i in 0..100 {
-            let file = add(&format!("date=2026-11-27/hour=1/f{i}.parquet"), 100, 1);
+            let file = add(&format!("date=2026-11-27/hour=1/f{i}.parquet"), 100, crate::delta::stats::rows_only(1));
             log.commit(&store, vec![file], vec![], None, serde_json::json!({})).await.unwrap();
         }
         let snap = Snapshot::load(&store, "t").await.unwrap();
@@ -102,7 +102,7 @@ mod tests {
 
         let v = snap.version.unwrap() + 1;
         assert!(store.put_if_absent(&commit_key("t", v), upgrade(&["deletionVectors"]).into()).await.unwrap());
-        let file = add("date=2026-11-27/hour=1/late.parquet", 100, 1);
+        let file = add("date=2026-11-27/hour=1/late.parquet", 100, crate::delta::stats::rows_only(1));
         let err = log.commit(&store, vec![file], vec![], None, serde_json::json!({})).await.unwrap_err();
         assert!(err.to_string().contains("deletionVectors"), "{err}");
         assert!(!dir.path().join(format!("t/_delta_log/{:020}.json", v + 1)).exists(), "a commit was written");

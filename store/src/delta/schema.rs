@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, ListArray, RecordBatch, make_array};
+use arrow::array::{Array, ArrayRef, AsArray, ListArray, RecordBatch, RecordBatchOptions, make_array, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef, TimeUnit};
 use serde_json::{Value, json};
@@ -128,16 +128,23 @@ pub fn to_storage(batch: &RecordBatch) -> Result<RecordBatch> {
     convert(batch, storage_schema(&batch.schema()))
 }
 
-/// A batch read from a file, back in the table's own types.
+/// A batch read from a file, back in the table's own types. Columns are
+/// matched by name: a column the file lacks (written before it was added)
+/// reads as null, a column the table does not know (added by another engine
+/// or a newer ingero) is left out.
 pub fn to_logical(batch: &RecordBatch, logical: &SchemaRef) -> Result<RecordBatch> {
-    if batch.schema().fields().len() != logical.fields().len() {
-        return Err(Error::State(format!(
-            "a file has {} columns, the table {}",
-            batch.num_columns(),
-            logical.fields().len()
-        )));
-    }
-    convert(batch, logical.clone())
+    let file = batch.schema();
+    let columns = logical
+        .fields()
+        .iter()
+        .map(|f| match file.index_of(f.name()) {
+            Ok(i) => convert_array(batch.column(i), f.data_type()),
+            Err(_) if f.is_nullable() => Ok(new_null_array(f.data_type(), batch.num_rows())),
+            Err(_) => Err(Error::State(format!("a file lacks column `{}`, which is required", f.name()))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let rows = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(logical.clone(), columns, &rows)?)
 }
 
 #[cfg(test)]
@@ -199,6 +206,28 @@ mod tests {
         assert_eq!(back.column(0).as_primitive::<arrow::datatypes::UInt32Type>().value(0), 4_000_000_000);
         let l = back.column(1).as_list::<i32>().value(0);
         assert_eq!(l.as_primitive::<arrow::datatypes::UInt8Type>().values(), &[1, 200, 128]);
+    }
+
+    #[test]
+    fn columns_are_matched_by_name_missing_ones_read_as_null() {
+        let file = Arc::new(Schema::new(vec![
+            Field::new("extra", DataType::Utf8, true),
+            Field::new("pid", DataType::Int64, false),
+        ]));
+        let b = RecordBatch::try_new(
+            file,
+            vec![Arc::new(StringArray::from(vec!["x", "y"])), Arc::new(arrow::array::Int64Array::from(vec![1, 2]))],
+        )
+        .unwrap();
+        let logical = Arc::new(Schema::new(vec![
+            Field::new("pid", DataType::UInt32, false),
+            Field::new("gpu", DataType::UInt64, true),
+        ]));
+        let back = to_logical(&b, &logical).unwrap();
+        assert_eq!(back.column(0).as_primitive::<arrow::datatypes::UInt32Type>().values(), &[1, 2]);
+        assert_eq!(back.column(1).null_count(), 2, "rows written before the column existed");
+        let required = Arc::new(Schema::new(vec![Field::new("gpu", DataType::UInt64, false)]));
+        assert!(to_logical(&b, &required).unwrap_err().to_string().contains("lacks column `gpu`"));
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub struct TableLog {
 
 /// The `add` of a file already written at `rel` (relative to the table
 /// directory, `date=…/hour=…/name.parquet`).
-pub fn add(rel: &str, size: usize, rows: usize) -> Add {
+pub fn add(rel: &str, size: usize, stats: String) -> Add {
     let mut partition_values = BTreeMap::new();
     for part in rel.split('/') {
         if let Some((k, v)) = part.split_once('=')
@@ -40,7 +40,7 @@ pub fn add(rel: &str, size: usize, rows: usize) -> Add {
         size: size as i64,
         modification_time: chrono::Utc::now().timestamp_millis(),
         data_change: true,
-        stats: Some(format!("{{\"numRecords\":{rows}}}")),
+        stats: Some(stats),
     }
 }
 
@@ -103,7 +103,7 @@ impl TableLog {
             "engineInfo": format!("ingero/{}", env!("CARGO_PKG_VERSION")),
             "ingero": info,
         })));
-        if let Some(meta) = self.schema_update() {
+        if let Some(meta) = self.schema_update()? {
             actions.push(Action::MetaData(meta));
         }
         actions.extend(txns.into_iter().map(|t| Action::Txn(Txn { last_updated: Some(now), ..t })));
@@ -170,14 +170,18 @@ impl TableLog {
         }
     }
 
-    /// The table's metadata with our schema, when the log holds another
-    /// one: a table written before unsigned columns were widened (u8 as
-    /// `byte`) is moved to the wide types by the first commit of wide files,
-    /// so outside engines read them under the right type.
-    fn schema_update(&self) -> Option<MetaData> {
-        let current = self.snapshot.metadata.as_ref()?;
-        (current.schema_string != self.schema_string)
-            .then(|| MetaData { schema_string: self.schema_string.clone(), ..current.clone() })
+    /// The table's metadata with our columns merged in ([`super::evolve::merge`]),
+    /// when that changes it: a new nullable column of a newer ingero, or a
+    /// table written before unsigned columns were widened (u8 as `byte`),
+    /// moved to the wide types by the first commit of wide files so outside
+    /// engines read them under the right type.
+    fn schema_update(&self) -> Result<Option<MetaData>> {
+        let Some(current) = self.snapshot.metadata.as_ref() else { return Ok(None) };
+        if current.schema_string == self.schema_string {
+            return Ok(None);
+        }
+        let merged = super::evolve::merge(&self.snapshot.table, &current.schema_string, &self.schema_string)?;
+        Ok(merged.map(|schema_string| MetaData { schema_string, ..current.clone() }))
     }
 
     async fn checkpoint_if_due(&self, store: &Store, version: u64) {
