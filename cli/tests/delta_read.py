@@ -33,6 +33,8 @@ def check_stats(path, dt):
                     done["wrong"].append([a["path"], c, "nulls", a[f"null_count.{c}"], col.null_count])
             if pa.types.is_list(col.type) or pa.types.is_boolean(col.type):
                 continue
+            if pa.types.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
             mm = pc.min_max(col).as_py()
             for kind, stat, real, ok in (("min", lo, mm["min"], lambda s, r: s <= r),
                                          ("max", hi, mm["max"], lambda s, r: s >= r)):
