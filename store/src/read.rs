@@ -3,6 +3,7 @@
 //! tests; the query engine uses DataFusion over the same files.
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use ingero_model::Table;
 use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -28,13 +29,18 @@ pub async fn list_prefix(store: &Store, name: &str) -> Result<Vec<(String, u64)>
 
 /// Reads every row of a table.
 pub async fn read_table(store: &Store, table: Table) -> Result<Vec<RecordBatch>> {
-    let schema = table.schema();
+    read_named(store, table.name(), &table.schema()).await
+}
+
+/// Reads every row of the named table (a signal tier, `ingest_batches`)
+/// under its schema.
+pub async fn read_named(store: &Store, name: &str, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
     let mut out = Vec::new();
-    for (key, _) in list_files(store, table).await? {
+    for (key, _) in list_prefix(store, name).await? {
         let bytes = store.object_store.get(&key.as_str().into()).await?.bytes().await?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()?;
         for b in reader {
-            out.push(to_logical(&b?, &schema)?);
+            out.push(to_logical(&b?, schema)?);
         }
     }
     Ok(out)
