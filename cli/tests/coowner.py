@@ -45,8 +45,10 @@ def append(r):
     rows = pq.read_table(os.path.join(path, a["path"])).slice(0, 3)
     rows = rows.set_column(rows.schema.get_field_index("node"), "node",
                            pa.array([f"outside-{r}"] * rows.num_rows, pa.string()))
-    rows = rows.append_column("date", pa.array([a["partition.date"]] * rows.num_rows, pa.string()))
-    rows = rows.append_column("hour", pa.array([a["partition.hour"]] * rows.num_rows, pa.string()))
+    schema = pa.schema(dt.schema().to_arrow())
+    for p in ("date", "hour"):  # typed (date, integer) or, in older tables, strings
+        ty = schema.field(p).type
+        rows = rows.append_column(p, pa.array([a[f"partition.{p}"]] * rows.num_rows).cast(ty))
     write_deltalake(path, rows, mode="append")
     out["appended_rows"] += rows.num_rows
 

@@ -6,12 +6,15 @@
 //! column another engine or a newer ingero added is kept, and our rows read
 //! as null there); then each of our columns the table lacks, nullable (rows
 //! already written read as null). A column we store wider than the table
-//! holds it (u8 once stored as `byte`, now `short`) takes our type. Anything
+//! holds it (u8 once stored as `byte`, now `short`) takes our type; the
+//! partition columns keep the table's type (`string` in tables created
+//! before they were typed). Anything
 //! else that would change a column, or a required column our files lack, is
 //! refused: writing would make the table wrong for every reader.
 
 use serde_json::Value;
 
+use super::schema::PARTITION_COLUMNS;
 use crate::error::{Error, Result};
 
 /// The merged `schemaString`, or `None` when the table already has it.
@@ -26,6 +29,9 @@ pub fn merge(table: &str, current: &str, ours: &str) -> Result<Option<String>> {
         let name = f["name"].as_str().unwrap_or_default();
         match mine.iter().find(|m| m["name"] == f["name"]) {
             Some(m) if m["type"] == f["type"] => merged.push(f.clone()),
+            // Partition values are text in the log whatever the column's
+            // type: a table created with `string` partitions keeps them.
+            Some(_) if PARTITION_COLUMNS.contains(&name) => merged.push(f.clone()),
             Some(m) if widens(&f["type"], &m["type"]) => {
                 let mut f = f.clone();
                 f["type"] = m["type"].clone();
@@ -113,6 +119,25 @@ mod tests {
         assert_eq!(fields(&merged)[3]["nullable"], true, "old rows have no value for it");
         assert_eq!(merge("t", &merged, &ours).unwrap(), None, "merging again changes nothing");
         assert_eq!(merge("t", &ours, &ours).unwrap(), None);
+    }
+
+    #[test]
+    fn string_partitions_of_older_tables_stay_strings() {
+        let logical = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "node",
+            arrow::datatypes::DataType::Utf8,
+            false,
+        )]);
+        let ours = crate::delta::schema::schema_string(&logical).unwrap();
+        let mut old: Value = serde_json::from_str(&ours).unwrap();
+        for f in old["fields"].as_array_mut().unwrap() {
+            if f["name"] == "date" || f["name"] == "hour" {
+                assert_ne!(f["type"], "string", "typed in new tables");
+                f["type"] = json!("string");
+            }
+        }
+        let old = old.to_string();
+        assert_eq!(merge("t", &old, &ours).unwrap(), None);
     }
 
     /// A table written by an older ingero gains a column with the first

@@ -27,6 +27,12 @@ use crate::error::{Error, Result};
 /// Hive partition columns of every table (`date=YYYY-MM-DD/hour=HH`).
 pub const PARTITION_COLUMNS: [&str; 2] = ["date", "hour"];
 
+/// Their Delta types in tables created now (`hour=07` is the integer 7), so
+/// engines compare them as dates and numbers. Tables created before keep
+/// `string` ([`super::evolve::merge`]): the values in the log are the same
+/// text either way.
+pub const PARTITION_TYPES: [&str; 2] = ["date", "integer"];
+
 /// The Delta type of an Arrow type, through its storage type.
 fn delta_type(dt: &DataType) -> Result<Value> {
     Ok(match storage_type(dt) {
@@ -59,8 +65,8 @@ pub fn schema_string(logical: &Schema) -> Result<String> {
             "metadata": {},
         }));
     }
-    for p in PARTITION_COLUMNS {
-        fields.push(json!({"name": p, "type": "string", "nullable": true, "metadata": {}}));
+    for (p, ty) in PARTITION_COLUMNS.iter().zip(PARTITION_TYPES) {
+        fields.push(json!({"name": p, "type": ty, "nullable": true, "metadata": {}}));
     }
     Ok(json!({"type": "struct", "fields": fields}).to_string())
 }
@@ -185,6 +191,7 @@ mod tests {
         assert_eq!(delta["fields"][1]["type"], "long");
         assert_eq!(delta["fields"][3]["type"]["elementType"], "short");
         assert_eq!(delta["fields"][4]["name"], "date");
+        assert_eq!((&delta["fields"][4]["type"], &delta["fields"][5]["type"]), (&json!("date"), &json!("integer")));
     }
 
     #[test]
