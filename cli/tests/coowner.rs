@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Other engines as co-owners of the store: delta-rs compacts, vacuums,
 //! appends and checkpoints a table while `ingero serve` commits to it.
+//! Then ingero's own maintenance compacts and vacuums the same table.
 //! Nothing is lost or duplicated, both sides keep working, and delta-rs,
 //! Polars and DuckDB count what ingero counts.
 
 mod fixtures;
 
 use std::process::Command;
+use std::time::Duration;
 
 use fixtures::*;
 use ingero_analysis::query::QueryEngine;
@@ -16,6 +18,8 @@ use ingero_server::Server;
 use ingero_sim::loadgen::synth_tables;
 use ingero_store::StoreOptions;
 use ingero_store::read::read_table;
+use ingero_store::retention::Retention;
+use ingero_store::upkeep;
 
 const NODES: usize = 3;
 const ROWS: usize = 16;
@@ -52,7 +56,9 @@ async fn delta_rs_compacts_vacuums_and_appends_while_ingero_commits() {
         .map(|n| IngestClient::new(&server.grpc_url(), &format!("gpu-{n}"), RetryPolicy::default()).unwrap())
         .collect();
     let now = chrono::Utc::now().timestamp_micros();
-    let t0 = now - now % 1_000_000 - 600_000_000;
+    // Two hours back: a settled hour, which ingero's own compaction takes
+    // on after delta-rs (reading the files delta-rs wrote).
+    let t0 = now - now % 3_600_000_000 - 2 * 3_600_000_000;
     let (mut acked, mut w) = (0, 0);
     for _ in 0..4 {
         acked += push_round(&server, &mut clients, t0, w).await;
@@ -88,6 +94,9 @@ async fn delta_rs_compacts_vacuums_and_appends_while_ingero_commits() {
     server.shutdown().await.unwrap();
 
     let store = ingero_store::Store::open(&ingero_store::StoreUrl::parse(&url).unwrap(), &Default::default()).unwrap();
+    let u = upkeep::run(&store, Duration::ZERO, &Retention::FOREVER, |t| t == "call_windows").await.unwrap();
+    eprintln!("ingero did: {u:?}");
+    assert!(u.compacted_files >= 8 && u.deleted_files > 0, "ingero compacted and vacuumed after delta-rs: {u:?}");
     let rows = read_table(&store, Table::CallWindows).await.unwrap();
     let mut keys = call_keys(&rows);
     assert_eq!(keys.len() as u64, acked as u64 + appended, "ours {acked} + delta-rs's {appended} ({w} windows)");
