@@ -63,9 +63,11 @@ impl Snapshot {
                 self.files.remove(&r.path);
                 self.tombstones.insert(r.path, r.deletion_timestamp.unwrap_or(0));
             }
+            // The latest `txn` of an app is its version (the protocol's
+            // rule); this writer never writes one below the current
+            // ([`super::TableLog::try_commit`]), so latest is also highest.
             Action::Txn(t) => {
-                let v = self.txns.entry(t.app_id).or_insert(t.version);
-                *v = (*v).max(t.version);
+                self.txns.insert(t.app_id, t.version);
             }
             Action::MetaData(m) => self.metadata = Some(m),
             Action::Protocol(p) => self.protocol = Some(p),

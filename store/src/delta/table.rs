@@ -106,7 +106,14 @@ impl TableLog {
         if let Some(meta) = self.schema_update()? {
             actions.push(Action::MetaData(meta));
         }
-        actions.extend(txns.into_iter().map(|t| Action::Txn(Txn { last_updated: Some(now), ..t })));
+        // Never below the version the table holds: another writer may have
+        // stored later batches of a node first, and a reader takes the
+        // latest txn as the app's version.
+        let floor = |t: &Txn| self.snapshot.txns.get(&t.app_id).copied().unwrap_or(i64::MIN);
+        actions.extend(
+            txns.into_iter()
+                .map(|t| Action::Txn(Txn { version: t.version.max(floor(&t)), last_updated: Some(now), ..t })),
+        );
         actions.extend(adds.into_iter().map(Action::Add));
         let body = action::encode(&actions);
         let next = self.snapshot.version.map_or(0, |v| v + 1);
@@ -220,6 +227,29 @@ fn table_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A late commit of a node's older batches does not move its version
+    /// back; and a log another engine wrote with a lower later txn reads as
+    /// that later one (the protocol's "latest").
+    #[tokio::test]
+    async fn txn_versions_are_the_latest_and_never_written_lower() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
+        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let logical = Schema::new(vec![Field::new("node", DataType::Utf8, false)]);
+        let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
+        let txn = |v| Txn { app_id: "node:a".into(), version: v, last_updated: None };
+        log.commit(&store, vec![], vec![txn(100)], None, serde_json::json!({})).await.unwrap();
+        let v = log.commit(&store, vec![], vec![txn(95)], None, serde_json::json!({})).await.unwrap().unwrap();
+        let body = store.object_store.get(&store.key(&commit_key("t", v))).await.unwrap();
+        let text = String::from_utf8(body.bytes().await.unwrap().to_vec()).unwrap();
+        assert!(text.contains("\"version\":100"), "{text}");
+        assert_eq!(Snapshot::load(&store, "t").await.unwrap().txns["node:a"], 100);
+
+        let foreign = "{\"txn\":{\"appId\":\"node:a\",\"version\":7}}\n";
+        assert!(store.put_if_absent(&commit_key("t", v + 1), foreign.into()).await.unwrap());
+        assert_eq!(Snapshot::load(&store, "t").await.unwrap().txns["node:a"], 7, "the latest txn, not the highest");
+    }
     use crate::{StoreOptions, StoreUrl};
     use arrow::datatypes::{DataType, Field};
     use object_store::ObjectStoreExt;
