@@ -227,6 +227,9 @@ fn table_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{StoreOptions, StoreUrl};
+    use arrow::datatypes::{DataType, Field};
+    use object_store::ObjectStoreExt;
 
     /// A late commit of a node's older batches does not move its version
     /// back; and a log another engine wrote with a lower later txn reads as
@@ -250,9 +253,6 @@ mod tests {
         assert!(store.put_if_absent(&commit_key("t", v + 1), foreign.into()).await.unwrap());
         assert_eq!(Snapshot::load(&store, "t").await.unwrap().txns["node:a"], 7, "the latest txn, not the highest");
     }
-    use crate::{StoreOptions, StoreUrl};
-    use arrow::datatypes::{DataType, Field};
-    use object_store::ObjectStoreExt;
 
     /// A table created when u8 columns were stored as `byte` moves to the
     /// wide types with its next commit, keeping its id and partitioning.
