@@ -25,12 +25,6 @@ const NODES: usize = 3;
 const ROWS: usize = 16;
 const ROUNDS: usize = 6;
 
-async fn count(engine: &QueryEngine, q: &str) -> u64 {
-    let b = engine.sql(q).await.unwrap();
-    let col = arrow::compute::cast(b[0].column(0), &arrow::datatypes::DataType::UInt64).unwrap();
-    col.as_any().downcast_ref::<arrow::array::UInt64Array>().unwrap().value(0)
-}
-
 /// One window of every node, pushed and committed; returns call_windows rows acknowledged.
 async fn push_round(server: &Server, clients: &mut [IngestClient], t0: i64, w: usize) -> usize {
     for (n, c) in clients.iter_mut().enumerate() {
@@ -104,15 +98,15 @@ async fn delta_rs_compacts_vacuums_and_appends_while_ingero_commits() {
     keys.dedup();
     assert_eq!(keys.len() as u64, acked as u64 + appended, "a row was stored twice");
     let engine = QueryEngine::open(&store, Default::default()).await.unwrap();
-    let ours = count(&engine, "SELECT count(*) FROM call_windows WHERE node LIKE 'gpu-%'").await;
-    let outside = count(&engine, "SELECT count(*) FROM call_windows WHERE node LIKE 'outside-%'").await;
+    let ours = sql_u64(&engine, "SELECT count(*) FROM call_windows WHERE node LIKE 'gpu-%'").await;
+    let outside = sql_u64(&engine, "SELECT count(*) FROM call_windows WHERE node LIKE 'outside-%'").await;
     assert_eq!((ours, outside), (acked as u64, appended));
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/delta_read.py");
     let out = Command::new("python3").args([script, data.to_str().unwrap(), "call_windows", "count"]).output().unwrap();
     assert!(out.status.success(), "delta_read.py: {}", String::from_utf8_lossy(&out.stderr));
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let sum = count(&engine, "SELECT sum(count) FROM call_windows").await;
+    let sum = sql_u64(&engine, "SELECT sum(count) FROM call_windows").await;
     for e in ["deltalake", "polars", "duckdb"] {
         assert_eq!(got["call_windows"][e], acked as u64 + appended, "{e}: {got}");
         assert_eq!(got["call_windows"][format!("{e}_sum")], sum, "{e}: {got}");

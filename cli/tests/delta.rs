@@ -31,12 +31,6 @@ const NODES: usize = 8;
 const BATCHES: usize = 14;
 const ROWS: usize = 64;
 
-async fn sql_u64(engine: &QueryEngine, q: &str) -> u64 {
-    let b = engine.sql(q).await.unwrap();
-    let col = arrow::compute::cast(b[0].column(0), &arrow::datatypes::DataType::UInt64).unwrap();
-    col.as_any().downcast_ref::<arrow::array::UInt64Array>().unwrap().value(0)
-}
-
 /// Every node's batches, prepared once (so a re-send is the same node and sequence).
 fn batches() -> Vec<Vec<PushRequest>> {
     let now = chrono::Utc::now().timestamp_micros();

@@ -17,12 +17,6 @@ fn ingero(args: &[String]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()
 }
 
-async fn sql_u64(engine: &QueryEngine, q: &str) -> u64 {
-    let b = engine.sql(q).await.unwrap();
-    let col = arrow::compute::cast(b[0].column(0), &arrow::datatypes::DataType::UInt64).unwrap();
-    col.as_any().downcast_ref::<arrow::array::UInt64Array>().unwrap().value(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backfill_writes_tiers_and_history_flags_the_injected_node() {
     let dir = tempfile::tempdir().unwrap();

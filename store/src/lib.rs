@@ -11,6 +11,8 @@ pub mod bulk;
 pub mod commit;
 pub mod delta;
 pub mod error;
+#[cfg(test)]
+mod fixtures;
 pub mod flush;
 pub mod handle;
 pub(crate) mod layout;

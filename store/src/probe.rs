@@ -64,13 +64,10 @@ fn refused(store: &Store, e: object_store::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{StoreOptions, StoreUrl};
 
     #[tokio::test]
     async fn a_local_store_honours_it_and_keeps_no_probe_object() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
-        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let (dir, store) = crate::fixtures::temp_store();
         put_if_absent(&store, "http://replica-0:7070").await.unwrap();
         let left = std::fs::read_dir(dir.path().join(PROBE_DIR)).unwrap().count();
         assert_eq!(left, 0, "the probe object was not removed");

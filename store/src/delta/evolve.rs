@@ -150,11 +150,8 @@ mod tests {
         use arrow::datatypes::{DataType, Field, Schema, UInt64Type};
 
         use crate::delta::{TableLog, maintain, schema, stats, table};
-        use crate::{Store, StoreOptions, StoreUrl};
 
-        let dir = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
-        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let (_dir, store) = crate::fixtures::temp_store();
         let old = Arc::new(Schema::new(vec![Field::new("node", DataType::Utf8, false)]));
         let new = Arc::new(Schema::new(vec![
             Field::new("node", DataType::Utf8, false),

@@ -180,7 +180,6 @@ pub async fn cleanup_log(store: &Store, table: &str, retention: Duration) -> Res
 mod tests {
     use super::*;
     use crate::delta::log::Snapshot;
-    use crate::{StoreOptions, StoreUrl};
     use arrow::datatypes::{DataType, Field, Schema};
 
     /// 250 commits (checkpoints at 100 and 200): cleanup keeps what a fresh
@@ -188,9 +187,7 @@ mod tests {
     /// reads the same before and after.
     #[tokio::test]
     async fn an_aged_log_is_cut_at_its_checkpoint_and_the_table_reads_the_same() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
-        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let (dir, store) = crate::fixtures::temp_store();
         let logical = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
         let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
         for i in 0..250 {
@@ -219,9 +216,7 @@ mod tests {
     /// back to the whole log instead of failing or reading too little.
     #[tokio::test]
     async fn a_stale_last_checkpoint_falls_back_to_the_whole_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
-        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let (_dir, store) = crate::fixtures::temp_store();
         let logical = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
         let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
         for i in 0..5 {

@@ -79,12 +79,9 @@ mod tests {
         use crate::delta::action::{self, Action};
         use crate::delta::log::{Snapshot, commit_key};
         use crate::delta::table::{TableLog, add};
-        use crate::{Store, StoreOptions, StoreUrl};
         use arrow::datatypes::{DataType, Field, Schema};
 
-        let dir = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
-        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let (dir, store) = crate::fixtures::temp_store();
         let logical = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
         let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
         log.commit(&store, vec![], vec![], None, serde_json::json!({})).await.unwrap();

@@ -42,8 +42,9 @@ pub fn of(batch: &RecordBatch) -> String {
     .to_string()
 }
 
-/// The `stats` JSON of a file whose columns are not summarised.
-pub fn rows_only(rows: usize) -> String {
+/// The `stats` JSON of a file whose columns are not summarised (tests).
+#[cfg(test)]
+pub(crate) fn rows_only(rows: usize) -> String {
     format!("{{\"numRecords\":{rows}}}")
 }
 

@@ -227,7 +227,6 @@ fn table_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{StoreOptions, StoreUrl};
     use arrow::datatypes::{DataType, Field};
     use object_store::ObjectStoreExt;
 
@@ -236,9 +235,7 @@ mod tests {
     /// that later one (the protocol's "latest").
     #[tokio::test]
     async fn txn_versions_are_the_latest_and_never_written_lower() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
-        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let (_dir, store) = crate::fixtures::temp_store();
         let logical = Schema::new(vec![Field::new("node", DataType::Utf8, false)]);
         let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
         let txn = |v| Txn { app_id: "node:a".into(), version: v, last_updated: None };
@@ -258,9 +255,7 @@ mod tests {
     /// wide types with its next commit, keeping its id and partitioning.
     #[tokio::test]
     async fn an_old_tables_schema_is_widened_by_the_next_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
-        let store = Store::open(&url, &StoreOptions::default()).unwrap();
+        let (_dir, store) = crate::fixtures::temp_store();
         let logical = Schema::new(vec![Field::new("hist_bucket", DataType::new_list(DataType::UInt8, false), false)]);
         let old = schema_string(&logical).unwrap().replace("\"short\"", "\"byte\"");
         assert!(old.contains("\"byte\""));
