@@ -8,6 +8,7 @@ pub mod check;
 pub(crate) mod cost;
 pub(crate) mod detacher;
 pub mod error;
+pub(crate) mod exits;
 pub mod heap;
 pub mod loop_config;
 pub(crate) mod metrics;

@@ -67,6 +67,10 @@ pub struct ProbeLoop {
     last_call_us: HashMap<u32, i64>,
     /// Process events of the current window (exec, exit, fork, OOM).
     events: Vec<ProcEvent>,
+    /// Processes that exited in the last window, forgotten after the next:
+    /// the calls a process makes between a window's flip and its exit land
+    /// in the next window's half, after its exit event was handled.
+    exited: Vec<u32>,
     /// Processes to scan again shortly after an exec or fork.
     follow_ups: Vec<(Instant, u32)>,
     next_scan: Instant,
@@ -126,6 +130,7 @@ impl ProbeLoop {
             described: HashMap::new(),
             last_call_us: HashMap::new(),
             events: Vec::new(),
+            exited: Vec::new(),
             follow_ups: Vec::new(),
             next_scan: Instant::now() + cfg.rescan,
             last_counters: Counters::default(),
@@ -452,19 +457,17 @@ impl ProbeLoop {
         crate::progress::collect(&in_flight, &self.last_call_us, now, window_end, crate::progress::proc_state)
     }
 
-    /// Drops what is cached about processes that exited.
+    /// Drops what is cached about processes that exited before this window.
     fn forget_exited(&mut self) {
         let _rt = Unpreempted::for_maps(&self.probes.features);
-        for e in self.events.drain(..) {
-            if e.kind == PROC_EXIT {
-                self.attr.forget(e.tgid);
-                self.probes.forget(e.tgid);
-                self.baselines.forget(&mut self.probes.ebpf, e.tgid);
-                self.stacks.forget(e.tgid);
-                self.described.remove(&e.tgid);
-                self.last_call_us.remove(&e.tgid);
-                self.over_goal.forget(e.tgid);
-            }
+        for pid in crate::exits::exited_before(&mut self.exited, self.events.drain(..)) {
+            self.attr.forget(pid);
+            self.probes.forget(pid);
+            self.baselines.forget(&mut self.probes.ebpf, pid);
+            self.stacks.forget(pid);
+            self.described.remove(&pid);
+            self.last_call_us.remove(&pid);
+            self.over_goal.forget(pid);
         }
         // Exits lost to a full ring buffer, and reused pids, are caught here:
         // cached state stays bounded by the processes alive now.

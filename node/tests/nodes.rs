@@ -273,6 +273,49 @@ async fn threads_and_exits_keep_their_meaning() {
     assert!(off_ms < 3000.0, "off-CPU {off_ms} ms");
 }
 
+/// A process that calls until the moment it exits: its last calls can land
+/// in the window after the one its exit event is handled in, and they still
+/// carry its cgroup and name (the e2e once stored such calls under no pod).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_made_until_the_exit_keep_their_process() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("lastcalls");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let mut args = store_args(dir.path(), &cg);
+    // Short windows: many window ends fall between a process's last call and its exit.
+    args.retain(|a| !a.starts_with("--window="));
+    args.push("--window=100ms".into());
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    const N: u64 = 20_000;
+    let mut pids = Vec::new();
+    for _ in 0..30 {
+        let w = Workload::start(&wl, &lib, &["open", &format!("call:cudaLaunchKernel:{N}:0")], &cg);
+        pids.push(w.pid());
+        w.wait();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let log = agent.stop();
+    use std::os::unix::fs::MetadataExt;
+    let want = std::fs::metadata(&cg.0).unwrap().ino();
+    let calls = rows(dir.path(), Table::CallWindows).await;
+    let mut wrong = Vec::new();
+    for b in &calls {
+        let p = b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>();
+        let comm = b.column_by_name("comm").unwrap().as_string::<i32>();
+        let id = b.column_by_name("cgroup_id").unwrap().as_primitive::<UInt64Type>();
+        let n = b.column_by_name("count").unwrap().as_primitive::<UInt64Type>();
+        for i in (0..b.num_rows()).filter(|&i| id.value(i) != want || comm.value(i) != "workload") {
+            wrong.push((p.value(i), comm.value(i).to_string(), id.value(i), n.value(i)));
+        }
+    }
+    assert!(wrong.is_empty(), "calls stored without their process (pid, comm, cgroup_id, count): {wrong:?}\n{log}");
+    for pid in pids {
+        assert_eq!(calls_of(&calls, pid).get("cudaLaunchKernel").map(|c| c.0), Some(N), "pid {pid}\n{log}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_a_private_cgroup_namespace_other_cgroups_resolve() {
     if !can_trace() {

@@ -6,7 +6,7 @@ pub(crate) mod cgroup;
 pub(crate) mod environ;
 pub(crate) mod podresources;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,6 +84,8 @@ pub(crate) struct Attributor {
     /// The root of the agent's cgroup namespace within it (/proc paths are relative to it).
     cgroup_root: PathBuf,
     procs: HashMap<u32, ProcInfo>,
+    /// Cached processes found gone at the last prune.
+    gone: HashSet<u32>,
     watch: Option<PodWatch>,
     gpus: Option<Gpus>,
     /// This window's pods by UID.
@@ -98,6 +100,7 @@ impl Attributor {
             cgroup_mount: cgroup_root,
             cgroup_root: ns_root,
             procs: HashMap::new(),
+            gone: HashSet::new(),
             watch: None,
             gpus: None,
             pods: HashMap::new(),
@@ -197,15 +200,27 @@ impl Attributor {
         self.procs.len()
     }
 
-    /// Drops processes that are gone or whose pid now names another
-    /// process (a lost exit event, pid reuse); returns the pids dropped.
-    /// Called after a window is built, so a process's last rows keep its name.
+    /// Drops processes whose pid now names another process (pid reuse),
+    /// and those found gone at the last prune too (a lost exit event: its
+    /// last calls may land in the window after it is first found gone, as
+    /// `crate::exits` explains); returns the pids dropped. Called after a
+    /// window is built, so a process's last rows keep its name.
     pub(crate) fn prune(&mut self) -> Vec<u32> {
-        let stale: Vec<u32> =
-            self.procs.iter().filter(|(pid, p)| start_time(**pid) != Some(p.start_time)).map(|(pid, _)| *pid).collect();
+        let mut stale = Vec::new();
+        let mut gone = HashSet::new();
+        for (pid, p) in &self.procs {
+            match start_time(*pid) {
+                Some(t) if t == p.start_time => {}
+                None if !self.gone.contains(pid) => {
+                    gone.insert(*pid);
+                }
+                _ => stale.push(*pid),
+            }
+        }
         for pid in &stale {
             self.procs.remove(pid);
         }
+        self.gone = gone;
         stale
     }
 }
@@ -279,5 +294,22 @@ mod tests {
         assert!(s.starts_with("ab éé"));
         // Invalid UTF-8 is replaced, never a panic.
         assert_eq!(join_args(b"a\xff\0b"), "a\u{fffd} b");
+    }
+
+    #[test]
+    fn a_gone_process_is_kept_one_prune_and_a_reused_pid_none() {
+        let mut a = Attributor::new(PathBuf::from("/sys/fs/cgroup"));
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        a.get(pid);
+        let me = std::process::id();
+        a.get(me).start_time += 1; // as if our pid had been reused
+        assert_eq!(a.prune(), vec![me], "a reused pid is dropped at once");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(a.prune().is_empty(), "gone once: kept for its last calls");
+        assert_eq!(a.get(pid).comm, "sleep");
+        assert_eq!(a.prune(), vec![pid]);
+        assert_eq!(a.len(), 0);
     }
 }
