@@ -460,6 +460,10 @@ impl ProbeLoop {
     /// Drops what is cached about processes that exited before this window.
     fn forget_exited(&mut self) {
         let _rt = Unpreempted::for_maps(&self.probes.features);
+        // No progress rows for a process that is gone (its facts stay a window).
+        for e in self.events.iter().filter(|e| e.kind == PROC_EXIT) {
+            self.last_call_us.remove(&e.tgid);
+        }
         for pid in crate::exits::exited_before(&mut self.exited, self.events.drain(..)) {
             self.attr.forget(pid);
             self.probes.forget(pid);
