@@ -2,7 +2,7 @@
 """Reads a trace with Perfetto's own published protos (PyPI `perfetto`:
 perfetto_trace_pb2) and prints what a viewer would show, as JSON: every
 track with its path from the root, its slices (begin/end paired per track,
-as trace_processor does) and its counter values. Fails on a slice end
+as trace_processor does), its instants and its counter values. Fails on a slice end
 without a begin, an event on an undeclared track, or a packet of another kind.
 Assertions are the Rust test's (cli/tests/export.rs).
 
@@ -28,6 +28,7 @@ for packet in trace.packet:
             "description": d.description,
             "counter_unit": d.counter.unit_name if d.HasField("counter") else None,
             "slices": [],
+            "instants": [],
             "counters": [],
         }
     elif packet.HasField("track_event"):
@@ -46,6 +47,9 @@ for packet in trace.packet:
             depth = len(open_slices[e.track_uuid])
             t["slices"].append({"name": name, "ts": begin, "dur": ts - begin, "depth": depth,
                                 "categories": cats, "args": args})
+        elif e.type == pb.TrackEvent.TYPE_INSTANT:
+            args = {a.name: getattr(a, a.WhichOneof("value")) for a in e.debug_annotations if a.WhichOneof("value")}
+            t["instants"].append({"name": e.name, "ts": ts, "categories": list(e.categories), "args": args})
         elif e.type == pb.TrackEvent.TYPE_COUNTER:
             assert t["counter_unit"] is not None, f"counter value on a slice track {t['name']}"
             t["counters"].append([ts, e.double_counter_value])

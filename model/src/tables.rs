@@ -156,9 +156,9 @@ columns! {
     #[derive(Debug, Clone, PartialEq)]
     HostEventRow<'a> for HostEvents {
         event_time: TimestampUs, "µs since epoch, UTC", "When it happened";
-        kind: &'a str, "", "oom_kill, exec, exit, fork, mem_pressure, swap; reference_chain for a diagnosis stored in an imported trace";
-        value: i64, "kind-specific", "oom_kill: victim pages; exit: exit status, or 128 + the signal that killed it (137 SIGKILL, 134 SIGABRT), as Kubernetes reports it; fork: child pid (new processes only, never threads); mem_pressure/swap: bytes";
-        detail: Option<&'a str>, "", "Free text: victim name, new binary path, … (reference_chain: the chain as JSON)";
+        kind: &'a str, "", "oom_kill, exec, exit, fork, mem_pressure, swap; in an imported trace also reference_chain (a diagnosis it stored) and annotation (a label set its job wrote: a step, an epoch)";
+        value: i64, "kind-specific", "oom_kill: victim pages; annotation: span length in ns (0: an instant); exit: exit status, or 128 + the signal that killed it (137 SIGKILL, 134 SIGABRT), as Kubernetes reports it; fork: child pid (new processes only, never threads); mem_pressure/swap: bytes";
+        detail: Option<&'a str>, "", "Free text: victim name, new binary path, … (reference_chain: the chain as JSON; annotation: its labels as a JSON object)";
     }
 }
 

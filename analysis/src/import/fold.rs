@@ -60,6 +60,12 @@ pub struct FoldStats {
     pub calls: BTreeMap<String, u64>,
     pub discarded_calls: u64,
     pub skipped: BTreeMap<String, u64>,
+    /// Time of the first and last event (ns; 0 without events).
+    pub first_ns: i64,
+    pub last_ns: i64,
+    /// Annotations imported, and rows left out as malformed.
+    pub annotations: usize,
+    pub bad_annotations: u64,
 }
 
 #[derive(Debug)]
@@ -116,12 +122,24 @@ impl<'a> Folder<'a> {
         }
     }
 
+    /// Threads known from the rest of a rolled-over set: a process's thread
+    /// count (and so its thread time) is the whole trace's, as one file's.
+    pub(crate) fn seed_threads(&mut self, threads: &HashMap<u32, HashSet<u32>>) {
+        for (pid, tids) in threads {
+            self.threads.entry(*pid).or_default().extend(tids);
+        }
+    }
+
     fn win(&self, ts: i64) -> i64 {
         ts.div_euclid(self.window_ns) * self.window_ns
     }
 
     pub(crate) fn event(&mut self, e: Event) {
         self.stats.events += 1;
+        if self.stats.events == 1 {
+            self.stats.first_ns = e.ts_ns;
+        }
+        self.stats.last_ns = e.ts_ns;
         self.span = (self.span.0.min(e.ts_ns), self.span.1.max(e.ts_ns));
         if e.pid == 0 {
             return;
@@ -271,6 +289,7 @@ impl<'a> Folder<'a> {
     /// Every table, ready to write.
     pub(crate) fn finish(mut self) -> Result<(Tables, FoldStats)> {
         self.discarded();
+        self.stats.annotations = self.part.annotations.len();
         let mut windows: HashSet<i64> = HashSet::new();
         let mut medians: HashMap<(i64, i64), Histogram> = HashMap::new();
         let mut out = vec![
@@ -371,7 +390,8 @@ impl<'a> Folder<'a> {
         Ok(t.finish()?)
     }
 
-    /// Host events, and the source's own diagnoses as `reference_chain` rows.
+    /// Host events, the job's annotations as `annotation` rows, and the
+    /// source's own diagnoses as `reference_chain` rows.
     fn host_events(&self) -> Result<RecordBatch> {
         let mut t = BatchBuilder::new(Table::HostEvents);
         for (ts, pid, kind, value, detail) in &self.host {
@@ -380,6 +400,19 @@ impl<'a> Folder<'a> {
                 c.comm = "node".into();
             }
             let row = HostEventRow { event_time: TimestampUs(ts / 1000), kind, value: *value, detail: Some(detail) };
+            t.append(&c, &row)?;
+        }
+        for a in &self.part.annotations {
+            let mut c = self.common(a.pid, self.win(a.ts_ns));
+            if a.pid == 0 {
+                c.comm = "annotation".into();
+            }
+            let row = HostEventRow {
+                event_time: TimestampUs(a.ts_ns / 1000),
+                kind: "annotation",
+                value: a.span_ns,
+                detail: Some(&a.labels),
+            };
             t.append(&c, &row)?;
         }
         for ch in &self.part.chains {

@@ -7,7 +7,7 @@
 //! (its process names and stacks shared, its minute aggregates dropped):
 //! such a file is read as one part per node.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
@@ -77,6 +77,23 @@ pub(crate) struct Event {
     pub world_size: Option<i32>,
 }
 
+/// 0.10+ (`annotations`): a label set the user's job wrote (a training
+/// step, an epoch), at an instant or over a span, for one process or
+/// trace-wide (pid 0).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Annotation {
+    /// The instant, or the span's start.
+    pub ts_ns: i64,
+    /// Span length; 0 for an instant.
+    pub span_ns: i64,
+    pub pid: u32,
+    /// The labels as a JSON object of strings, keys sorted.
+    pub labels: String,
+}
+
+/// Longest label set kept (the source caps labels at ingest; a file is still hostile input).
+const MAX_LABELS_BYTES: usize = 4096;
+
 /// The source product's own diagnosis.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
 pub(crate) struct RefChain {
@@ -107,6 +124,9 @@ pub(crate) struct Trace {
     pub cgroups: HashMap<u64, CgroupMeta>,
     pub aggregates: Vec<Aggregate>,
     pub chains: Vec<RefChain>,
+    pub annotations: Vec<Annotation>,
+    /// Annotation rows left out: labels not a JSON object of strings, or too long.
+    pub bad_annotations: u64,
     pub events: u64,
     /// 0.9+: the nodes named in `events.node`, sorted; empty before.
     pub nodes: Vec<String>,
@@ -129,6 +149,8 @@ pub(crate) struct Part {
     pub names: HashMap<u32, String>,
     pub aggregates: Vec<Aggregate>,
     pub chains: Vec<RefChain>,
+    /// Trace-wide: a merged file's annotations name no node, so every node carries them.
+    pub annotations: Vec<Annotation>,
     pub session: Option<Session>,
 }
 
@@ -192,6 +214,8 @@ impl Trace {
             cgroups: HashMap::new(),
             aggregates: Vec::new(),
             chains: Vec::new(),
+            annotations: Vec::new(),
+            bad_annotations: 0,
             events: 0,
             nodes: Vec::new(),
             columns: Columns::default(),
@@ -246,8 +270,16 @@ impl Trace {
         if has("causal_chains") {
             self.chains = read_chains(c, cols("causal_chains")?.iter().any(|c| c == "node"))?;
         }
+        if has("annotations") {
+            (self.annotations, self.bad_annotations) = read_annotations(c)?;
+        }
         self.events = c.query_row("SELECT COUNT(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
         Ok(())
+    }
+
+    /// 0.9+: rows carry their node.
+    pub(crate) fn names_nodes(&self) -> bool {
+        self.columns.node
     }
 
     /// One part per node the file names, or the whole file as one part.
@@ -260,6 +292,7 @@ impl Trace {
                 names: self.names.clone(),
                 aggregates: self.aggregates.clone(),
                 chains: self.chains.clone(),
+                annotations: self.annotations.clone(),
                 session: self.session.clone(),
             };
             return Ok(vec![p]);
@@ -274,6 +307,7 @@ impl Trace {
                 names,
                 aggregates: if single { self.aggregates.clone() } else { Vec::new() },
                 chains: self.chains.iter().filter(|c| c.node == *n || (single && c.node.is_empty())).cloned().collect(),
+                annotations: self.annotations.clone(),
                 session: self.session.clone().filter(|s| single || s.node == *n),
             });
         }
@@ -293,6 +327,21 @@ impl Trace {
             .map_err(err)?;
         let rows = stmt.query_map([node], |r| Ok((r.get::<_, i64>(0)? as u32, r.get(1)?))).map_err(err)?;
         rows.collect::<rusqlite::Result<_>>().map_err(err)
+    }
+
+    /// The threads of each process of `node` (all nodes for None).
+    pub(crate) fn threads(&self, node: Option<&str>) -> Result<HashMap<u32, HashSet<u32>>> {
+        let err = |e: rusqlite::Error| Error::Import { path: self.path.clone(), reason: e.to_string() };
+        let filter = if node.is_some() && self.columns.node { "WHERE node = ?1" } else { "" };
+        let mut stmt = self.conn.prepare(&format!("SELECT DISTINCT pid, tid FROM events {filter}")).map_err(err)?;
+        let params: Vec<&str> = if filter.is_empty() { vec![] } else { node.into_iter().collect() };
+        let mut out: HashMap<u32, HashSet<u32>> = HashMap::new();
+        let mut rows = stmt.query(rusqlite::params_from_iter(params)).map_err(err)?;
+        while let Some(r) = rows.next().map_err(err)? {
+            let (pid, tid) = (r.get::<_, i64>(0).map_err(err)?, r.get::<_, i64>(1).map_err(err)?);
+            out.entry(pid as u32).or_default().insert(tid as u32);
+        }
+        Ok(out)
     }
 
     /// Streams the events of `node` (all of them for None) in time order;
@@ -385,6 +434,42 @@ fn read_aggregates(c: &Connection) -> rusqlite::Result<Vec<Aggregate>> {
             })
         })?
         .collect::<rusqlite::Result<_>>()
+}
+
+/// The annotations, oldest first; rows whose labels are not a JSON object
+/// of strings (or are longer than [`MAX_LABELS_BYTES`]) are counted and left out.
+fn read_annotations(c: &Connection) -> rusqlite::Result<(Vec<Annotation>, u64)> {
+    let mut stmt =
+        c.prepare("SELECT timestamp, labels, pid, span_start, span_end FROM annotations ORDER BY timestamp")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, r.get::<_, i64>(4)?))
+    })?;
+    let (mut out, mut bad) = (Vec::new(), 0u64);
+    for row in rows {
+        let (ts, labels, pid, start, end) = row?;
+        match canonical_labels(&labels) {
+            Some(labels) if u32::try_from(pid).is_ok() => {
+                let span = start > 0 && end >= start;
+                out.push(Annotation {
+                    ts_ns: if span { start } else { ts },
+                    span_ns: if span { end - start } else { 0 },
+                    pid: pid as u32,
+                    labels,
+                });
+            }
+            _ => bad += 1,
+        }
+    }
+    Ok((out, bad))
+}
+
+/// `{"k": "v", …}` with keys sorted, or None for anything else.
+fn canonical_labels(raw: &str) -> Option<String> {
+    if raw.len() > MAX_LABELS_BYTES {
+        return None;
+    }
+    let map: std::collections::BTreeMap<String, String> = serde_json::from_str(raw).ok()?;
+    (!map.is_empty()).then(|| serde_json::to_string(&map).ok()).flatten()
 }
 
 /// The diagnoses the source product stored.

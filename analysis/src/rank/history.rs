@@ -10,6 +10,7 @@ use arrow::datatypes::{Float64Type, Int64Type};
 use std::collections::HashMap;
 
 use super::detector::{Detector, DetectorConfig};
+use super::overlap::Overlap;
 use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
@@ -110,8 +111,10 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
     let batches =
         if tier == Tier::Minute { coarse } else { tiers::read(store, tier, req.start_us, req.end_us).await? };
     let mut det = Detector::new(cfg);
-    replay(&mut det, &batches, &req, bin_us)?;
+    let mut overlap = Overlap::default();
+    replay(&mut det, &mut overlap, &batches, &req, bin_us)?;
     let mut r = Ranking::from_detector(&det, req.job.as_deref(), "history");
+    r.unranked = overlap.unranked();
     r.timeline = Timeline::from_detector(&det, req.job.as_deref(), req.start_us.div_euclid(bin_us) * bin_us, bin_us);
     Ok(r)
 }
@@ -136,7 +139,13 @@ fn extent(batches: &[RecordBatch], start_us: i64, end_us: i64) -> Result<Option<
 
 /// Feeds tier rows to the detector bin by bin, in time order, so only a few
 /// bins are pending at once (a day of 10,000 nodes would not fit otherwise).
-fn replay(det: &mut Detector, batches: &[RecordBatch], req: &HistoryRequest, bin_us: i64) -> Result<()> {
+fn replay(
+    det: &mut Detector,
+    overlap: &mut Overlap,
+    batches: &[RecordBatch],
+    req: &HistoryRequest,
+    bin_us: i64,
+) -> Result<()> {
     let first = req.start_us.div_euclid(bin_us);
     let bins = ((req.end_us - 1).div_euclid(bin_us) - first + 1).max(0) as usize;
     let views: Vec<TierBatch<'_>> = batches.iter().map(TierBatch::new).collect::<ingero_store::Result<_>>()?;
@@ -162,6 +171,13 @@ fn replay(det: &mut Detector, batches: &[RecordBatch], req: &HistoryRequest, bin
             let covered = e.window_ns + r.signals.window_ns;
             e.merge(&r.signals);
             e.window_ns = covered;
+        }
+        let mut by_job: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (job, node) in merged.keys() {
+            by_job.entry(job).or_default().push(node);
+        }
+        for (job, nodes) in by_job {
+            overlap.bin(job, &nodes);
         }
         for ((job, node), s) in merged {
             det.add(NodeWindowKey { job: job.to_string(), node: node.to_string(), window_start_us: bin }, &s);
@@ -196,13 +212,15 @@ pub async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorC
     let req = &req;
     let bin_ns = req.bin_us() as f64 * 1e3;
     let mut det = Detector::new(cfg);
+    let mut overlap = Overlap::default();
     for (kind, sql) in queries(req) {
         for b in engine.sql(&sql).await? {
-            feed(&mut det, kind, &b, bin_ns)?;
+            feed(&mut det, &mut overlap, kind, &b, bin_ns)?;
         }
     }
     det.drain();
     let mut r = Ranking::from_detector(&det, req.job.as_deref(), "history");
+    r.unranked = overlap.unranked();
     r.timeline = Timeline::from_detector(
         &det,
         req.job.as_deref(),
@@ -222,7 +240,7 @@ fn signal_columns(kind: &str) -> &'static [&'static str] {
     }
 }
 
-fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) -> Result<()> {
+fn feed(det: &mut Detector, overlap: &mut Overlap, kind: &str, b: &RecordBatch, bin_ns: f64) -> Result<()> {
     let (job, node, bin) = (b.strings("job")?, b.strings("node")?, b.primitives::<Int64Type>("bin")?);
     let cols = signal_columns(kind).iter().map(|c| b.primitives::<Float64Type>(c)).collect::<Result<Vec<_>>>()?;
     let v = |c: usize, i: usize| if cols[c].is_null(i) { 0.0 } else { cols[c].value(i) };
@@ -244,6 +262,7 @@ fn feed(det: &mut Detector, kind: &str, b: &RecordBatch, bin_ns: f64) -> Result<
             "io" => s.io_ns = v(0, i),
             _ => s.mem_events = v(0, i),
         }
+        overlap.add(job.value(i), node.value(i), bin.value(i));
         let key = NodeWindowKey {
             job: job.value(i).to_string(),
             node: node.value(i).to_string(),

@@ -5,3 +5,4 @@
 pub use ingero_server::rank::*;
 
 pub mod history;
+pub(crate) mod overlap;

@@ -240,7 +240,7 @@ impl Collector<'_> {
     async fn events(&mut self) -> Result<()> {
         let ev = self
             .sql(&format!(
-                "SELECT CAST(event_time AS BIGINT) AS t, kind, value, detail, comm FROM {HOST_EVENTS} WHERE {} ORDER BY t LIMIT 500",
+                "SELECT CAST(event_time AS BIGINT) AS t, kind, value, detail, comm FROM {HOST_EVENTS} WHERE {} AND kind <> 'annotation' ORDER BY t LIMIT 500",
                 self.filter
             ))
             .await?;

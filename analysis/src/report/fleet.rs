@@ -359,6 +359,7 @@ mod tests {
             stragglers: vec![standing],
             timeline: Some(tl),
             replicas: Vec::new(),
+            unranked: Vec::new(),
         }
     }
 

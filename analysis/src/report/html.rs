@@ -106,6 +106,7 @@ pub fn render(r: &Report) -> String {
                 (stragglers(r))
                 h2 { "Causal chains" }
                 (chains(r))
+                (steps(r))
                 @if !r.call_sites.is_empty() {
                     h2 { "Where the stalls were made" }
                     // Hand-built SVG and table from flame.rs, which escapes its own text.
@@ -235,6 +236,27 @@ fn chains(r: &Report) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// Step times, where the job labelled its steps.
+fn steps(r: &Report) -> Markup {
+    let Some(s) = &r.steps else { return html! {} };
+    html! {
+        h2 { "Steps (as the job labelled them)" }
+        p { (s.count) " steps, median " (format!("{:.2}", s.median_s)) " s"
+            @if !s.epochs.is_empty() { " · epochs " (s.epochs.join(", ")) }
+            @if s.slowest.is_empty() { " · no step took 1.5× the median or longer" } }
+        @if !s.slowest.is_empty() { table {
+            tr { th { "slowest step" } th { "epoch" } th { "from" } th.num { "seconds" } th.num { "× median" } }
+            @for t in &s.slowest {
+                tr {
+                    td { (t.step) } td { (t.epoch.as_deref().unwrap_or("—")) } td { (t.start) }
+                    td.num { (format!("{:.2}", t.seconds)) }
+                    td.num { @if s.median_s > 0.0 { (format!("{:.1}", t.seconds / s.median_s)) } @else { "—" } }
+                }
+            }
+        } }
     }
 }
 

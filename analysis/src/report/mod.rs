@@ -14,6 +14,7 @@ pub mod html;
 pub(crate) mod reference;
 pub mod sites;
 pub(crate) mod starved;
+pub mod steps;
 pub mod text;
 
 use serde::Serialize;
@@ -73,6 +74,9 @@ pub struct Report {
     /// Where the target's stalls were made (every op), busiest first.
     #[serde(default)]
     pub call_sites: Vec<sites::CallSite>,
+    /// Step times, where the job labelled its steps (imported traces' annotations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<steps::Steps>,
 }
 
 pub async fn build(
@@ -107,6 +111,7 @@ pub async fn build(
         c.explains = explains(c, &summary, &d);
     }
     let reference = reference::judge(&d, &summary, &chains);
+    let steps = steps::collect(engine, &d, start_us, end_us).await?;
     let mut straggler = Vec::new();
     for job in &d.jobs {
         let req = HistoryRequest { start_us, end_us, job: Some(job.clone()), resolution: None };
@@ -131,5 +136,6 @@ pub async fn build(
         ops: d.ops.into_iter().take(20).collect(),
         reference,
         call_sites: call_sites.into_iter().take(20).collect(),
+        steps,
     })
 }

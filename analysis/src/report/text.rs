@@ -83,6 +83,7 @@ pub fn render(r: &Report) -> String {
         );
     }
     chains(&mut o, r);
+    steps(&mut o, r);
     if !r.call_sites.is_empty() {
         let _ = writeln!(o, "Call sites of the stalls");
         let _ = writeln!(o, "{}", "━".repeat(WIDTH));
@@ -148,6 +149,28 @@ fn sites(o: &mut String, sites: &[super::sites::CallSite], indent: &str) {
             let _ = writeln!(o, "{indent}  ↳ … {} more", s.frames.len() - 5);
         }
     }
+}
+
+/// Step times, where the job labelled its steps.
+fn steps(o: &mut String, r: &Report) {
+    let Some(s) = &r.steps else { return };
+    let _ = writeln!(o, "Steps (as the job labelled them)");
+    let _ = writeln!(o, "{}", "━".repeat(WIDTH));
+    let epochs = match s.epochs.len() {
+        0 => String::new(),
+        1 => format!(" in epoch {}", s.epochs[0]),
+        n => format!(" over {n} epochs ({} … {})", s.epochs[0], s.epochs[n - 1]),
+    };
+    wrap(o, "", "  ", &format!("{} steps{epochs}; median {:.2} s.", s.count, s.median_s));
+    if s.slowest.is_empty() {
+        wrap(o, "  ", "    ", "No step took 1.5× the median or longer.");
+    }
+    for t in &s.slowest {
+        let epoch = t.epoch.as_ref().map(|e| format!(" (epoch {e})")).unwrap_or_default();
+        let x = if s.median_s > 0.0 { format!(", {:.1}× the median", t.seconds / s.median_s) } else { String::new() };
+        wrap(o, "  ", "    ", &format!("step {}{epoch}: {:.2} s{x}, from {}", t.step, t.seconds, t.start));
+    }
+    let _ = writeln!(o);
 }
 
 /// The source product's stored diagnoses, one line per distinct one.

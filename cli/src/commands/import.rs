@@ -14,7 +14,9 @@ use ingero_store::Store;
 #[derive(Debug, Args)]
 pub(crate) struct ImportArgs {
     /// SQLite trace files recorded by `ingero trace` (Go, schema ≤ 0.10), or
-    /// made by its `ingero merge` (one node per node the file names).
+    /// made by its `ingero merge` (one node per node the file names). A live
+    /// file brings its rolled-over siblings (`<stem>.<UTC stamp>.db`), oldest
+    /// first, as one trace.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Node name of traces that name none (schema before 0.9); files that
@@ -40,37 +42,64 @@ pub(crate) async fn run(a: ImportArgs) -> CmdResult {
     }
     let store = Store::open(&a.store.store, &a.store.options()).map_err(|e| Failure::Usage(e.to_string()))?;
     let window_ns = a.window.as_nanos() as i64;
+    let sets = import::sets(&a.files).map_err(Failure::lib)?;
     let mut folded = Vec::new();
-    for path in &a.files {
-        let (node, job, p) = (a.node.clone(), a.job.clone(), path.clone());
+    for set in sets {
+        if set.len() > 1 {
+            eprintln!(
+                "{}: one trace in {} files (rolled over), oldest first",
+                set.last().map(|p| p.display().to_string()).unwrap_or_default(),
+                set.len()
+            );
+        }
+        let (node, job) = (a.node.clone(), a.job.clone());
         let parts = tokio::task::spawn_blocking(move || {
-            import::fold_file(&p, node.as_deref(), job, window_ns, |n, total| {
+            import::fold_set(&set, node.as_deref(), job, window_ns, |p, n, total| {
                 eprintln!("  {}: {n}/{total} events", p.display());
             })
         })
         .await?
         .map_err(Failure::lib)?;
         for f in parts {
-            let calls: u64 = f.stats.calls.values().sum();
-            eprintln!(
-                "{} (node {}): {} events → {} windows, {} calls ({} counted but not stored by the source), {} reference diagnoses",
-                f.file, f.node, f.stats.events, f.stats.windows, calls, f.stats.discarded_calls, f.reference_chains
-            );
-            if !f.stats.skipped.is_empty() {
-                let s: Vec<String> = f.stats.skipped.iter().map(|(k, v)| format!("{k} {v}")).collect();
-                eprintln!("  not imported (no table for them yet): {}", s.join(", "));
-            }
+            report_folded(&f);
             folded.push(f);
         }
     }
     let files = import::write(&store, &folded).await?;
     let mut nodes: Vec<&str> = folded.iter().map(|f| f.node.as_str()).collect();
+    nodes.sort_unstable();
     nodes.dedup();
     println!(
-        "imported {} trace(s) as node(s) {} into {} ({files} Parquet files)",
-        a.files.len(),
+        "imported {} file(s) as node(s) {} into {} ({files} Parquet files)",
+        folded.iter().map(|f| f.file.as_str()).collect::<std::collections::HashSet<_>>().len(),
         nodes.join(", "),
         store.url
     );
     Ok(())
+}
+
+/// One line per file and node: what was read and what it became.
+fn report_folded(f: &import::Folded) {
+    let calls: u64 = f.stats.calls.values().sum();
+    eprintln!(
+        "{} (node {}): {} events → {} windows, {} calls ({} counted but not stored by the source), {} reference diagnoses, {} annotations",
+        f.file,
+        f.node,
+        f.stats.events,
+        f.stats.windows,
+        calls,
+        f.stats.discarded_calls,
+        f.reference_chains,
+        f.stats.annotations
+    );
+    if f.stats.bad_annotations > 0 {
+        eprintln!(
+            "  {} annotation row(s) left out: labels not a JSON object of strings, or over 4 KiB",
+            f.stats.bad_annotations
+        );
+    }
+    if !f.stats.skipped.is_empty() {
+        let s: Vec<String> = f.stats.skipped.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        eprintln!("  not imported (no table for them yet): {}", s.join(", "));
+    }
 }

@@ -107,8 +107,22 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
     let mut o = format!("{:<16} {:<14} {:>6} {:<4} {:<8} {}\n", "NODE", "JOB", "SCORE", "FLAG", "SINCE", "TOP SIGNAL");
     let empty = vec![];
     let list = r["stragglers"].as_array().unwrap_or(&empty);
-    if list.is_empty() {
+    let unranked = r["unranked"].as_array().unwrap_or(&empty);
+    if list.is_empty() && unranked.is_empty() {
         o.push_str("no node deviates from its job\n");
+    }
+    for u in unranked {
+        let nodes: Vec<&str> = u["nodes"].as_array().into_iter().flatten().filter_map(|n| n.as_str()).collect();
+        let mut named = nodes.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+        if nodes.len() > 3 {
+            named.push_str(&format!(" and {} more", nodes.len() - 3));
+        }
+        // The reason on its own line: 80 columns.
+        o.push_str(&format!(
+            "job {} ({named}):\n  {}\n",
+            u["job"].as_str().unwrap_or(""),
+            u["reason"].as_str().unwrap_or("not ranked")
+        ));
     }
     let cut = |s: &str, n: usize| {
         if s.chars().count() > n { format!("{}…", s.chars().take(n - 1).collect::<String>()) } else { s.to_string() }

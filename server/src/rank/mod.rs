@@ -33,6 +33,18 @@ pub struct Ranking {
     /// With several replicas: each one and whether it answered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<ReplicaAnswer>,
+    /// Jobs whose nodes could not be ranked against each other (history:
+    /// imported nodes recorded at different times share no window).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unranked: Vec<Unranked>,
+}
+
+/// A job left out of the ranking, and why.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Unranked {
+    pub job: String,
+    pub nodes: Vec<String>,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
@@ -100,6 +112,7 @@ impl Ranking {
             stragglers: d.standings(job, 1.0),
             timeline: None,
             replicas: Vec::new(),
+            unranked: Vec::new(),
         }
     }
 }

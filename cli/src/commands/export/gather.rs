@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, Int64Type, UInt64Type};
 
 use crate::commands::{CmdResult, SourceArgs, sql};
 use ingero_analysis::query::{quote, time_predicate};
-use ingero_model::table::names::{CALL_WINDOWS, SCHED_WINDOWS, STALL_EVENTS};
+use ingero_model::table::names::{CALL_WINDOWS, HOST_EVENTS, SCHED_WINDOWS, STALL_EVENTS};
 
 /// Which rows: a time range, optionally one job and some nodes.
 #[derive(Debug, Clone)]
@@ -50,6 +50,17 @@ pub(crate) struct Process {
     pub calls: Vec<[i64; 3]>,
     /// Outlier calls by thread.
     pub stalls: BTreeMap<i64, Vec<Stall>>,
+    /// What the job wrote about itself (imported traces): steps, epochs.
+    pub annotations: Vec<Annotation>,
+}
+
+/// One annotation: its labels at an instant (span 0) or over a span.
+#[derive(Debug, Clone)]
+pub(crate) struct Annotation {
+    pub start_us: i64,
+    pub span_ns: i64,
+    /// (key, value), sorted by key.
+    pub labels: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -208,4 +219,29 @@ pub(crate) async fn stalls(
         }
     }
     Ok((kept, found))
+}
+
+/// The annotations in scope (trace-wide ones under pid 0).
+pub(crate) async fn annotations(source: &SourceArgs, scope: &Scope, nodes: &mut Nodes) -> CmdResult<usize> {
+    let f = scope.filter("event_time");
+    let q = format!(
+        "SELECT {COMMON}, event_time, value, detail FROM {HOST_EVENTS} WHERE kind = 'annotation' AND {f} ORDER BY event_time"
+    );
+    let mut n = 0;
+    for b in sql::batches(source, &q).await? {
+        let cols = Cols::of(&b);
+        let (t, span, detail) = (ints(&b, "event_time"), ints(&b, "value"), strs(&b, "detail"));
+        for i in 0..b.num_rows() {
+            let labels: BTreeMap<String, String> =
+                detail[i].as_deref().and_then(|d| serde_json::from_str(d).ok()).unwrap_or_default();
+            let a = Annotation {
+                start_us: t[i].unwrap_or(0),
+                span_ns: span[i].unwrap_or(0).max(0),
+                labels: labels.into_iter().collect(),
+            };
+            process(nodes, i, &cols).annotations.push(a);
+            n += 1;
+        }
+    }
+    Ok(n)
 }

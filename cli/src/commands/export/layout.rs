@@ -105,6 +105,9 @@ fn straggler_tracks(l: &mut Layout, node_track: u64, node: &str, ranking: &Value
 type Points = Vec<(i64, i64, f64)>;
 
 fn process_name(pid: i64, p: &Process) -> String {
+    if pid == 0 {
+        return "job-wide annotations".into();
+    }
     let mut s = format!("{} {pid}", if p.comm.is_empty() { "pid" } else { &p.comm });
     if let Some(pod) = &p.pod {
         s.push_str(&format!(" · {pod}"));
@@ -148,6 +151,7 @@ fn process_tracks(l: &mut Layout, node_track: u64, pid: i64, p: &Process) {
             }
         }
     }
+    annotation_track(l, pt, p);
     for (tid, stalls) in &p.stalls {
         let name = if *tid == pid { format!("thread {tid} (main)") } else { format!("thread {tid}") };
         let tt = l.builder.track(Some(pt), &name, None);
@@ -175,4 +179,32 @@ fn process_tracks(l: &mut Layout, node_track: u64, pid: i64, p: &Process) {
             .collect();
         l.builder.slices(tt, slices);
     }
+}
+
+/// What the job wrote about itself: spans as slices, instants as marks,
+/// named by their labels (`step=12 epoch=1`).
+fn annotation_track(l: &mut Layout, parent: u64, p: &Process) {
+    if p.annotations.is_empty() {
+        return;
+    }
+    let t = l.builder.track(Some(parent), "annotations", None);
+    let mut spans = Vec::new();
+    for a in &p.annotations {
+        let name: Vec<String> = a.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let args = a.labels.iter().map(|(k, v)| arg(k, v.as_str())).collect();
+        let start = ns(a.start_us);
+        if a.span_ns > 0 {
+            let end = start + a.span_ns as u64;
+            spans.push(Slice {
+                start_ns: start,
+                end_ns: end,
+                name: name.join(" "),
+                category: "annotation".into(),
+                args,
+            });
+        } else {
+            l.builder.instant(t, start, name.join(" "), "annotation", args);
+        }
+    }
+    l.builder.slices(t, spans);
 }

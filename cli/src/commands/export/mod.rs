@@ -76,6 +76,7 @@ pub(crate) async fn run(a: ExportArgs) -> CmdResult {
     gather::windows(&a.source, &scope, &mut nodes).await?;
     eprintln!("reading outlier calls…");
     let (kept, found) = gather::stalls(&a.source, &scope, a.max_slices, &mut nodes).await?;
+    let marks = gather::annotations(&a.source, &scope, &mut nodes).await?;
     if nodes.is_empty() {
         return Err(Failure::Usage(format!(
             "no data{}{} between {} and {}: check --since, --job, --node and --store/--server",
@@ -98,8 +99,8 @@ pub(crate) async fn run(a: ExportArgs) -> CmdResult {
     let bytes = trace.builder.encode();
     std::fs::write(&a.out, &bytes).map_err(|e| anyhow::anyhow!("writing {}: {e}", a.out.display()))?;
     eprintln!(
-        "wrote {} ({} KiB): {} node(s), {} process(es), {} outlier call(s){}, {} counter value(s), {} straggler span(s); \
-         open it in https://ui.perfetto.dev",
+        "wrote {} ({} KiB): {} node(s), {} process(es), {} outlier call(s){}, {} counter value(s), {} straggler span(s), \
+         {marks} annotation(s); open it in https://ui.perfetto.dev",
         a.out.display(),
         bytes.len().div_ceil(1024),
         nodes.len(),

@@ -81,6 +81,7 @@ pub(crate) struct DebugAnnotation {
 
 const SLICE_BEGIN: i32 = 1;
 const SLICE_END: i32 = 2;
+const INSTANT: i32 = 3;
 const COUNTER: i32 = 4;
 const LEXICOGRAPHIC: i32 = 1;
 /// One writer: every packet on one sequence.
@@ -222,6 +223,19 @@ impl Builder {
         while let Some(end) = open.pop() {
             self.end(track, end);
         }
+    }
+
+    /// A mark at one instant (a zero-length event Perfetto draws as an arrow).
+    pub(crate) fn instant(&mut self, track: u64, ts: u64, name: String, category: &str, args: Vec<DebugAnnotation>) {
+        let e = TrackEvent {
+            r#type: Some(INSTANT),
+            track_uuid: Some(track),
+            name: Some(name),
+            categories: vec![category.into()],
+            debug_annotations: args,
+            ..Default::default()
+        };
+        self.event(ts, e);
     }
 
     fn end(&mut self, track: u64, ts: u64) {

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Training steps as the job labelled them (`annotation` host events of
+//! an imported trace, labels `step` and `epoch`): how long each step took,
+//! the median, and the slowest, so a stall can be read against steps.
+//!
+//! A step's time is its span where the job wrote spans, else the time to
+//! the next step's mark of the same process (the last mark has no end).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use arrow::array::Array;
+use arrow::datatypes::{Int64Type, UInt32Type};
+use serde::Serialize;
+
+use super::data::ReportData;
+use crate::error::Result;
+use crate::query::columns::Columns;
+use crate::query::{QueryEngine, time_predicate};
+use ingero_model::table::names::HOST_EVENTS;
+use ingero_model::time::rfc3339;
+
+/// Steps shown as the slowest: at most 3, each at least 1.5× the median.
+const SLOWEST: usize = 3;
+const SLOW_X: f64 = 1.5;
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Steps {
+    pub count: usize,
+    pub median_s: f64,
+    /// Epoch labels seen, in order of first appearance.
+    pub epochs: Vec<String>,
+    /// The slowest steps that took at least 1.5× the median, slowest first.
+    pub slowest: Vec<StepTime>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct StepTime {
+    pub step: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+    pub start: String,
+    pub seconds: f64,
+}
+
+/// (pid, start µs, span ns, labels) of one annotation.
+type Mark = (u32, i64, i64, BTreeMap<String, String>);
+
+/// The steps of the report's processes (and the job-wide marks) on its nodes.
+pub(crate) async fn collect(engine: &QueryEngine, d: &ReportData, start_us: i64, end_us: i64) -> Result<Option<Steps>> {
+    if d.nodes.is_empty() {
+        return Ok(None);
+    }
+    let nodes = d.nodes.iter().map(|n| crate::query::quote(n)).collect::<Vec<_>>().join(", ");
+    let pids = d.pids.iter().map(|p| p.to_string()).chain(["0".to_string()]).collect::<Vec<_>>().join(", ");
+    let q = format!(
+        "SELECT pid, CAST(event_time AS BIGINT) AS t, value, detail FROM {HOST_EVENTS} \
+         WHERE kind = 'annotation' AND node IN ({nodes}) AND pid IN ({pids}) AND {} ORDER BY t",
+        time_predicate("event_time", start_us, end_us)
+    );
+    let mut marks: Vec<Mark> = Vec::new();
+    for b in engine.sql(&q).await? {
+        let (pid, t, v, detail) = (
+            b.primitives::<UInt32Type>("pid")?,
+            b.primitives::<Int64Type>("t")?,
+            b.primitives::<Int64Type>("value")?,
+            b.strings("detail")?,
+        );
+        for i in 0..b.num_rows() {
+            let labels = (!detail.is_null(i)).then(|| serde_json::from_str(detail.value(i)).ok()).flatten();
+            marks.push((pid.value(i), t.value(i), v.value(i), labels.unwrap_or_default()));
+        }
+    }
+    Ok(summarize(&marks))
+}
+
+/// Step times from marks sorted by time.
+pub(crate) fn summarize(marks: &[Mark]) -> Option<Steps> {
+    let mut epochs: Vec<String> = Vec::new();
+    for e in marks.iter().filter_map(|m| m.3.get("epoch")) {
+        if !epochs.contains(e) {
+            epochs.push(e.clone());
+        }
+    }
+    let steps: Vec<&Mark> = marks.iter().filter(|m| m.3.contains_key("step")).collect();
+    let mut times: Vec<StepTime> = Vec::new();
+    let pids: BTreeSet<u32> = steps.iter().map(|m| m.0).collect();
+    for pid in pids {
+        let mine: Vec<&&Mark> = steps.iter().filter(|m| m.0 == pid).collect();
+        for (k, m) in mine.iter().enumerate() {
+            let ns = if m.2 > 0 { Some(m.2) } else { mine.get(k + 1).map(|n| (n.1 - m.1) * 1000) };
+            if let Some(ns) = ns.filter(|ns| *ns > 0) {
+                times.push(StepTime {
+                    step: m.3["step"].clone(),
+                    epoch: m.3.get("epoch").cloned(),
+                    start: rfc3339(m.1),
+                    seconds: ns as f64 / 1e9,
+                });
+            }
+        }
+    }
+    if times.is_empty() {
+        return None;
+    }
+    let mut secs: Vec<f64> = times.iter().map(|t| t.seconds).collect();
+    secs.sort_by(f64::total_cmp);
+    let median_s = secs[secs.len() / 2];
+    let count = times.len();
+    times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    times.retain(|t| t.seconds >= median_s * SLOW_X);
+    times.truncate(SLOWEST);
+    Some(Steps { count, median_s, epochs, slowest: times })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(pid: u32, t_s: i64, span_s: i64, labels: &[(&str, &str)]) -> Mark {
+        let l = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        (pid, t_s * 1_000_000, span_s * 1_000_000_000, l)
+    }
+
+    #[test]
+    fn step_times_run_to_the_next_mark_of_the_same_process_or_are_spans() {
+        let mut m = Vec::new();
+        // pid 7: steps 1-4 two seconds apart, step 3 takes six.
+        for (s, t) in [("1", 0), ("2", 2), ("3", 4), ("4", 10)] {
+            m.push(mark(7, t, 0, &[("step", s), ("epoch", "0")]));
+        }
+        // pid 8 interleaved: its own marks, never paired with pid 7's.
+        m.push(mark(8, 1, 0, &[("step", "1")]));
+        m.push(mark(8, 3, 0, &[("step", "2")]));
+        // A span, and a mark with no step.
+        m.push(mark(9, 20, 5, &[("step", "x"), ("epoch", "1")]));
+        m.push(mark(0, 0, 30, &[("epoch", "0")]));
+        m.sort_by_key(|x| x.1);
+        let s = summarize(&m).unwrap();
+        assert_eq!(s.count, 5, "{s:?}"); // 3 of pid 7, 1 of pid 8, 1 span
+        assert_eq!(s.epochs, vec!["0", "1"]);
+        assert_eq!(s.slowest[0].step, "3");
+        assert_eq!(s.slowest[0].seconds, 6.0);
+        assert_eq!(s.slowest[1].seconds, 5.0);
+        assert_eq!(s.slowest.len(), 2, "2-s steps are the median, not slow: {s:?}");
+        assert_eq!(s.median_s, 2.0);
+        assert!(summarize(&[mark(0, 0, 0, &[("epoch", "0")])]).is_none());
+    }
+}
