@@ -270,3 +270,28 @@ fn nodes_recorded_at_different_times_are_reported_unranked() {
     assert!(!table.contains("no node deviates"), "{table}");
     assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
 }
+
+/// Real recordings of jobs that are not input-starved (a memory-release
+/// investigation, a vLLM server): no report on their node or on any of
+/// their processes says the GPU starves for input.
+#[tokio::test]
+async fn real_recordings_of_other_kinds_are_never_called_input_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+    for (file, node) in [("pytorch-173382-empty-cache.db", "gpu-p"), ("vllm-37343-logprobs-amplification.db", "gpu-v")] {
+        let store = dir.path().join(node);
+        let s = store.to_str().unwrap();
+        let (ok, out) = ingero(&["import", &format!("{data}/{file}"), "--node", node, "--store", s]);
+        assert!(ok, "{out}");
+        let pids = text(&store, "SELECT DISTINCT pid FROM sched_windows UNION SELECT DISTINCT pid FROM call_windows").await;
+        assert!(pids.len() >= 2, "{file}: {pids:?}");
+        let targets = pids.iter().map(|p| ("--pid", format!("{node}:{p}"))).chain([("--node", node.to_string())]);
+        for (kind, target) in targets {
+            let (ok, out) = ingero(&["report", kind, &target, "--store", s, "--since", SINCE, "--format", "json"]);
+            assert!(ok, "{file} {target}: {out}");
+            let v: Value = serde_json::from_str(&out).unwrap();
+            let causes: Vec<&str> = v["chains"].as_array().unwrap().iter().filter_map(|c| c["cause"].as_str()).collect();
+            assert!(!causes.contains(&"input_bound"), "{file} {target}: {causes:?}");
+        }
+    }
+}
