@@ -15,6 +15,11 @@ use crate::query::columns::Columns;
 use crate::query::{QueryEngine, quote, time_predicate};
 use ingero_model::table::names::{CALL_WINDOWS, HOST_EVENTS, SCHED_WINDOWS};
 
+/// Fewer kernel launches a second than this, with busy workers: starved
+/// whatever the scheduler events say (a trainer fed in time launches
+/// hundreds to thousands a second).
+const STARVED_LAUNCHES_PER_S: f64 = 1.0;
+
 /// A data-loading worker: a child of a traced process that makes no CUDA call.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Worker {
@@ -30,8 +35,17 @@ fn list<T: ToString>(v: &[T]) -> String {
     v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
 }
 
+/// Names that say "data loading" (PyTorch names its DataLoader workers'
+/// threads and pin-memory thread so; other loaders say "loader").
+const LOADER_NAMES: [&str; 4] = ["pt_data", "dataloader", "data_worker", "loader"];
+
 /// The workers of the target's processes in [start_us, end_us): children
-/// from its fork events, with their scheduler rows.
+/// from its fork events; where the trace has none (workers started before
+/// it), processes of the target's container that make no CUDA call and
+/// are named like data loaders or like the trainer (a forked Python worker
+/// keeps its parent's name); where the container is unknown (cgroup 0,
+/// rows folded from a trace's aggregates), by data-loader names only.
+/// With their scheduler rows.
 pub(crate) async fn workers(engine: &QueryEngine, d: &ReportData, start_us: i64, end_us: i64) -> Result<Vec<Worker>> {
     if d.pids.is_empty() || d.nodes.is_empty() {
         return Ok(vec![]);
@@ -50,17 +64,18 @@ pub(crate) async fn workers(engine: &QueryEngine, d: &ReportData, start_us: i64,
     for b in &forks {
         children.extend(b.primitives::<Int64Type>("value")?.values());
     }
-    if children.is_empty() {
-        return Ok(vec![]);
-    }
+    let candidates = if children.is_empty() {
+        format!("({})", same_container(d, &nodes, &time))
+    } else {
+        format!("({})", list(&children))
+    };
     let span_s = (d.series.len() as f64 * d.window_secs).max(d.window_secs);
     let rows = engine
         .sql(&format!(
             "SELECT pid, MAX(comm) AS comm, SUM(CAST(voluntary_switches + involuntary_switches AS DOUBLE)) AS switches, \
              SUM(CAST(on_cpu_ns AS DOUBLE)) AS on_cpu_ns, CAST(COUNT(off_cpu_in_call_ns) AS DOUBLE) AS measured \
-             FROM {SCHED_WINDOWS} WHERE node IN ({nodes}) AND {time} AND pid IN ({}) \
-             AND pid NOT IN (SELECT DISTINCT pid FROM {CALL_WINDOWS} WHERE node IN ({nodes}) AND {time}) GROUP BY pid ORDER BY switches DESC",
-            list(&children)
+             FROM {SCHED_WINDOWS} WHERE node IN ({nodes}) AND {time} AND pid IN {candidates} \
+             AND pid NOT IN (SELECT DISTINCT pid FROM {CALL_WINDOWS} WHERE node IN ({nodes}) AND {time}) GROUP BY pid ORDER BY switches DESC"
         ))
         .await?;
     let mut out = Vec::new();
@@ -80,20 +95,44 @@ pub(crate) async fn workers(engine: &QueryEngine, d: &ReportData, start_us: i64,
     Ok(out)
 }
 
+/// SQL for the pids of the target's containers that may be its workers
+/// (no fork events: they were started before the trace).
+fn same_container(d: &ReportData, nodes: &str, time: &str) -> String {
+    let named =
+        |col: &str| LOADER_NAMES.iter().map(|n| format!("lower({col}) LIKE '%{n}%'")).collect::<Vec<_>>().join(" OR ");
+    let own = d.comms.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ");
+    let own = if own.is_empty() { "FALSE".to_string() } else { format!("w.comm IN ({own})") };
+    let pids = list(&d.pids);
+    let theirs = format!(
+        "SELECT DISTINCT cgroup_id FROM {SCHED_WINDOWS} WHERE node IN ({nodes}) AND {time} AND pid IN ({pids})"
+    );
+    format!(
+        "SELECT DISTINCT w.pid FROM {SCHED_WINDOWS} w WHERE w.node IN ({nodes}) AND {time} AND w.pid NOT IN ({pids}) \
+         AND ((({loader}) AND (w.cgroup_id = 0 OR w.cgroup_id IN ({theirs}))) \
+           OR (w.cgroup_id <> 0 AND {own} AND w.cgroup_id IN ({theirs})))",
+        loader = named("w.comm"),
+    )
+}
+
 /// The chain, when the GPU waits for input the workers are struggling to make.
 pub(crate) fn input_bound(d: &ReportData, s: &Summary, workers: &[Worker]) -> Option<Chain> {
     let switches: f64 = workers.iter().map(|w| w.switches_per_s).sum();
     let cores: f64 = workers.iter().filter_map(|w| w.cores).sum();
     let busy = switches >= 500.0 || cores >= 1.0;
-    // Idle GPU: little time waiting on it, much time waiting in host code.
-    if workers.is_empty() || !busy || s.wait_share >= 0.2 || s.host_offcpu_share < 0.3 {
+    // Over the whole span the target was seen in, gaps included: a trainer
+    // seen in few windows has not launched more for it.
+    let launches = match (d.series.first(), d.series.last()) {
+        (Some(a), Some(b)) => d.launches as f64 / ((b.t_us - a.t_us) as f64 / 1e6 + d.window_secs),
+        _ => 0.0,
+    };
+    // A GPU process (it calls CUDA) whose GPU idles: little time waiting on
+    // it, and much time waiting in host code or hardly a launch at all (a
+    // trace that sampled the trainer's scheduler events still counts its launches).
+    let waiting_for_input = s.host_offcpu_share >= 0.3;
+    let idle = s.wait_share < 0.2 && (waiting_for_input || launches < STARVED_LAUNCHES_PER_S);
+    if d.ops.is_empty() || workers.is_empty() || !busy || !idle {
         return None;
     }
-    let launches = if d.series.is_empty() {
-        0.0
-    } else {
-        d.series.iter().map(|p| p.launches_per_s).sum::<f64>() / d.series.len() as f64
-    };
     let named: Vec<String> = workers
         .iter()
         .take(6)
@@ -105,20 +144,28 @@ pub(crate) fn input_bound(d: &ReportData, s: &Summary, workers: &[Worker]) -> Op
     Some(Chain {
 call_sites: Vec::new(),
         explains: None,
-        severity: if s.host_offcpu_share >= 0.5 { Severity::High } else { Severity::Medium },
+        severity: if s.host_offcpu_share >= 0.5 || launches < STARVED_LAUNCHES_PER_S {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
         cause: "input_bound".into(),
         title: "Input pipeline too slow → the GPU starves".into(),
         root_cause: vec![format!(
-            "{} waits for input {} of the time in host code, while its {} data worker(s) context-switch {:.0} times/s{}: {}",
+            "{} {}, while its {} data worker(s) context-switch {:.0} times/s{}: {}",
             d.comms.first().map_or("the training process", |c| c.as_str()),
-            pct(s.host_offcpu_share),
+            if waiting_for_input {
+                format!("waits for input {} of the time in host code", pct(s.host_offcpu_share))
+            } else {
+                format!("launches only {launches:.1} kernels/s")
+            },
             workers.len(),
             switches,
             if cores > 0.0 { format!(" and use {cores:.1} cores") } else { String::new() },
             named.join("; ")
         )],
         effect: vec![format!(
-            "the GPU is mostly idle: the process waits on it only {} of the time and launches {:.0} kernels/s",
+            "the GPU is mostly idle: the process waits on it only {} of the time and launches {:.1} kernels/s",
             pct(s.wait_share),
             launches
         )],
@@ -135,12 +182,19 @@ call_sites: Vec::new(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::data::Point;
+    use crate::report::data::{OpStat, Point};
+
+    /// Ten 1-s windows, `launches_per_s` in each.
+    fn data_at(launches_per_s: f64) -> ReportData {
+        let series = (0..10).map(|i| Point { t_us: i * 1_000_000, launches_per_s, ..Default::default() }).collect();
+        let ops = vec![OpStat { op: "cudaLaunchKernel".into(), count: 400, ..Default::default() }];
+        let launches = (launches_per_s * 10.0) as u64;
+        let comms = vec!["python3".into()];
+        ReportData { series, pids: vec![7], comms, window_secs: 1.0, ops, launches, ..Default::default() }
+    }
 
     fn data() -> ReportData {
-        let series =
-            (0..10).map(|i| Point { t_us: i * 1_000_000, launches_per_s: 40.0, ..Default::default() }).collect();
-        ReportData { series, pids: vec![7], comms: vec!["python3".into()], window_secs: 1.0, ..Default::default() }
+        data_at(40.0)
     }
 
     fn worker(pid: u32, switches: f64) -> Worker {
@@ -157,7 +211,7 @@ mod tests {
         let root = &c.root_cause[0];
         assert!(root.contains("pt_data_worker (pid 11): 40000 switches/s"), "{root}");
         assert!(root.contains("2 data worker(s) context-switch 78000 times/s"), "{root}");
-        assert!(c.effect[0].contains("launches 40 kernels/s"), "{:?}", c.effect);
+        assert!(c.effect[0].contains("launches 40.0 kernels/s"), "{:?}", c.effect);
         assert!(c.fixes.iter().any(|f| f.contains("persistent_workers")));
     }
 
@@ -172,5 +226,23 @@ mod tests {
         let s = Summary { host_offcpu_share: 0.7, wait_share: 0.03, ..Default::default() };
         assert!(input_bound(&d, &s, &[worker(11, 20.0)]).is_none(), "quiet workers");
         assert!(input_bound(&d, &s, &[]).is_none(), "no workers");
+        let no_cuda = ReportData { ops: vec![], ..data_at(0.0) };
+        assert!(input_bound(&no_cuda, &s, &w).is_none(), "a process that never calls CUDA is no starved trainer");
+    }
+
+    /// The recording the issue describes: 16-28 launches in ~96 s, the
+    /// trainer's scheduler events sampled (little off-CPU seen), its
+    /// workers switching hundreds of thousands of times.
+    #[test]
+    fn hardly_a_launch_with_busy_workers_is_starved_whatever_the_off_cpu_says() {
+        let d = data_at(0.2);
+        let s = Summary { host_offcpu_share: 0.02, wait_share: 0.0, ..Default::default() };
+        let w = [worker(11, 2_500.0), Worker { comm: "pt_data_pin".into(), ..worker(12, 900.0) }];
+        let c = input_bound(&d, &s, &w).expect("a chain");
+        assert_eq!(c.severity, Severity::High);
+        assert!(c.root_cause[0].contains("launches only 0.2 kernels/s"), "{:?}", c.root_cause);
+        assert!(c.root_cause[0].contains("pt_data_pin (pid 12)"), "{:?}", c.root_cause);
+        // Fed in time (40 launches/s) and not waiting: not starved.
+        assert!(input_bound(&data(), &s, &w).is_none());
     }
 }
