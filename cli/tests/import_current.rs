@@ -164,6 +164,14 @@ async fn a_rolled_over_set_imports_as_one_trace_once_with_its_annotations() {
     assert!(text.contains("6 steps in epoch 0; median 2.00 s."), "{text}");
     assert!(text.contains("step 5 (epoch 0): 8.00 s, 4.0× the median"), "{text}");
     assert!(!text.contains("annotation"), "annotations are not host events to list: {text}");
+    let html = dir.path().join("r.html");
+    let args =
+        ["report", "--pid", "gpu-1:30581", "--store", set.to_str().unwrap(), "--since", SINCE, "--format", "html"];
+    let (ok, out) = ingero(&[&args[..], &["--out", html.to_str().unwrap()]].concat());
+    assert!(ok, "{out}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    // The slow step shaded on each of the three charts.
+    assert_eq!(page.matches(r#"class="mk">step 5<"#).count(), 3, "{page}");
 
     // Again, and after the live file rolls over too (renamed after a
     // checkpoint that changes its size; a new empty live file): nothing twice.

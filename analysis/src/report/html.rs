@@ -13,8 +13,36 @@ struct Line<'a> {
     points: Vec<(f64, Option<f64>)>,
 }
 
+/// What the job said about its time, on every chart: its slowest steps as
+/// shaded spans, its epochs' starts as dashed lines (seconds from the first window).
+#[derive(Default)]
+struct Marks {
+    spans: Vec<(f64, f64, String)>,
+    lines: Vec<(f64, String)>,
+}
+
+impl Marks {
+    fn of(r: &Report, x: impl Fn(i64) -> f64) -> Marks {
+        let Some(s) = &r.steps else { return Marks::default() };
+        Marks {
+            spans: s
+                .slowest
+                .iter()
+                .map(|t| (x(t.start_us), x(t.start_us) + t.seconds, format!("step {}", t.step)))
+                .collect(),
+            lines: s
+                .epochs
+                .iter()
+                .zip(&s.epoch_starts_us)
+                .skip(1)
+                .map(|(e, t)| (x(*t), format!("epoch {e}")))
+                .collect(),
+        }
+    }
+}
+
 /// A line chart of time (seconds from the first window) against values.
-fn chart(title: &str, unit: &str, lines: &[Line<'_>]) -> Markup {
+fn chart(title: &str, unit: &str, lines: &[Line<'_>], marks: &Marks) -> Markup {
     let (w, h, l, r, t, b) = (720.0, 220.0, 56.0, 16.0, 28.0, 34.0);
     let xs = lines.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let xmax = xs.fold(1.0f64, f64::max);
@@ -36,6 +64,15 @@ fn chart(title: &str, unit: &str, lines: &[Line<'_>]) -> Markup {
                 }
                 text x=((l + w - r) / 2.0) y=(h - 8.0) class="ax" text-anchor="middle" {
                     "seconds from start (0–" (format!("{xmax:.0}")) ")"
+                }
+                @for (a, z, label) in marks.spans.iter().filter(|m| m.0 >= 0.0 && m.0 <= xmax) {
+                    @let (x0, x1) = (px(*a), px(z.min(xmax)));
+                    rect x=(format!("{x0:.1}")) y=(t) width=(format!("{:.1}", (x1 - x0).max(1.0))) height=(h - t - b) class="slow" {}
+                    text x=(format!("{:.1}", x0 + 2.0)) y=(h - b - 4.0) class="mk" { (label) }
+                }
+                @for (a, label) in marks.lines.iter().filter(|m| m.0 >= 0.0 && m.0 <= xmax) {
+                    line x1=(format!("{:.1}", px(*a))) x2=(format!("{:.1}", px(*a))) y1=(t) y2=(h - b) class="epoch" {}
+                    text x=(format!("{:.1}", px(*a) + 2.0)) y=(t + 20.0) class="mk" { (label) }
                 }
                 @for (k, s) in lines.iter().enumerate() {
                     @let lx = l + 10.0 + 230.0 * k as f64;
@@ -139,6 +176,7 @@ dt{font-weight:600;margin-top:4px} dd{margin:0 0 0 16px} figure{background:#fff;
 svg{width:100%;height:auto} .ct{font-size:13px;font-weight:600;fill:#1b1f24} .ax{font-size:11px;fill:#57606a} .grid{stroke:#eaeef2}
 table{border-collapse:collapse;width:100%;background:#fff} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left;font-size:13px} .num{text-align:right}
 .sites td{vertical-align:top} .callers{color:#57606a;font-size:12px} .fl{font-size:11px;fill:#1b1f24;pointer-events:none} details.where{margin-top:6px} details ol{margin:4px 0;font-size:12px}
+.slow{fill:#bf8700;fill-opacity:.13} .epoch{stroke:#57606a;stroke-dasharray:4 3} .mk{font-size:10px;fill:#57606a}
 .flag{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:6px 10px} .ok{background:#dafbe1;padding:8px;border-radius:6px}
 ";
 
@@ -146,6 +184,7 @@ table{border-collapse:collapse;width:100%;background:#fff} td,th{border:1px soli
 fn charts(r: &Report) -> Markup {
     let t0 = r.series.first().map_or(0, |p| p.t_us);
     let x = |t: i64| (t - t0) as f64 / 1e6;
+    let marks = Marks::of(r, x);
     let node = r.nodes.join(", ");
     let stall = chart(
         "Host stall share of the training threads (run-queue + off-CPU)",
@@ -162,6 +201,7 @@ fn charts(r: &Report) -> Markup {
                 points: r.series.iter().map(|p| (x(p.t_us), p.peer_stall_share)).collect(),
             },
         ],
+        &marks,
     );
     let sync = chart(
         "cudaStreamSynchronize p99 latency",
@@ -171,6 +211,7 @@ fn charts(r: &Report) -> Markup {
             color: "#9467bd",
             points: r.series.iter().map(|p| (x(p.t_us), p.sync_p99_ns.map(|n| n as f64 / 1e6))).collect(),
         }],
+        &marks,
     );
     let nccl = chart(
         "Time waiting on the GPU and peers (syncs, blocking copies, collectives)",
@@ -187,6 +228,7 @@ fn charts(r: &Report) -> Markup {
                 points: r.series.iter().map(|p| (x(p.t_us), p.peer_wait_share)).collect(),
             },
         ],
+        &marks,
     );
     html! { (stall) (sync) (nccl) }
 }

@@ -29,6 +29,9 @@ pub struct Steps {
     pub median_s: f64,
     /// Epoch labels seen, in order of first appearance.
     pub epochs: Vec<String>,
+    /// When each of `epochs` first appears (µs since epoch).
+    #[serde(default)]
+    pub epoch_starts_us: Vec<i64>,
     /// The slowest steps that took at least 1.5× the median, slowest first.
     pub slowest: Vec<StepTime>,
 }
@@ -39,6 +42,8 @@ pub struct StepTime {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<String>,
     pub start: String,
+    #[serde(default)]
+    pub start_us: i64,
     pub seconds: f64,
 }
 
@@ -75,10 +80,11 @@ pub(crate) async fn collect(engine: &QueryEngine, d: &ReportData, start_us: i64,
 
 /// Step times from marks sorted by time.
 pub(crate) fn summarize(marks: &[Mark]) -> Option<Steps> {
-    let mut epochs: Vec<String> = Vec::new();
-    for e in marks.iter().filter_map(|m| m.3.get("epoch")) {
+    let (mut epochs, mut epoch_starts_us): (Vec<String>, Vec<i64>) = (Vec::new(), Vec::new());
+    for (t, e) in marks.iter().filter_map(|m| Some((m.1, m.3.get("epoch")?))) {
         if !epochs.contains(e) {
             epochs.push(e.clone());
+            epoch_starts_us.push(t);
         }
     }
     let steps: Vec<&Mark> = marks.iter().filter(|m| m.3.contains_key("step")).collect();
@@ -93,6 +99,7 @@ pub(crate) fn summarize(marks: &[Mark]) -> Option<Steps> {
                     step: m.3["step"].clone(),
                     epoch: m.3.get("epoch").cloned(),
                     start: rfc3339(m.1),
+                    start_us: m.1,
                     seconds: ns as f64 / 1e9,
                 });
             }
@@ -108,7 +115,7 @@ pub(crate) fn summarize(marks: &[Mark]) -> Option<Steps> {
     times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     times.retain(|t| t.seconds >= median_s * SLOW_X);
     times.truncate(SLOWEST);
-    Some(Steps { count, median_s, epochs, slowest: times })
+    Some(Steps { count, median_s, epochs, epoch_starts_us, slowest: times })
 }
 
 #[cfg(test)]
@@ -137,6 +144,7 @@ mod tests {
         let s = summarize(&m).unwrap();
         assert_eq!(s.count, 5, "{s:?}"); // 3 of pid 7, 1 of pid 8, 1 span
         assert_eq!(s.epochs, vec!["0", "1"]);
+        assert_eq!(s.epoch_starts_us, vec![0, 20_000_000]);
         assert_eq!(s.slowest[0].step, "3");
         assert_eq!(s.slowest[0].seconds, 6.0);
         assert_eq!(s.slowest[1].seconds, 5.0);
