@@ -336,13 +336,16 @@ fn a_starved_gpu_without_fork_events_is_found_by_container_and_names() {
     let s = store.to_str().unwrap();
     let (ok, out) = ingero(&["import", file.to_str().unwrap(), "--node", "gpu-1", "--store", s]);
     assert!(ok, "{out}");
-    let (ok, out) = ingero(&["report", "--pid", "gpu-1:30581", "--store", s, "--since", SINCE, "--format", "json"]);
-    assert!(ok, "{out}");
-    let v: Value = serde_json::from_str(&out).unwrap();
-    let chains = v["chains"].as_array().unwrap();
-    let c = chains.iter().find(|c| c["cause"] == "input_bound").unwrap_or_else(|| panic!("not found: {v:#}"));
-    let root = c["root_cause"].to_string();
-    assert!(root.contains("python3 launches only"), "{root}");
-    assert!(root.contains("pt_data_worker (pid 3059") && root.contains("pt_data_pin (pid 30597)"), "{root}");
-    assert_eq!(c["severity"], "HIGH", "{c:#}");
+    // The trainer's report, and the node's (where every process is the target's).
+    for (kind, target) in [("--pid", "gpu-1:30581"), ("--node", "gpu-1")] {
+        let (ok, out) = ingero(&["report", kind, target, "--store", s, "--since", SINCE, "--format", "json"]);
+        assert!(ok, "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let chains = v["chains"].as_array().unwrap();
+        let c = chains.iter().find(|c| c["cause"] == "input_bound").unwrap_or_else(|| panic!("{target}: {v:#}"));
+        let root = c["root_cause"].to_string();
+        assert!(root.contains("python3 (pid 30581) launches only"), "{target}: {root}");
+        assert!(root.contains("pt_data_worker (pid 3059") && root.contains("pt_data_pin (pid 30597)"), "{root}");
+        assert_eq!(c["severity"], "HIGH", "{c:#}");
+    }
 }

@@ -91,7 +91,8 @@ pub async fn build(
     let mut chains = chains::diagnose(&d, &summary);
     chains.extend(cuda::chains(&d, &summary));
     let workers = starved::workers(engine, &d, start_us, end_us).await?;
-    if let Some(c) = starved::input_bound(&d, &summary, &workers) {
+    let trainer = starved::trainer(engine, &d, start_us, end_us).await?;
+    if let Some(c) = starved::input_bound(&d, &summary, &workers, trainer.as_deref()) {
         // The same symptom, explained: the host is blocked waiting for input.
         chains.retain(|x| x.cause != "host_blocked");
         chains.push(c);

@@ -96,26 +96,56 @@ pub(crate) async fn workers(engine: &QueryEngine, d: &ReportData, start_us: i64,
 }
 
 /// SQL for the pids of the target's containers that may be its workers
-/// (no fork events: they were started before the trace).
+/// (no fork events: they were started before the trace). "The trainer" is
+/// the target's processes that call CUDA (a node's report has many others).
 fn same_container(d: &ReportData, nodes: &str, time: &str) -> String {
     let named =
         |col: &str| LOADER_NAMES.iter().map(|n| format!("lower({col}) LIKE '%{n}%'")).collect::<Vec<_>>().join(" OR ");
-    let own = d.comms.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ");
-    let own = if own.is_empty() { "FALSE".to_string() } else { format!("w.comm IN ({own})") };
-    let pids = list(&d.pids);
-    let theirs = format!(
-        "SELECT DISTINCT cgroup_id FROM {SCHED_WINDOWS} WHERE node IN ({nodes}) AND {time} AND pid IN ({pids})"
-    );
+    let cuda = |col: &str| {
+        format!(
+            "SELECT DISTINCT {col} FROM {CALL_WINDOWS} WHERE node IN ({nodes}) AND {time} AND pid IN ({}) ",
+            list(&d.pids)
+        )
+    };
     format!(
-        "SELECT DISTINCT w.pid FROM {SCHED_WINDOWS} w WHERE w.node IN ({nodes}) AND {time} AND w.pid NOT IN ({pids}) \
-         AND ((({loader}) AND (w.cgroup_id = 0 OR w.cgroup_id IN ({theirs}))) \
-           OR (w.cgroup_id <> 0 AND {own} AND w.cgroup_id IN ({theirs})))",
+        "SELECT DISTINCT w.pid FROM {SCHED_WINDOWS} w WHERE w.node IN ({nodes}) AND {time} \
+         AND ((({loader}) AND (w.cgroup_id = 0 OR w.cgroup_id IN ({cg}))) \
+           OR (w.cgroup_id <> 0 AND w.comm IN ({comm}) AND w.cgroup_id IN ({cg})))",
         loader = named("w.comm"),
+        cg = cuda("cgroup_id"),
+        comm = cuda("comm"),
     )
 }
 
+/// The target's busiest CUDA process, as `comm (pid N)`.
+pub(crate) async fn trainer(
+    engine: &QueryEngine,
+    d: &ReportData,
+    start_us: i64,
+    end_us: i64,
+) -> Result<Option<String>> {
+    if d.pids.is_empty() || d.nodes.is_empty() {
+        return Ok(None);
+    }
+    let q = format!(
+        "SELECT pid, MAX(comm) AS comm, SUM(count) AS n FROM {CALL_WINDOWS} WHERE node IN ({}) AND pid IN ({}) AND {} \
+         GROUP BY pid ORDER BY n DESC LIMIT 1",
+        d.nodes.iter().map(|n| quote(n)).collect::<Vec<_>>().join(", "),
+        list(&d.pids),
+        time_predicate("window_start", start_us, end_us)
+    );
+    for b in engine.sql(&q).await? {
+        let (pid, comm) = (b.primitives::<UInt32Type>("pid")?, b.strings("comm")?);
+        if b.num_rows() > 0 {
+            let name = if comm.is_valid(0) { comm.value(0) } else { "pid" };
+            return Ok(Some(format!("{name} (pid {})", pid.value(0))));
+        }
+    }
+    Ok(None)
+}
+
 /// The chain, when the GPU waits for input the workers are struggling to make.
-pub(crate) fn input_bound(d: &ReportData, s: &Summary, workers: &[Worker]) -> Option<Chain> {
+pub(crate) fn input_bound(d: &ReportData, s: &Summary, workers: &[Worker], trainer: Option<&str>) -> Option<Chain> {
     let switches: f64 = workers.iter().map(|w| w.switches_per_s).sum();
     let cores: f64 = workers.iter().filter_map(|w| w.cores).sum();
     let busy = switches >= 500.0 || cores >= 1.0;
@@ -153,7 +183,7 @@ call_sites: Vec::new(),
         title: "Input pipeline too slow → the GPU starves".into(),
         root_cause: vec![format!(
             "{} {}, while its {} data worker(s) context-switch {:.0} times/s{}: {}",
-            d.comms.first().map_or("the training process", |c| c.as_str()),
+            trainer.or(d.comms.first().map(|c| c.as_str())).unwrap_or("the training process"),
             if waiting_for_input {
                 format!("waits for input {} of the time in host code", pct(s.host_offcpu_share))
             } else {
@@ -206,7 +236,7 @@ mod tests {
         let d = data();
         let s = Summary { host_offcpu_share: 0.7, wait_share: 0.03, ..Default::default() };
         let w = [worker(11, 40_000.0), worker(12, 38_000.0)];
-        let c = input_bound(&d, &s, &w).expect("a chain");
+        let c = input_bound(&d, &s, &w, None).expect("a chain");
         assert_eq!((c.cause.as_str(), c.severity), ("input_bound", Severity::High));
         let root = &c.root_cause[0];
         assert!(root.contains("pt_data_worker (pid 11): 40000 switches/s"), "{root}");
@@ -220,14 +250,14 @@ mod tests {
         let d = data();
         let w = [worker(11, 40_000.0)];
         let gpu_bound = Summary { host_offcpu_share: 0.7, wait_share: 0.6, ..Default::default() };
-        assert!(input_bound(&d, &gpu_bound, &w).is_none(), "waits on the GPU: not starved");
+        assert!(input_bound(&d, &gpu_bound, &w, None).is_none(), "waits on the GPU: not starved");
         let fed = Summary { host_offcpu_share: 0.05, wait_share: 0.03, ..Default::default() };
-        assert!(input_bound(&d, &fed, &w).is_none(), "not waiting for input");
+        assert!(input_bound(&d, &fed, &w, None).is_none(), "not waiting for input");
         let s = Summary { host_offcpu_share: 0.7, wait_share: 0.03, ..Default::default() };
-        assert!(input_bound(&d, &s, &[worker(11, 20.0)]).is_none(), "quiet workers");
-        assert!(input_bound(&d, &s, &[]).is_none(), "no workers");
+        assert!(input_bound(&d, &s, &[worker(11, 20.0)], None).is_none(), "quiet workers");
+        assert!(input_bound(&d, &s, &[], None).is_none(), "no workers");
         let no_cuda = ReportData { ops: vec![], ..data_at(0.0) };
-        assert!(input_bound(&no_cuda, &s, &w).is_none(), "a process that never calls CUDA is no starved trainer");
+        assert!(input_bound(&no_cuda, &s, &w, None).is_none(), "a process that never calls CUDA is no starved trainer");
     }
 
     /// The recording the issue describes: 16-28 launches in ~96 s, the
@@ -238,11 +268,11 @@ mod tests {
         let d = data_at(0.2);
         let s = Summary { host_offcpu_share: 0.02, wait_share: 0.0, ..Default::default() };
         let w = [worker(11, 2_500.0), Worker { comm: "pt_data_pin".into(), ..worker(12, 900.0) }];
-        let c = input_bound(&d, &s, &w).expect("a chain");
+        let c = input_bound(&d, &s, &w, None).expect("a chain");
         assert_eq!(c.severity, Severity::High);
         assert!(c.root_cause[0].contains("launches only 0.2 kernels/s"), "{:?}", c.root_cause);
         assert!(c.root_cause[0].contains("pt_data_pin (pid 12)"), "{:?}", c.root_cause);
         // Fed in time (40 launches/s) and not waiting: not starved.
-        assert!(input_bound(&data(), &s, &w).is_none());
+        assert!(input_bound(&data(), &s, &w, None).is_none());
     }
 }
