@@ -457,21 +457,22 @@ impl ProbeLoop {
         crate::progress::collect(&in_flight, &self.last_call_us, now, window_end, crate::progress::proc_state)
     }
 
-    /// Drops what is cached about processes that exited before this window.
+    /// Drops what is cached about processes that exited: their probe state
+    /// at once (files they mapped can be detached), their names and
+    /// cgroups one window later (`crate::exits`: calls they made after the
+    /// flip are in the next window).
     fn forget_exited(&mut self) {
         let _rt = Unpreempted::for_maps(&self.probes.features);
-        // No progress rows for a process that is gone (its facts stay a window).
         for e in self.events.iter().filter(|e| e.kind == PROC_EXIT) {
+            self.probes.forget(e.tgid);
+            self.baselines.forget(&mut self.probes.ebpf, e.tgid);
+            self.stacks.forget(e.tgid);
+            self.described.remove(&e.tgid);
             self.last_call_us.remove(&e.tgid);
+            self.over_goal.forget(e.tgid);
         }
         for pid in crate::exits::exited_before(&mut self.exited, self.events.drain(..)) {
             self.attr.forget(pid);
-            self.probes.forget(pid);
-            self.baselines.forget(&mut self.probes.ebpf, pid);
-            self.stacks.forget(pid);
-            self.described.remove(&pid);
-            self.last_call_us.remove(&pid);
-            self.over_goal.forget(pid);
         }
         // Exits lost to a full ring buffer, and reused pids, are caught here:
         // cached state stays bounded by the processes alive now.

@@ -200,28 +200,35 @@ impl Attributor {
         self.procs.len()
     }
 
-    /// Drops processes whose pid now names another process (pid reuse),
-    /// and those found gone at the last prune too (a lost exit event: its
+    /// Finds processes that are gone or whose pid now names another
+    /// process (a lost exit event, pid reuse) and returns them, once, for
+    /// the caller to drop their other state. A reused pid's facts are
+    /// dropped at once; a gone process's are kept until the next prune (its
     /// last calls may land in the window after it is first found gone, as
-    /// `crate::exits` explains); returns the pids dropped. Called after a
-    /// window is built, so a process's last rows keep its name.
+    /// `crate::exits` explains). Called after a window is built, so a
+    /// process's last rows keep its name.
     pub(crate) fn prune(&mut self) -> Vec<u32> {
-        let mut stale = Vec::new();
+        let (mut found, mut drop) = (Vec::new(), Vec::new());
         let mut gone = HashSet::new();
         for (pid, p) in &self.procs {
             match start_time(*pid) {
                 Some(t) if t == p.start_time => {}
-                None if !self.gone.contains(pid) => {
+                None if self.gone.contains(pid) => drop.push(*pid),
+                None => {
                     gone.insert(*pid);
+                    found.push(*pid);
                 }
-                _ => stale.push(*pid),
+                Some(_) => {
+                    drop.push(*pid);
+                    found.push(*pid);
+                }
             }
         }
-        for pid in &stale {
+        for pid in &drop {
             self.procs.remove(pid);
         }
         self.gone = gone;
-        stale
+        found
     }
 }
 
@@ -304,12 +311,13 @@ mod tests {
         a.get(pid);
         let me = std::process::id();
         a.get(me).start_time += 1; // as if our pid had been reused
-        assert_eq!(a.prune(), vec![me], "a reused pid is dropped at once");
+        assert_eq!(a.prune(), vec![me], "a reused pid is found and dropped at once");
+        assert_eq!(a.len(), 1);
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(a.prune().is_empty(), "gone once: kept for its last calls");
+        assert_eq!(a.prune(), vec![pid], "gone: found once, its facts kept for its last calls");
         assert_eq!(a.get(pid).comm, "sleep");
-        assert_eq!(a.prune(), vec![pid]);
+        assert!(a.prune().is_empty(), "found only once");
         assert_eq!(a.len(), 0);
     }
 }
