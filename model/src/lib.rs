@@ -15,6 +15,7 @@
 
 pub mod column;
 pub mod hist;
+pub mod job;
 pub mod progress;
 pub mod rows;
 pub mod schema;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::StreamExt;
+use ingero_model::job::Owner;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -40,7 +41,7 @@ impl PodMeta {
         let name = pod.name_any();
         let (job, owned) = match job_of(pod) {
             Some(j) => (j, true),
-            None => (format!("pod:{namespace}/{name}"), false),
+            None => (ingero_model::job::bare_pod_job(&namespace, &name), false),
         };
         let mut containers = HashMap::new();
         if let Some(st) = &pod.status {
@@ -65,42 +66,15 @@ impl PodMeta {
     }
 }
 
-const JOBSET: &str = "jobset.sigs.k8s.io/jobset-name";
-const KUBEFLOW: &str = "training.kubeflow.org/job-name";
-const LWS: &str = "leaderworkerset.sigs.k8s.io/name";
-const VOLCANO: &str = "volcano.sh/job-name";
-
-/// The job a pod belongs to. Read from labels and owner references only, so the
-/// agent needs no RBAC beyond pods (ReplicaSet → Deployment by the pod-template-hash
-/// suffix, the way kubectl names them).
+/// The job a pod belongs to ([`ingero_model::job::job_of`]).
 pub(crate) fn job_of(pod: &Pod) -> Option<String> {
     let ns = pod.namespace().unwrap_or_else(|| "default".into());
-    let labels = pod.labels();
-    let owners = pod.owner_references();
-    let controller = owners.iter().find(|o| o.controller == Some(true)).or_else(|| owners.first());
-    // Multi-pod training jobs first: their pods are owned by intermediate Jobs.
-    if let Some(n) = labels.get(JOBSET) {
-        return Some(format!("jobset:{ns}/{n}"));
-    }
-    if let Some(n) = labels.get(KUBEFLOW) {
-        let kind = controller
-            .filter(|o| o.kind != "Job" && o.name == *n)
-            .map_or_else(|| "kubeflow".to_string(), |o| o.kind.to_ascii_lowercase());
-        return Some(format!("{kind}:{ns}/{n}"));
-    }
-    if let Some(n) = labels.get(LWS) {
-        return Some(format!("leaderworkerset:{ns}/{n}"));
-    }
-    if let Some(n) = labels.get(VOLCANO) {
-        return Some(format!("vcjob:{ns}/{n}"));
-    }
-    let o = controller?;
-    if o.kind == "ReplicaSet"
-        && let Some(dep) = labels.get("pod-template-hash").and_then(|h| o.name.strip_suffix(&format!("-{h}")))
-    {
-        return Some(format!("deployment:{ns}/{dep}"));
-    }
-    Some(format!("{}:{ns}/{}", o.kind.to_ascii_lowercase(), o.name))
+    let owners: Vec<Owner<'_>> = pod
+        .owner_references()
+        .iter()
+        .map(|o| Owner { kind: &o.kind, name: &o.name, controller: o.controller == Some(true) })
+        .collect();
+    ingero_model::job::job_of(&ns, pod.labels(), &owners)
 }
 
 /// Watch health, shared with the metrics endpoint.
@@ -221,9 +195,21 @@ mod tests {
                 Some(("Job", "bench")),
                 Some("job:ml/bench"),
             ),
-            (serde_json::json!({JOBSET: "llama"}), Some(("Job", "llama-workers-0")), Some("jobset:ml/llama")),
-            (serde_json::json!({KUBEFLOW: "ft"}), Some(("PyTorchJob", "ft")), Some("pytorchjob:ml/ft")),
-            (serde_json::json!({KUBEFLOW: "mpi"}), Some(("Job", "mpi-launcher")), Some("kubeflow:ml/mpi")),
+            (
+                serde_json::json!({"jobset.sigs.k8s.io/jobset-name": "llama"}),
+                Some(("Job", "llama-workers-0")),
+                Some("jobset:ml/llama"),
+            ),
+            (
+                serde_json::json!({"training.kubeflow.org/job-name": "ft"}),
+                Some(("PyTorchJob", "ft")),
+                Some("pytorchjob:ml/ft"),
+            ),
+            (
+                serde_json::json!({"training.kubeflow.org/job-name": "mpi"}),
+                Some(("Job", "mpi-launcher")),
+                Some("kubeflow:ml/mpi"),
+            ),
             (serde_json::json!({}), Some(("MPIJob", "mpi")), Some("mpijob:ml/mpi")),
         ];
         for (labels, owner, want) in cases {

@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The remediation loop: every `every`, read the ranking, let the policy
+//! decide, apply through the API server (or only say it, in dry-run), and
+//! journal and count everything, done or held back.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingero_server::rank::standing::Standing;
+use ingero_store::Store;
+
+use crate::cluster::Cluster;
+use crate::journal::{self, Record};
+use crate::metrics::Metrics;
+use crate::policy::{Decision, Policy};
+use crate::{Config, Mode, Result};
+
+/// Every ranked node of the jobs this replica ranks, flagged or not.
+pub type Standings = Arc<dyn Fn() -> Vec<Standing> + Send + Sync>;
+
+pub struct Controller {
+    cfg: Config,
+    policy: Policy,
+    cluster: Cluster,
+    store: Store,
+    metrics: Metrics,
+    source: Standings,
+    /// With replicas, a node another replica marked is adopted only once this
+    /// replica ranks it; alone, every marked node is ours to undo.
+    shared: bool,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("cfg", &self.cfg).field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+impl Controller {
+    pub fn new(cfg: Config, cluster: Cluster, store: Store, metrics: Metrics, source: Standings, shared: bool) -> Self {
+        Controller { policy: Policy::new(cfg.clone()), cfg, cluster, store, metrics, source, shared }
+    }
+
+    /// Runs [`Controller::step`] every `every` until the task is dropped.
+    pub fn spawn(mut self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(self.cfg.every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = self.step(Instant::now()).await {
+                    self.metrics.errors.inc();
+                    tracing::warn!(error = %e, "remediation: cannot read the cluster; next look in {:?}", self.cfg.every);
+                }
+            }
+        })
+    }
+
+    /// One look: decide, apply, journal. Returns what was recorded.
+    pub async fn step(&mut self, now: Instant) -> Result<Vec<Record>> {
+        let standings = (self.source)();
+        let in_cluster = self.cluster.marked().await?;
+        let ranked: HashSet<&str> = standings.iter().map(|s| s.node.as_str()).collect();
+        for m in &in_cluster {
+            let mine = self.policy.marked().any(|n| n == m.node);
+            if !mine && (!self.shared || ranked.contains(m.node.as_str())) {
+                self.policy.adopt(&m.node, &m.job);
+            }
+        }
+        let mine: HashSet<String> = self.policy.marked().map(str::to_string).collect();
+        let others = in_cluster.iter().filter(|m| !mine.contains(&m.node)).count();
+        let mut out = Vec::new();
+        for d in self.policy.step(now, &standings, others) {
+            out.extend(self.apply(d).await);
+        }
+        for r in &out {
+            tracing::info!(action = %r.action, node = %r.node, job = %r.job, mode = %r.mode, cause = %r.cause, detail = %r.detail, "remediation");
+            if let Err(e) = journal::append(&self.store, r).await {
+                tracing::warn!(error = %e, "remediation: could not journal a record (it is in this log)");
+            }
+        }
+        self.metrics.marked.set(self.policy.marked().count() as i64);
+        Ok(out)
+    }
+
+    async fn apply(&mut self, d: Decision) -> Vec<Record> {
+        let mode = self.cfg.mode;
+        match d {
+            Decision::Held { node, job, cause, budget, detail } => {
+                self.metrics.held.get_or_create(&crate::metrics::BudgetLabel { budget: budget.label().into() }).inc();
+                self.metrics.action("held", mode);
+                vec![Record::new("held", &node, &job, mode, &cause, format!("{} budget: {detail}", budget.label()))]
+            }
+            Decision::Mark { node, job, cause, flagged_for } => {
+                let link = self.cfg.report_link(&node, &job);
+                let msg = format!("{cause}. Flagged for {}. Report: {link}", human(flagged_for));
+                let res = if mode == Mode::On {
+                    self.mark(&node, &job, &msg).await
+                } else {
+                    self.would_mark(&node, &job).await
+                };
+                match res {
+                    Ok(mut recs) => {
+                        for r in &mut recs {
+                            r.cause.clone_from(&cause);
+                            self.metrics.action(&r.action, mode);
+                        }
+                        recs
+                    }
+                    Err(e) => {
+                        // Not marked: the next look tries again.
+                        self.policy.forget(&node);
+                        self.failed(&node, &job, &cause, e)
+                    }
+                }
+            }
+            Decision::Clear { node, job, healthy_for } => {
+                let res = if mode == Mode::On {
+                    self.clear(&node, &job, healthy_for).await
+                } else {
+                    Ok(vec![Record::new("clear", &node, &job, mode, "", format!("healthy for {}", human(healthy_for)))])
+                };
+                match res {
+                    Ok(recs) => {
+                        recs.iter().for_each(|r| self.metrics.action(&r.action, mode));
+                        recs
+                    }
+                    Err(e) => {
+                        self.policy.adopt(&node, &job);
+                        self.failed(&node, &job, "", e)
+                    }
+                }
+            }
+        }
+    }
+
+    fn failed(&self, node: &str, job: &str, cause: &str, e: crate::Error) -> Vec<Record> {
+        self.metrics.errors.inc();
+        vec![Record::new("error", node, job, self.cfg.mode, cause, e.to_string())]
+    }
+
+    async fn mark(&self, node: &str, job: &str, msg: &str) -> Result<Vec<Record>> {
+        let c = &self.cluster;
+        c.set_condition(node, job, msg, true).await?;
+        let mut recs = vec![Record::new("mark", node, job, Mode::On, "", msg.to_string())];
+        c.node_event(node, true, "IngeroStraggler", &format!("job {job}: {msg}")).await?;
+        for pod in c.job_pods(node, job).await? {
+            c.pod_event(&pod, true, "IngeroStragglerNode", &format!("node {node} is a straggler in job {job}: {msg}"))
+                .await?;
+        }
+        if self.cfg.taint && c.set_taint(node, true).await? {
+            recs.push(Record::new(
+                "taint",
+                node,
+                job,
+                Mode::On,
+                "",
+                format!("{} NoSchedule", crate::cluster::TAINT_KEY),
+            ));
+        }
+        Ok(recs)
+    }
+
+    /// Dry-run: reads what it would touch, changes nothing.
+    async fn would_mark(&self, node: &str, job: &str) -> Result<Vec<Record>> {
+        let pods = self.cluster.job_pods(node, job).await?;
+        let taint = if self.cfg.taint { ", taint NoSchedule" } else { "" };
+        let detail = format!(
+            "would set {} and send events to the node and {} pod(s){taint}",
+            crate::cluster::CONDITION,
+            pods.len()
+        );
+        Ok(vec![Record::new("mark", node, job, self.cfg.mode, "", detail)])
+    }
+
+    async fn clear(&self, node: &str, job: &str, healthy_for: Duration) -> Result<Vec<Record>> {
+        let c = &self.cluster;
+        let msg = format!("healthy for {}", human(healthy_for));
+        c.set_condition(node, job, &msg, false).await?;
+        let mut recs = vec![Record::new("clear", node, job, Mode::On, "", msg.clone())];
+        // Always: a taint from an earlier run with --remediate-taint goes too.
+        if c.set_taint(node, false).await? {
+            recs.push(Record::new("untaint", node, job, Mode::On, "", crate::cluster::TAINT_KEY.into()));
+        }
+        c.node_event(node, false, "IngeroRecovered", &format!("job {job}: {msg}")).await?;
+        Ok(recs)
+    }
+}
+
+fn human(d: Duration) -> String {
+    humantime_like(d.as_secs())
+}
+
+/// `4m10s`, `2h3m`: seconds dropped past an hour.
+fn humantime_like(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
