@@ -15,6 +15,8 @@ pub mod controller;
 pub mod journal;
 pub mod metrics;
 pub mod policy;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use config::{Config, Mode};
 pub use controller::Controller;

@@ -4,15 +4,13 @@
 //! under a burst, conditions and taints clear after recovery, a restarted
 //! controller undoes what an earlier one did, nothing is ever evicted.
 
-mod fixtures;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fixtures::apiserver::{ApiServer, pod};
 use ingero_action::cluster::Cluster;
 use ingero_action::journal;
 use ingero_action::metrics::Metrics;
+use ingero_action::testing::{ApiServer, pod};
 use ingero_action::{Config, Controller, Mode};
 use ingero_server::rank::standing::{Deviation, Standing};
 use ingero_store::{Store, StoreOptions, StoreUrl};

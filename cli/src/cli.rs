@@ -134,6 +134,8 @@ pub(crate) struct ServeArgs {
     pub retention_tiers: Duration,
     #[command(flatten)]
     pub rank: RankArgs,
+    #[command(flatten)]
+    pub remediate: crate::commands::actions::RemediateArgs,
 }
 
 /// Limits on every query (SQL, history, reports).
@@ -251,6 +253,7 @@ impl ServeArgs {
                 tiers: (!self.retention_tiers.is_zero()).then_some(self.retention_tiers),
             },
             extra_routes: None,
+            extra_metrics: None,
         };
         Ok(with_query(cfg, self.query.limits()))
     }

@@ -49,6 +49,9 @@ enum Command {
     /// Answer an AI assistant over MCP (stdio, or streamable HTTP with --http):
     /// stragglers, stall reports, SQL, names seen, table schemas.
     Mcp(Box<commands::mcp::McpArgs>),
+    /// What remediation (`serve --remediate`) did and held back: marks, taints,
+    /// clears, budgets reached, errors.
+    Actions(Box<commands::actions::ActionsArgs>),
     /// Import SQLite traces recorded by Ingero (Go) into a store, as one node.
     Import(Box<commands::import::ImportArgs>),
     /// Push synthetic windows from many nodes as fast as possible (load test).
@@ -103,15 +106,25 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> CmdResult {
     match cli.command {
         Command::Serve(args) => {
-            let cfg = args.config().map_err(Failure::Usage)?;
+            let mut cfg = args.config().map_err(Failure::Usage)?;
+            let remediation = commands::actions::prepare(&args.remediate).await?;
+            if let Some(p) = &remediation {
+                let m = p.metrics.clone();
+                cfg.extra_metrics = Some(ingero_server::ExtraMetrics::new(move |r| m.register(r)));
+            }
             let server = Server::start(cfg).await.map_err(Failure::lib)?;
+            let remediation = remediation.map(|p| commands::actions::start(p, &server));
             if server.grpc_addr.ip().is_unspecified() && args.token_file.is_none() {
                 tracing::warn!(
                     "listening on all interfaces without --token-file: anyone who can reach {} can write and read data",
                     server.grpc_addr
                 );
             }
-            Ok(server.run_until(shutdown_signal()).await?)
+            let res = server.run_until(shutdown_signal()).await;
+            if let Some(r) = remediation {
+                r.abort();
+            }
+            Ok(res?)
         }
         Command::Stragglers(a) => commands::stragglers::run(*a).await,
         Command::Report(a) => commands::report::run(*a).await,
@@ -119,6 +132,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Simulate(a) => commands::simulate::run(*a).await,
         Command::Demo(a) => commands::demo::run(*a).await,
         Command::Import(a) => commands::import::run(*a).await,
+        Command::Actions(a) => commands::actions::run(*a).await,
         Command::Mcp(a) => commands::mcp::run(*a).await,
         Command::Export(a) => commands::export::run(*a).await,
         Command::Load(args) => {

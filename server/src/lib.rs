@@ -67,6 +67,24 @@ pub struct ServeConfig {
     /// binary that never sets it (the agent's `run --store`) links no query
     /// engine even where a workspace build turns the `query` feature on.
     pub extra_routes: Option<ExtraRoutes>,
+    /// Metrics a layer above adds to `/metrics` (remediation's counters).
+    pub extra_metrics: Option<ExtraMetrics>,
+}
+
+/// Registers metrics of a layer the server does not depend on.
+#[derive(Clone)]
+pub struct ExtraMetrics(Arc<dyn Fn(&mut prometheus_client::registry::Registry) + Send + Sync>);
+
+impl ExtraMetrics {
+    pub fn new(add: impl Fn(&mut prometheus_client::registry::Registry) + Send + Sync + 'static) -> Self {
+        ExtraMetrics(Arc::new(add))
+    }
+}
+
+impl std::fmt::Debug for ExtraMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraMetrics(..)")
+    }
 }
 
 type AddRoutes = dyn Fn(tonic::service::Routes, &Services<'_>) -> tonic::service::Routes + Send + Sync;
@@ -132,6 +150,9 @@ impl Server {
         let ranker = LiveRanker::start(cfg.detector.clone(), cfg.grace);
         let mut metrics = Metrics::default();
         metrics.registry.register_collector(Box::new(crate::rank::exposition::RankingMetrics(ranker.clone())));
+        if let Some(ExtraMetrics(add)) = &cfg.extra_metrics {
+            add(&mut metrics.registry);
+        }
         let metrics = Arc::new(metrics);
         let replicas = cfg.replicas.clone().map(|r| Replicas::start(r, &ranker)).transpose()?;
         let state = Arc::new(HttpState {
@@ -314,6 +335,7 @@ impl ServeConfig {
             vacuum_retention: std::time::Duration::from_secs(7 * 24 * 3600),
             data_retention: Default::default(),
             extra_routes: None,
+            extra_metrics: None,
         }
     }
 }

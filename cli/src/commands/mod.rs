@@ -2,6 +2,7 @@
 //! `ingero` subcommands other than `serve`: each reads from a running server
 //! (`--server`) or straight from a store (`--store`).
 
+pub(crate) mod actions;
 pub(crate) mod demo;
 pub(crate) mod export;
 pub(crate) mod import;
@@ -50,6 +51,12 @@ pub(crate) trait LibError: std::error::Error + Send + Sync + 'static {
 impl LibError for ingero_analysis::Error {
     fn is_input_error(&self) -> bool {
         self.is_input_error()
+    }
+}
+
+impl LibError for ingero_action::Error {
+    fn is_input_error(&self) -> bool {
+        matches!(self, ingero_action::Error::Config(_))
     }
 }
 

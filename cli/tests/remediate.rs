@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `ingero serve --remediate on` end to end: a real server ranks a simulated
+//! fleet with one straggler, marks that node through a Kubernetes API server
+//! stand-in (real kube-rs from the binary, via --kubeconfig), clears it once
+//! the fleet is healthy again, counts it on /metrics and journals it for
+//! `ingero actions`. Dry-run on the same fleet writes nothing.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ingero_action::testing::ApiServer;
+
+const NODES: usize = 6;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(dir: &Path, grpc: u16, http: u16, mode: &str) -> Serve {
+    let child = Command::new(env!("CARGO_BIN_EXE_ingero"))
+        .arg("serve")
+        .arg(format!("--store=file://{}", dir.join("data").display()))
+        .arg(format!("--wal-dir={}", dir.join("wal").display()))
+        .arg(format!("--listen=127.0.0.1:{grpc}"))
+        .arg(format!("--http-listen=127.0.0.1:{http}"))
+        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
+        .args(["--remediate", mode, "--remediate-taint", "--remediate-after=2s", "--remediate-clear-after=3s"])
+        .args(["--remediate-every=500ms", "--remediate-max-job-share=50%", "--flush-age=1s"])
+        .args(["--report-url", "https://ingero.example/r/{node}"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("serve-{mode}.log"))).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", grpc)).is_err() {
+        assert!(Instant::now() < deadline, "serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Serve(child)
+}
+
+fn simulate(grpc: u16, secs: u64, inject: Option<&str>) -> Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ingero"));
+    c.args(["simulate", "--server", &format!("http://127.0.0.1:{grpc}"), "--nodes", &NODES.to_string()]).args([
+        "--duration",
+        &format!("{secs}s"),
+        "--json",
+    ]);
+    if let Some(f) = inject {
+        c.args(["--inject", f]);
+    }
+    c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+}
+
+/// Waits (polling) until `ok` holds; panics with `what` after `secs`.
+fn wait_for(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn actions(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ingero"))
+        .args(["actions", "--store", &format!("file://{}", dir.join("data").display()), "--since", "1h"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ingero actions: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn metrics(http: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", http)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn a_straggler_is_marked_then_cleared_by_the_server() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let api = rt.block_on(ApiServer::start(&refs, Vec::new()));
+    let dir = tempfile::tempdir().unwrap();
+    api.kubeconfig(&dir.path().join("kubeconfig"));
+    let (grpc, http) = (free_port(), free_port());
+    let _serve = serve(dir.path(), grpc, http, "on");
+
+    // node-2's GPU slows from 2 s on, for the rest of the run.
+    let mut sim = simulate(grpc, 40, Some("gpu@node-2:2s"));
+    wait_for(60, "node-2 marked", || api.condition("node-2").is_some_and(|c| c.0 == "True"));
+    let (_, reason, msg) = api.condition("node-2").unwrap();
+    assert_eq!(reason, "PerformanceStraggler");
+    assert!(msg.contains("Report: https://ingero.example/r/node-2"), "{msg}");
+    assert!(api.taints("node-2").contains(&"ingero.io/straggler:NoSchedule".to_string()));
+    let others: Vec<&str> = refs.iter().copied().filter(|n| *n != "node-2").collect();
+    assert!(others.iter().all(|n| api.condition(n).is_none()), "only the straggler is marked");
+    let _ = sim.kill();
+    let _ = sim.wait();
+
+    // The same nodes, healthy: the mark and the taint go.
+    let mut sim = simulate(grpc, 40, None);
+    wait_for(60, "node-2 cleared", || api.condition("node-2").is_some_and(|c| c.0 == "False"));
+    assert_eq!(api.taints("node-2"), ["nvidia.com/gpu:NoSchedule"]);
+    let _ = sim.kill();
+    let _ = sim.wait();
+
+    let m = metrics(http);
+    assert!(m.contains(r#"ingero_remediation_actions_total{action="mark",mode="on"} 1"#), "{m}");
+    assert!(m.contains(r#"ingero_remediation_actions_total{action="clear",mode="on"} 1"#), "{m}");
+    for (method, path) in api.writes() {
+        assert!(method == "PATCH" || path.contains("/events"), "{method} {path}");
+    }
+    let t = actions(dir.path());
+    println!("{t}");
+    let rows: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("20") && l.contains("node-2"))
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(rows, ["mark", "taint", "clear", "untaint"], "{t}");
+    assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
+}
+
+#[test]
+fn dry_run_on_a_live_server_writes_nothing_to_the_cluster() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let api = rt.block_on(ApiServer::start(&refs, Vec::new()));
+    let dir = tempfile::tempdir().unwrap();
+    api.kubeconfig(&dir.path().join("kubeconfig"));
+    let (grpc, http) = (free_port(), free_port());
+    let _serve = serve(dir.path(), grpc, http, "dry-run");
+    let mut sim = simulate(grpc, 40, Some("gpu@node-4:2s"));
+    wait_for(60, "a dry-run mark in the journal", || actions(dir.path()).contains("mark (dry)"));
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert!(api.writes().is_empty(), "{:?}", api.writes());
+    assert!(actions(dir.path()).lines().any(|l| l.contains("node-4") && l.contains("mark (dry)")));
+    assert!(metrics(http).contains(r#"ingero_remediation_actions_total{action="mark",mode="dry-run"} 1"#));
+}
+
+#[test]
+fn a_bad_kubeconfig_stops_serve_before_it_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kubeconfig"), "not: [yaml").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ingero"))
+        .args(["serve", "--remediate", "on", "--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0"])
+        .arg(format!("--store=file://{}", dir.path().join("data").display()))
+        .arg(format!("--wal-dir={}", dir.path().join("wal").display()))
+        .arg(format!("--kubeconfig={}", dir.path().join("kubeconfig").display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--kubeconfig"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_ingero")).args(["serve", "--remediate", "sometimes"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected off, dry-run or on"));
+}
