@@ -9,6 +9,8 @@
 #                   serving, ranking, query engine or reports
 #   ingero-server   ingest, live ranking, HTTP: store, wire and model; no
 #                   query engine, reports, sim or CLI
+#   ingero-action   remediation (Kubernetes API, journal): server, store,
+#                   model; no query engine, reports, agent or sim
 #   ingero-agent    the node agent library: the wire only; never storage,
 #                   query, ranking or reports, in any build mode
 #   ingero-node     the `ingero-agent` binary: as lean as the library by
@@ -44,11 +46,12 @@ deny ingero-model "" "ingero|ingero-.*|tonic|tokio|prost|object_store|$STORAGE|$
 deny ingero-proto "" "ingero-(agent|node|sim)|ingero|$STORAGE|$QUERY" "the wire format sits below everything but the model"
 deny ingero-store "" "ingero-(agent|node|analysis|server|sim)|ingero|$QUERY" "storage sits below serving and analysis"
 deny ingero-server "" "ingero-(agent|node|analysis|sim)|ingero|$QUERY" "serving links no query engine; it is added from above"
+deny ingero-action "" "ingero-(agent|node|analysis|sim)|ingero|$QUERY" "remediation sits on serving; the CLI wires it in"
 for flags in "" "--all-features" "--no-default-features"; do
   deny ingero-agent "$flags" "ingero|ingero-node|$STORAGE|$QUERY" "the agent library depends on the wire only"
 done
-deny ingero-node "" "$STORAGE|$QUERY" "the default (DaemonSet) build of ingero-agent links no storage"
-deny ingero-node "--features store" "ingero-analysis|ingero-sim|ingero|$QUERY" "run --store embeds serving and storage, never the query engine"
+deny ingero-node "" "$STORAGE|ingero-action|$QUERY" "the default (DaemonSet) build of ingero-agent links no storage"
+deny ingero-node "--features store" "ingero-analysis|ingero-action|ingero-sim|ingero|$QUERY" "run --store embeds serving and storage, never the query engine"
 deny ingero-analysis "" "ingero-(agent|node|sim)|ingero" "analysis sits below the CLI; the simulator is the CLI's"
 
 [ "$bad" = 0 ] && echo "layers: ok (model < proto < {agent, store < server} < node, analysis < ingero)"

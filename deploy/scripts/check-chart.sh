@@ -69,6 +69,34 @@ if helm template ingero "$chart" --set aggregator.replicas=2 >/dev/null 2>"$tmp/
 fi
 grep -q "needs aggregator.storage.type=s3" "$tmp/err"
 
+echo "remediation: off by default, least privilege when on"
+if grep -q -- '-remediation\|INGERO_REMEDIATE' "$tmp/default.yaml"; then
+  echo "remediation rendered without being asked for" >&2; exit 1
+fi
+grep -q 'automountServiceAccountToken: false' "$tmp/default.yaml"
+python3 - "$tmp/all.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+role = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-remediation")]
+assert len(role) == 1, "no remediation ClusterRole"
+rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role[0]["rules"]}
+assert rules == {
+    (("",), ("nodes",)): {"get", "list", "patch"},
+    (("",), ("nodes/status",)): {"patch"},
+    (("",), ("pods",)): {"list"},
+    (("",), ("events",)): {"create"},
+}, rules
+sts = [d for d in docs if d["kind"] == "StatefulSet"][0]["spec"]["template"]["spec"]
+assert sts["automountServiceAccountToken"] is True
+env = {e["name"]: e.get("value") for e in sts["containers"][0]["env"]}
+assert env["INGERO_REMEDIATE"] == "on" and env["INGERO_REMEDIATE_TAINT"] == "true", env
+assert env["INGERO_REPORT_URL"].endswith("var-node={node}"), env
+PY
+if helm template ingero "$chart" --set aggregator.remediation.mode=always >/dev/null 2>"$tmp/err"; then
+  echo "remediation.mode=always was accepted" >&2; exit 1
+fi
+grep -q "remediation/mode" "$tmp/err"
+
 echo "kubernetes-validate (strict)"
 for f in default s3 all tls; do
   kubernetes-validate --strict --quiet "$tmp/$f.yaml"
