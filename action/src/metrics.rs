@@ -7,6 +7,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::policy::Budget;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabel {
     pub action: String,
@@ -33,6 +35,10 @@ pub struct Metrics {
 impl Metrics {
     /// Adds them to the server's registry (`ServeConfig::extra_metrics`).
     pub fn register(&self, r: &mut Registry) {
+        // Every budget's series exists from the start, so increase() and alerts see 0 → n.
+        for b in [Budget::Fleet, Budget::Job, Budget::Hour] {
+            let _ = self.held.get_or_create(&BudgetLabel { budget: b.label().into() });
+        }
         r.register("remediation_actions", "Remediation actions taken (dry-run: would have)", self.actions.clone());
         r.register("remediation_held", "Marks held back by a budget, by budget", self.held.clone());
         r.register("remediation_errors", "Remediation API calls that failed", self.errors.clone());

@@ -107,6 +107,7 @@ fn a_straggler_is_marked_then_cleared_by_the_server() {
     assert_eq!(reason, "PerformanceStraggler");
     assert!(msg.contains("Report: https://ingero.example/r/node-2"), "{msg}");
     assert!(api.taints("node-2").contains(&"ingero.io/straggler:NoSchedule".to_string()));
+    alerted_metrics_are_exported(&metrics(http));
     let others: Vec<&str> = refs.iter().copied().filter(|n| *n != "node-2").collect();
     assert!(others.iter().all(|n| api.condition(n).is_none()), "only the straggler is marked");
     let _ = sim.kill();
@@ -134,6 +135,36 @@ fn a_straggler_is_marked_then_cleared_by_the_server() {
         .collect();
     assert_eq!(rows, ["mark", "taint", "clear", "untaint"], "{t}");
     assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
+}
+
+/// Every aggregator metric the chart's alert rules use is in this server's
+/// real /metrics (taken while a straggler is flagged and remediation is on;
+/// the agent's are checked by node/tests/nodes.rs).
+fn alerted_metrics_are_exported(exported: &str) {
+    let rules =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/helm/ingero/alerts/ingero.rules.yaml"))
+            .unwrap();
+    let base = |n: &str| n.strip_suffix("_total").unwrap_or(n).to_string();
+    let mut used = std::collections::BTreeSet::new();
+    let mut rest = rules.as_str();
+    while let Some(i) = rest.find("ingero_") {
+        let name: String =
+            rest[i..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+        rest = &rest[i + name.len()..];
+        if !name.starts_with("ingero_agent_") && name.len() > "ingero_".len() {
+            used.insert(base(&name));
+        }
+    }
+    assert!(used.len() >= 8, "the rules alert on the aggregator: {used:?}");
+    // Families are declared (# TYPE) even before their first sample.
+    let names: std::collections::BTreeSet<String> = exported
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ").or((!l.starts_with('#')).then_some(l)))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(base)
+        .collect();
+    let missing: Vec<&String> = used.iter().filter(|n| !names.contains(*n)).collect();
+    assert!(missing.is_empty(), "the alert rules use {missing:?}, not in /metrics:\n{exported}");
 }
 
 #[test]

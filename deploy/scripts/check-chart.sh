@@ -49,6 +49,16 @@ assert len(cm) == 1 and cm[0]["metadata"]["labels"].get("grafana_dashboard") == 
 assert json.loads(cm[0]["data"]["ingero.json"]) == json.load(open("deploy/grafana/ingero.json"))
 PY
 
+echo "the chart's PrometheusRule is deploy/helm/ingero/alerts/ingero.rules.yaml"
+python3 - "$tmp/all.yaml" "$tmp/default.yaml" <<'PY'
+import sys, yaml
+rules = lambda f: [d for d in yaml.safe_load_all(open(f)) if d and d.get("kind") == "PrometheusRule"]
+pr = rules(sys.argv[1])
+assert len(pr) == 1 and pr[0]["metadata"]["labels"].get("release") == "prometheus", pr
+assert pr[0]["spec"] == yaml.safe_load(open("deploy/helm/ingero/alerts/ingero.rules.yaml")), "the rendered rules differ"
+assert not rules(sys.argv[2]), "a PrometheusRule rendered without being asked for"
+PY
+
 echo "bad values are refused"
 if helm template ingero "$chart" --set aggregator.storage.type=gcs >/dev/null 2>"$tmp/err"; then
   echo "storage.type=gcs was accepted" >&2; exit 1
@@ -104,7 +114,7 @@ done
 
 echo "yamllint"
 yamllint -c deploy/.yamllint.yaml "$tmp/default.yaml" "$tmp/s3.yaml" "$tmp/all.yaml" "$tmp/tls.yaml" \
-  "$chart/values.yaml" "$chart/Chart.yaml" deploy/helm/ci deploy/manifests
+  "$chart/values.yaml" "$chart/Chart.yaml" "$chart/alerts" deploy/helm/ci deploy/manifests
 
 echo "manifests drift"
 deploy/scripts/render-manifests.sh "$tmp/manifests.yaml"

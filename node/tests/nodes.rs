@@ -447,9 +447,11 @@ async fn exec_churn_leaves_the_agent_state_flat() {
 }
 
 /// Every agent metric the Grafana dashboard (deploy/grafana/ingero.json)
-/// queries is in the agent's real /metrics (the aggregator's are checked by
-/// cli/tests/dashboard.rs).
+/// queries, and every one the chart's alert rules use, is in the agent's real
+/// /metrics (the aggregator's are checked by cli/tests/dashboard.rs and
+/// cli/tests/remediate.rs).
 fn dashboard_queries_only(exported: &str) {
+    alerted_metrics_are_exported(exported);
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/ingero.json");
     let d: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut queried = std::collections::BTreeSet::new();
@@ -470,6 +472,25 @@ fn dashboard_queries_only(exported: &str) {
         .collect();
     let missing: Vec<&String> = queried.iter().filter(|n| !samples.contains(n.as_str())).collect();
     assert!(missing.is_empty(), "the dashboard queries {missing:?}, not in the agent's /metrics:\n{exported}");
+}
+
+fn alerted_metrics_are_exported(exported: &str) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/helm/ingero/alerts/ingero.rules.yaml");
+    let rules = std::fs::read_to_string(path).unwrap();
+    let mut used = std::collections::BTreeSet::new();
+    let mut rest = rules.as_str();
+    while let Some(i) = rest.find("ingero_agent_") {
+        let name: String =
+            rest[i..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+        rest = &rest[i + name.len()..];
+        // Exported with Kubernetes on only: tests/pods.rs reads it there.
+        if !name.starts_with("ingero_agent_kube_") {
+            used.insert(name);
+        }
+    }
+    assert!(used.len() >= 2, "the rules alert on agent health: {used:?}");
+    let missing: Vec<&String> = used.iter().filter(|n| !exported.lines().any(|l| l.starts_with(n.as_str()))).collect();
+    assert!(missing.is_empty(), "the alert rules use {missing:?}, not in the agent's /metrics:\n{exported}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -136,7 +136,10 @@ async fn pods_of_both_cgroup_drivers_are_attributed_through_410_and_an_outage() 
 
     let (lib, wl) = build(&dir.path().join("bin"));
     let mut args = store_args(dir.path(), &root);
+    let metrics_addr =
+        format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
     args.extend([
+        format!("--metrics-addr={metrics_addr}"),
         "--node=node-a".to_string(),
         format!("--kubeconfig={}", kube.kubeconfig(dir.path()).display()),
         format!("--pod-resources-socket={}", socket.display()),
@@ -178,6 +181,8 @@ async fn pods_of_both_cgroup_drivers_are_attributed_through_410_and_an_outage() 
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // What the chart's IngeroAgentNoPodNames alert reads: connected again.
+    assert_eq!(metric(&metrics_addr, "ingero_agent_kube_connected"), 1);
     std::thread::sleep(Duration::from_millis(1500));
     for w in [a, b, c] {
         w.wait();
