@@ -161,8 +161,10 @@ pub(crate) struct RankArgs {
     /// Robust z-score (MAD units) above which a node's signal deviates from its job.
     #[arg(long, env = "INGERO_Z_THRESHOLD", default_value_t = 4.0)]
     pub z_threshold: f64,
-    /// Consecutive deviant windows before a node is flagged.
-    #[arg(long, env = "INGERO_FLAG_AFTER", default_value_t = 3)]
+    /// Consecutive deviant windows before a node is flagged (4: a data-loader
+    /// hiccup of up to 3 s is not a straggler; `ingero evaluate` measures the
+    /// trade-off of false flags against fault→flag latency).
+    #[arg(long, env = "INGERO_FLAG_AFTER", default_value_t = 4)]
     pub flag_after: u32,
     /// Consecutive normal windows before a flag clears (hysteresis).
     #[arg(long, env = "INGERO_CLEAR_AFTER", default_value_t = 5)]

@@ -41,6 +41,9 @@ enum Command {
     Sql(Box<commands::sql::SqlArgs>),
     /// Simulate a fleet of agents with injected faults against a server and time each flag.
     Simulate(Box<commands::simulate::SimulateArgs>),
+    /// Measure the live detector on a simulated fleet day, faster than real
+    /// time: false flags per 1,000 node-days, recall, fault→flag latency.
+    Evaluate(Box<commands::evaluate::EvaluateArgs>),
     /// Everything in one minute: in-process server, simulated fleet, one straggler, its report.
     Demo(Box<commands::demo::DemoArgs>),
     /// Export a time range as a Perfetto trace: nodes side by side, processes,
@@ -131,6 +134,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Sql(a) => commands::sql::run(*a).await,
         Command::Simulate(a) => commands::simulate::run(*a).await,
         Command::Demo(a) => commands::demo::run(*a).await,
+        Command::Evaluate(a) => commands::evaluate::run(*a).await,
         Command::Import(a) => commands::import::run(*a).await,
         Command::Actions(a) => commands::actions::run(*a).await,
         Command::Mcp(a) => commands::mcp::run(*a).await,

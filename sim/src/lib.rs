@@ -14,7 +14,9 @@
 pub mod backfill;
 pub mod faults;
 pub mod fleet;
+pub mod fleetday;
 pub mod loadgen;
 pub mod model;
+pub mod scoring;
 #[cfg(feature = "testing")]
 pub mod seaweed;

@@ -7,6 +7,7 @@
 
 use ingero_model::hist::Histogram;
 use ingero_model::rows::{BatchBuilder, TimestampUs};
+use ingero_model::signals::Signals;
 use ingero_model::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, ProcessMetaRow, SchedRow};
 use ingero_model::{Table, Tables};
 
@@ -69,40 +70,60 @@ pub fn step_job(
     let mut out: Vec<RankWindow> = Vec::with_capacity(ranks.len());
     let mut net_extra = Vec::with_capacity(ranks.len());
     for &node in ranks {
-        let mut r = RankWindow {
-            host_ms: HOST_MS * rng.jitter(jitter),
-            compute_ms: COMPUTE_MS * rng.jitter(jitter),
-            io_ms: 0.3 * rng.jitter(jitter),
-            io_count: 20.0,
-            ..Default::default()
-        };
-        let mut own_net = 0.0;
-        for f in faults.iter().filter(|f| f.active(t) && f.hits(node)) {
-            match f.kind {
-                FaultKind::Cpu => {
-                    r.runq_ms += 2.5 * HOST_MS;
-                    r.noisy_neighbour = true;
-                }
-                FaultKind::Gpu => r.compute_ms *= 1.8,
-                FaultKind::Net => own_net += 50.0,
-                FaultKind::Io => {
-                    r.blocked_ms += 40.0;
-                    r.io_ms = 8.0;
-                    r.io_count = 200.0;
-                }
-                FaultKind::Mem => {
-                    r.blocked_ms += 35.0;
-                    r.mem_events += 3;
-                }
-                FaultKind::JobSlow => r.compute_ms *= 1.5,
-                // A one-window spike only.
-                FaultKind::Blip if t < f.at + std::time::Duration::from_secs(1) => r.runq_ms += 4.0 * HOST_MS,
-                FaultKind::Blip => {}
-            }
-        }
-        net_extra.push(own_net);
+        let (r, net) = rank_window(node, t, faults, jitter, rng);
         out.push(r);
+        net_extra.push(net);
     }
+    settle(&mut out, &net_extra);
+    out
+}
+
+/// One rank's own costs this window, before the job's pace is known; with
+/// the extra collective time its own link adds (slow NIC).
+pub fn rank_window(
+    node: usize,
+    t: std::time::Duration,
+    faults: &[Injection],
+    jitter: f64,
+    rng: &mut Rng,
+) -> (RankWindow, f64) {
+    let mut r = RankWindow {
+        host_ms: HOST_MS * rng.jitter(jitter),
+        compute_ms: COMPUTE_MS * rng.jitter(jitter),
+        io_ms: 0.3 * rng.jitter(jitter),
+        io_count: 20.0,
+        ..Default::default()
+    };
+    let mut own_net = 0.0;
+    for f in faults.iter().filter(|f| f.active(t) && f.hits(node)) {
+        match f.kind {
+            FaultKind::Cpu => {
+                r.runq_ms += 2.5 * HOST_MS;
+                r.noisy_neighbour = true;
+            }
+            FaultKind::Gpu => r.compute_ms *= 1.8,
+            FaultKind::Net => own_net += 50.0,
+            FaultKind::Io => {
+                r.blocked_ms += 40.0;
+                r.io_ms = 8.0;
+                r.io_count = 200.0;
+            }
+            FaultKind::Mem => {
+                r.blocked_ms += 35.0;
+                r.mem_events += 3;
+            }
+            FaultKind::JobSlow => r.compute_ms *= 1.5,
+            // A one-window spike only.
+            FaultKind::Blip if t < f.at + std::time::Duration::from_secs(1) => r.runq_ms += 4.0 * HOST_MS,
+            FaultKind::Blip => {}
+        }
+    }
+    (r, own_net)
+}
+
+/// Paces every rank of a job by its slowest: steps per window, and how long
+/// each waits for its own GPU and for the others.
+pub fn settle(out: &mut [RankWindow], net_extra: &[f64]) {
     let host = |r: &RankWindow| r.host_ms + r.runq_ms + r.blocked_ms;
     let slowest = out.iter().map(|r| host(r) + r.compute_ms).fold(0.0, f64::max);
     let slow_net = net_extra.iter().copied().fold(0.0, f64::max);
@@ -115,7 +136,33 @@ pub fn step_job(
         r.copy_ms = FORWARD_SHARE * r.compute_ms;
         r.sync_ms = (step - host(r) - r.copy_ms).max(0.0);
     }
-    out
+}
+
+/// The node-window signals the aggregator derives from [`rows`] (what
+/// `ingero_model::signals::of_tables` computes from them), without building
+/// the rows: for simulations of whole fleet-days. A test holds the two equal.
+pub fn signals(r: &RankWindow) -> Signals {
+    let count = |x: f64| x.round().max(0.0) as u64;
+    let total = |n: u64, ms: f64| if ms > 0.0 && n > 0 { (ms * 1e6 * n as f64) as u64 } else { 0 } as f64;
+    let per_step = count(r.steps);
+    let copy = total(per_step, r.copy_ms);
+    let sched = sched_row(r);
+    let io_count = r.io_count.round() as u64;
+    Signals {
+        runq_ns: sched.runq_wait_ns as f64,
+        offcpu_ns: sched.off_cpu_ns as f64,
+        oncpu_ns: sched.on_cpu_ns as f64,
+        offcpu_call_ns: sched.off_cpu_in_call_ns.unwrap_or(0) as f64,
+        copy_ns: copy,
+        wait_ns: copy + total(per_step, r.sync_ms.max(0.01)) + total(per_step, 0.02),
+        io_ns: ((r.io_ms * 1e6) as u64 * io_count) as f64,
+        mem_events: r.mem_events as f64,
+        launches: count(r.steps * KERNELS_PER_STEP) as f64,
+        window_ns: 1e9,
+        threads: 1.0,
+        procs: Vec::new(),
+        measured: true,
+    }
 }
 
 /// Identity of one simulated rank.
@@ -358,5 +405,27 @@ mod tests {
             tables.iter().any(|(t, b)| *t == Table::CgroupWindows && b.num_rows() == 2),
             "noisy neighbour cgroup row"
         );
+    }
+
+    #[test]
+    fn signals_are_what_the_aggregator_derives_from_the_rows() {
+        use crate::faults::{FaultKind, Target};
+        let faults: Vec<Injection> = [FaultKind::Cpu, FaultKind::Gpu, FaultKind::Io, FaultKind::Mem, FaultKind::Net]
+            .iter()
+            .enumerate()
+            .map(|(i, k)| Injection { kind: *k, target: Target::Node(i), at: Duration::ZERO, duration: None })
+            .collect();
+        let mut rng = Rng::new(7);
+        for w in 0..20 {
+            let ranks: Vec<usize> = (0..8).collect();
+            for (rank, r) in step_job(&ranks, Duration::from_secs(w), &faults, 0.05, &mut rng).iter().enumerate() {
+                let id = RankId { node: "n", job: "j", rank, world: 8, window_start_us: 0 };
+                let tables: Vec<(Table, Vec<arrow::array::RecordBatch>)> =
+                    rows(&id, r, false, &mut rng).into_iter().map(|(t, b)| (t, vec![b])).collect();
+                let from_rows = ingero_model::signals::of_tables(&tables);
+                assert_eq!(from_rows.len(), 1);
+                assert_eq!(signals(r), from_rows[0].1, "rank {rank} window {w}: {r:?}");
+            }
+        }
     }
 }

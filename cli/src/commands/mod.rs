@@ -4,6 +4,7 @@
 
 pub(crate) mod actions;
 pub(crate) mod demo;
+pub(crate) mod evaluate;
 pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod mcp;

@@ -34,7 +34,7 @@ impl Default for DetectorConfig {
     fn default() -> Self {
         DetectorConfig {
             z_threshold: 4.0,
-            flag_after: 3,
+            flag_after: 4,
             clear_after: 5,
             loo_below: 8,
             stuck_after: Duration::from_secs(30),
@@ -146,6 +146,13 @@ impl Detector {
             .collect();
         out.sort_by(|a, b| b.flagged.cmp(&a.flagged).then(b.score.total_cmp(&a.score)).then(a.node.cmp(&b.node)));
         out
+    }
+
+    /// (job, node) of every node flagged now (cheap: no standings built).
+    pub fn flagged(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.jobs.iter().flat_map(|(j, st)| {
+            st.nodes.iter().filter(|(_, n)| n.flagged).map(move |(node, _)| (j.as_str(), node.as_str()))
+        })
     }
 
     pub fn jobs(&self) -> usize {
