@@ -174,6 +174,10 @@ pub(crate) struct RankArgs {
     /// flagged `stuck` within a window (30s is shorter than any NCCL watchdog).
     #[arg(long, env = "INGERO_STUCK_AFTER", default_value = "30s", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,
+    /// A job's own z threshold, JOB=Z (repeatable, first match wins; JOB may end
+    /// in `*`: `pytorchjob:research/*=6` is laxer, `jobset:prod/llama=3` stricter).
+    #[arg(long, env = "INGERO_JOB_Z_THRESHOLD", value_delimiter = ',', value_parser = DetectorConfig::parse_job_z)]
+    pub job_z_threshold: Vec<(String, f64)>,
     /// How long a window waits for late nodes before it is judged without them.
     #[arg(long, env = "INGERO_RANK_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
     pub grace: Duration,
@@ -186,6 +190,7 @@ impl RankArgs {
             flag_after: self.flag_after,
             clear_after: self.clear_after,
             stuck_after: self.stuck_after,
+            job_z: self.job_z_threshold.clone(),
             ..Default::default()
         }
     }

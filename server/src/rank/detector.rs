@@ -28,6 +28,32 @@ pub struct DetectorConfig {
     pub stuck_after: Duration,
     /// Keep every node's per-window score (history views; off live).
     pub timeline: bool,
+    /// Per-job `z_threshold`s: (pattern, z), the first match wins; a pattern
+    /// is a job name, or a prefix ending in `*` (`pytorchjob:research/*`).
+    pub job_z: Vec<(String, f64)>,
+}
+
+impl DetectorConfig {
+    /// The z threshold for `job`: its first matching override, else the fleet's.
+    pub fn z_for(&self, job: &str) -> f64 {
+        self.job_z
+            .iter()
+            .find(|(p, _)| match p.strip_suffix('*') {
+                Some(prefix) => job.starts_with(prefix),
+                None => p == job,
+            })
+            .map_or(self.z_threshold, |(_, z)| *z)
+    }
+
+    /// Parses `PATTERN=Z` (`--job-z-threshold`).
+    pub fn parse_job_z(s: &str) -> Result<(String, f64), String> {
+        let (p, z) = s.rsplit_once('=').ok_or_else(|| format!("`{s}`: expected JOB=Z, e.g. pytorchjob:ml/*=6"))?;
+        let z: f64 = z.trim().parse().map_err(|_| format!("`{s}`: `{z}` is not a number"))?;
+        if p.is_empty() || !(z > 0.0 && z.is_finite()) {
+            return Err(format!("`{s}`: needs a job pattern and a z threshold > 0"));
+        }
+        Ok((p.to_string(), z))
+    }
 }
 
 impl Default for DetectorConfig {
@@ -39,6 +65,7 @@ impl Default for DetectorConfig {
             loo_below: 8,
             stuck_after: Duration::from_secs(30),
             timeline: false,
+            job_z: Vec::new(),
         }
     }
 }
@@ -100,7 +127,11 @@ impl Detector {
     pub fn evaluate(&mut self, now_us: i64, grace_us: i64) -> usize {
         let cfg = self.cfg.clone();
         let mut judged = 0;
-        for job in self.jobs.values_mut() {
+        for (name, job) in self.jobs.iter_mut() {
+            // A job with its own sensitivity is judged with its own threshold.
+            let z = cfg.z_for(name);
+            let job_cfg = (z != cfg.z_threshold).then(|| DetectorConfig { z_threshold: z, ..cfg.clone() });
+            let cfg = job_cfg.as_ref().unwrap_or(&cfg);
             while let Some((&w, nodes)) = job.pending.iter().next() {
                 let active = job.nodes.values().filter(|n| n.last_window >= w - 10_000_000).count();
                 let win_len = nodes.values().map(|s| s.window_ns).fold(0.0, f64::max) as i64 / 1000;
@@ -111,7 +142,7 @@ impl Detector {
                     break;
                 }
                 let nodes = job.pending.remove(&w).unwrap_or_default();
-                judge(&cfg, job, w, &nodes);
+                judge(cfg, job, w, &nodes);
                 job.evaluated_up_to = Some(w);
                 judged += 1;
             }
@@ -391,22 +422,23 @@ mod tests {
         for w in -2..0 {
             feed(&mut d, w, &[(0.03, 0.30), (0.03, 0.30)]); // start-up windows, not judged
         }
-        for w in 0..2 {
+        let k = DetectorConfig::default().flag_after as i64;
+        for w in 0..k - 1 {
             feed(&mut d, w, &[(0.03, 0.30), (0.41, 0.05)]);
             assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "flagged before K windows");
         }
-        feed(&mut d, 2, &[(0.03, 0.30), (0.41, 0.05)]);
+        feed(&mut d, k - 1, &[(0.03, 0.30), (0.41, 0.05)]);
         let s = d.standings(None, 0.0);
         assert_eq!(s[0].node, "node-1");
         assert!(s[0].flagged);
         assert_eq!(s[0].since_us, Some(0));
         assert!(s[0].signals[0].text.contains("run-queue wait 41% vs job median 3%"), "{:?}", s[0].signals);
         assert!(!s.iter().any(|x| x.node == "node-0" && x.flagged), "the waiting peer is not a straggler");
-        for w in 3..7 {
+        for w in k..k + 4 {
             feed(&mut d, w, &[(0.03, 0.30), (0.03, 0.30)]);
             assert!(d.standings(None, 0.0)[0].flagged, "cleared too early at {w}");
         }
-        feed(&mut d, 7, &[(0.03, 0.30), (0.03, 0.30)]);
+        feed(&mut d, k + 4, &[(0.03, 0.30), (0.03, 0.30)]);
         assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged));
     }
 
@@ -426,7 +458,7 @@ mod tests {
         }
         assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged));
         vals[5] = (0.5, 0.01);
-        for w in 20..23 {
+        for w in 20..20 + DetectorConfig::default().flag_after as i64 {
             feed(&mut d, w, &vals);
         }
         let s = d.standings(None, 0.0);
@@ -459,5 +491,31 @@ mod tests {
             d.drain();
         }
         assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", d.standings(None, 0.0));
+    }
+
+    #[test]
+    fn a_job_can_be_made_stricter_or_laxer() {
+        let cfg = DetectorConfig {
+            job_z: vec![("lax:*".into(), 60.0), ("strict:ml/a".into(), 2.0)],
+            ..DetectorConfig::default()
+        };
+        assert_eq!((cfg.z_for("lax:ml/x"), cfg.z_for("strict:ml/a"), cfg.z_for("strict:ml/b")), (60.0, 2.0, 4.0));
+        let mut d = Detector::new(cfg);
+        for w in 0..8 {
+            for job in ["lax:ml/x", "plain"] {
+                // Peers spread by 1 point: node-3's 27-point excess is z 27.
+                for (i, r) in [0.02, 0.03, 0.04, 0.30].iter().enumerate() {
+                    let key =
+                        NodeWindowKey { job: job.into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+                    d.add(key, &sig(*r, 0.3));
+                }
+            }
+            d.drain();
+        }
+        let flagged: Vec<(&str, &str)> = d.flagged().collect();
+        assert_eq!(flagged, [("plain", "node-3")], "the lax job's deviation is under its threshold");
+        assert!(DetectorConfig::parse_job_z("pytorchjob:ml/*=6").is_ok());
+        assert!(DetectorConfig::parse_job_z("x=0").is_err());
+        assert!(DetectorConfig::parse_job_z("nothing").is_err());
     }
 }
