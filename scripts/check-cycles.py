@@ -15,7 +15,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CRATES = ["model/src", "proto/src", "store/src", "server/src", "agent/src", "node/src", "analysis/src", "cli/src", "sim/src"]
+CRATES = ["model/src", "proto/src", "store/src", "server/src", "action/src", "agent/src", "node/src", "analysis/src", "cli/src", "sim/src"]
 
 
 def modules(src):

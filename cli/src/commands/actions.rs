@@ -2,89 +2,17 @@
 //! `ingero serve --remediate …` (the flags and starting the loop) and
 //! `ingero actions` (what remediation did and held back, from the store).
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 
 use super::{CmdResult, Failure, Since};
-use crate::cli::StoreArgs;
+use crate::cli::{RemediateArgs, StoreArgs};
 use ingero_action::cluster::Cluster;
 use ingero_action::journal::{self, Record};
 use ingero_action::{Config, Controller, Mode};
 use ingero_server::Server;
 use ingero_store::Store;
-
-/// Remediation: off unless asked. Marks confirmed stragglers in Kubernetes
-/// (node condition IngeroStraggler with cause and report, Events on the node
-/// and the job's pods; a NoSchedule taint only with --remediate-taint), within
-/// budgets, and undoes it when the node is healthy again. Never evicts.
-#[derive(Debug, Clone, Args)]
-pub(crate) struct RemediateArgs {
-    /// off, dry-run (decide, journal and log what it would do; change nothing) or on.
-    #[arg(long, env = "INGERO_REMEDIATE", default_value = "off")]
-    pub remediate: Mode,
-    /// Also taint a marked node NoSchedule (new pods go elsewhere; running ones stay).
-    #[arg(long, env = "INGERO_REMEDIATE_TAINT")]
-    pub remediate_taint: bool,
-    /// At most this many nodes marked at once, fleet-wide (read from the API
-    /// server, so replicas share it).
-    #[arg(long, env = "INGERO_REMEDIATE_MAX_NODES", default_value_t = 2)]
-    pub remediate_max_nodes: usize,
-    /// At most this share of a job's nodes marked at once (`25%` or `0.25`),
-    /// rounded down: a job too small for one node is reported, never acted on.
-    #[arg(long, env = "INGERO_REMEDIATE_MAX_JOB_SHARE", default_value = "50%", value_parser = parse_share)]
-    pub remediate_max_job_share: f64,
-    /// At most this many new marks per rolling hour (per replica).
-    #[arg(long, env = "INGERO_REMEDIATE_MAX_PER_HOUR", default_value_t = 6)]
-    pub remediate_max_per_hour: usize,
-    /// A node must stay flagged this long, continuously, before it is marked.
-    #[arg(long, env = "INGERO_REMEDIATE_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
-    pub remediate_after: Duration,
-    /// A marked node is cleared (condition False, taint removed) once healthy this long.
-    #[arg(long, env = "INGERO_REMEDIATE_CLEAR_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
-    pub remediate_clear_after: Duration,
-    /// How often remediation looks at the live ranking.
-    #[arg(long, env = "INGERO_REMEDIATE_EVERY", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub remediate_every: Duration,
-    /// Where the condition sends a reader, `{node}` and `{job}` replaced
-    /// (e.g. https://grafana.example/d/ingero?var-node={node}). Default: the
-    /// `ingero report --node` command.
-    #[arg(long, env = "INGERO_REPORT_URL")]
-    pub report_url: Option<String>,
-    /// Kubeconfig for remediation; default: the pod's service account, then KUBECONFIG.
-    #[arg(long, env = "INGERO_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-}
-
-fn parse_share(s: &str) -> Result<f64, String> {
-    let (num, scale) = match s.strip_suffix('%') {
-        Some(p) => (p, 100.0),
-        None => (s, 1.0),
-    };
-    let v: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a share (25% or 0.25)"))?;
-    let v = v / scale;
-    if (0.0..=1.0).contains(&v) { Ok(v) } else { Err(format!("`{s}` is not between 0% and 100%")) }
-}
-
-impl RemediateArgs {
-    pub(crate) fn config(&self) -> Result<Config, String> {
-        let cfg = Config {
-            mode: self.remediate,
-            taint: self.remediate_taint,
-            max_nodes: self.remediate_max_nodes,
-            max_job_share: self.remediate_max_job_share,
-            max_per_hour: self.remediate_max_per_hour,
-            min_evidence: self.remediate_after,
-            clear_after: self.remediate_clear_after,
-            report_url: self.report_url.clone(),
-            every: self.remediate_every,
-        };
-        cfg.validate()?;
-        Ok(cfg)
-    }
-}
 
 /// Remediation ready to start once the server runs: connected to the API
 /// server first, so a bad kubeconfig stops `serve` before it listens.
@@ -202,14 +130,6 @@ fn fit(s: &str, w: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shares() {
-        assert_eq!(parse_share("25%"), Ok(0.25));
-        assert_eq!(parse_share("0.5"), Ok(0.5));
-        assert!(parse_share("150%").is_err());
-        assert!(parse_share("half").is_err());
-    }
 
     #[test]
     fn the_table_fits_80_columns() {
