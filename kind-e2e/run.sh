@@ -10,7 +10,9 @@
 #      (in-place resize of its CPU limit: real CFS throttling),
 #   5. assert: events attributed to the pods, Parquet written,
 #      `ingero stragglers` names the contended node, `ingero report --pod`
-#      names CPU contention; then tear down (KEEP=1 keeps the cluster).
+#      names CPU contention, remediation (on, with taint) marks that node
+#      with the IngeroStraggler condition and taint and evicts nothing;
+#      then tear down (KEEP=1 keeps the cluster).
 # Usage: kind-e2e/run.sh      Env: CLUSTER (ingero-e2e), CONTENDED (rank 1),
 #        FAULT_AFTER (20 s), KEEP (unset), SKIP_BUILD (unset).
 set -euo pipefail
@@ -59,7 +61,9 @@ done
 say "helm install (default values; images from this build)"
 helm --kube-context "$ctx" upgrade --install ingero deploy/helm/ingero --namespace "$ns" --create-namespace \
   --set image.tag=e2e --set image.pullPolicy=Never \
-  --set aggregator.flushAge=5s --wait --timeout 5m
+  --set aggregator.flushAge=5s \
+  --set aggregator.remediation.mode=on --set aggregator.remediation.taint=true \
+  --set aggregator.remediation.after=10s --wait --timeout 5m
 k -n "$ns" rollout status ds/ingero-agent --timeout 3m
 k -n "$ns" exec ds/ingero-agent -- ingero-agent check || fail "ingero-agent check failed on a kind node"
 
@@ -98,4 +102,19 @@ k -n "$ns" exec sts/ingero-aggregator -- ingero sql --store file:///var/lib/inge
 report=$(ingero report --pod "ml/llama-worker-$contended")
 echo "$report"
 grep -q "CPU scheduling contention" <<<"$report" || fail "the pod report does not name CPU contention"
+
+say "remediation: the node is marked (condition + taint), nothing is evicted"
+cond() { k get node "${nodes[$contended]}" -o jsonpath='{.status.conditions[?(@.type=="IngeroStraggler")].status}'; }
+t0=$(date +%s)
+until [ "$(cond)" = "True" ]; do
+  [ $(( $(date +%s) - t0 )) -lt 90 ] || { k -n "$ns" logs sts/ingero-aggregator | tail -20; fail "${nodes[$contended]} not marked within 90 s"; }
+  sleep 2
+done
+k get node "${nodes[$contended]}" -o jsonpath='{.spec.taints[*].key}' | grep -q ingero.io/straggler || fail "no ingero.io/straggler taint"
+k get events -n default --field-selector involvedObject.name="${nodes[$contended]}",reason=IngeroStraggler | grep -q IngeroStraggler \
+  || fail "no IngeroStraggler event on the node"
+[ "$(k -n ml get pods -l training.kubeflow.org/job-name=llama --field-selector status.phase=Running -o name | wc -l)" = 3 ] \
+  || fail "a pod of the job is no longer running: remediation must never evict"
+k -n "$ns" exec sts/ingero-aggregator -- ingero actions --store file:///var/lib/ingero/data --since 1h | grep -q "^20.* mark " \
+  || fail "ingero actions does not list the mark"
 say "kind e2e passed"
