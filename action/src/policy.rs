@@ -285,6 +285,18 @@ mod tests {
     }
 
     #[test]
+    fn a_node_no_longer_ranked_is_cleared_too() {
+        // Its job ended while it was flagged: the live ranking forgets it.
+        let mut p = Policy::new(cfg());
+        let t0 = Instant::now();
+        let sick = [st("a", "j", true, 9.0), st("b", "j", false, 0.2)];
+        p.step(t0, &sick, 0);
+        assert_eq!(nodes(&p.step(t0 + Duration::from_secs(60), &sick, 0)), [("mark", "a")]);
+        assert!(p.step(t0 + Duration::from_secs(100), &[], 0).is_empty());
+        assert_eq!(nodes(&p.step(t0 + Duration::from_secs(220), &[], 0)), [("clear", "a")]);
+    }
+
+    #[test]
     fn a_flag_that_lapses_starts_its_evidence_again() {
         let mut p = Policy::new(cfg());
         let t0 = Instant::now();

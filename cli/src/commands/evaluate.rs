@@ -90,7 +90,9 @@ fn simulate(
     let started = Instant::now();
     let (nodes, secs) = (cfg.nodes, cfg.duration.as_secs());
     let mut day = FleetDay::new(cfg);
-    let mut detector = Detector::new(det);
+    // As live: a node that stopped reporting is forgotten.
+    let forget_after = det.forget_after.or(Some(ingero_server::rank::FORGET_AFTER));
+    let mut detector = Detector::new(ingero_server::rank::detector::DetectorConfig { forget_after, ..det });
     let mut scorer = Scorer::new(day.faults(), day.slow_nodes());
     let names: Vec<String> = (0..nodes).map(node_name).collect();
     // Window starts on a real clock (the detector keeps times as µs).

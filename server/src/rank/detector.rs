@@ -28,6 +28,12 @@ pub struct DetectorConfig {
     pub stuck_after: Duration,
     /// Keep every node's per-window score (history views; off live).
     pub timeline: bool,
+    /// Live: a node that has sent no window for this long (it left its job,
+    /// or its job ended) is forgotten, with its standing: an ended job's last
+    /// flag must not stay on `/metrics` or keep a node marked. Measured in
+    /// window time (the newest window judged), so replays behave alike.
+    /// None (history): every node stays, for the range's ranking.
+    pub forget_after: Option<Duration>,
     /// Per-job `z_threshold`s: (pattern, z), the first match wins; a pattern
     /// is a job name, or a prefix ending in `*` (`pytorchjob:research/*`).
     pub job_z: Vec<(String, f64)>,
@@ -65,6 +71,7 @@ impl Default for DetectorConfig {
             loo_below: 8,
             stuck_after: Duration::from_secs(30),
             timeline: false,
+            forget_after: None,
             job_z: Vec::new(),
         }
     }
@@ -105,11 +112,13 @@ struct JobState {
 pub struct Detector {
     cfg: DetectorConfig,
     jobs: HashMap<String, JobState>,
+    /// Newest window when departed nodes were last looked for.
+    forgot_at: i64,
 }
 
 impl Detector {
     pub fn new(cfg: DetectorConfig) -> Self {
-        Detector { cfg, jobs: HashMap::new() }
+        Detector { cfg, jobs: HashMap::new(), forgot_at: i64::MIN }
     }
 
     /// Adds node-window signals (may arrive in several pieces).
@@ -147,7 +156,27 @@ impl Detector {
                 judged += 1;
             }
         }
+        if judged > 0 {
+            self.forget_departed();
+        }
         judged
+    }
+
+    /// With `forget_after`: drops nodes (and then jobs) whose newest window
+    /// is that much older than the newest window judged anywhere.
+    fn forget_departed(&mut self) {
+        let Some(after) = self.cfg.forget_after else { return };
+        let Some(newest) = self.jobs.values().filter_map(|j| j.evaluated_up_to).max() else { return };
+        // Every node is visited: at most once per 10 s of windows, not per batch.
+        if newest < self.forgot_at.saturating_add(10_000_000) {
+            return;
+        }
+        self.forgot_at = newest;
+        let horizon = newest - after.as_micros() as i64;
+        for job in self.jobs.values_mut() {
+            job.nodes.retain(|_, n| n.last_window >= horizon);
+        }
+        self.jobs.retain(|_, j| !j.nodes.is_empty() || !j.pending.is_empty());
     }
 
     /// Judges everything pending (history replay, end of stream).
@@ -517,5 +546,50 @@ mod tests {
         assert!(DetectorConfig::parse_job_z("pytorchjob:ml/*=6").is_ok());
         assert!(DetectorConfig::parse_job_z("x=0").is_err());
         assert!(DetectorConfig::parse_job_z("nothing").is_err());
+    }
+
+    #[test]
+    fn live_forgets_nodes_and_jobs_that_stopped_reporting() {
+        let cfg = DetectorConfig { forget_after: Some(Duration::from_secs(60)), ..DetectorConfig::default() };
+        let mut d = Detector::new(cfg);
+        let win = |d: &mut Detector, job: &str, w: i64, vals: &[f64]| {
+            for (i, r) in vals.iter().enumerate() {
+                let key = NodeWindowKey { job: job.into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+                d.add(key, &sig(*r, 0.3));
+            }
+        };
+        for w in 0..10 {
+            win(&mut d, "ended", w, &[0.03, 0.03, 0.41]);
+            win(&mut d, "running", w, &[0.03, 0.03]);
+            d.drain();
+        }
+        assert!(d.flagged().any(|(j, n)| (j, n) == ("ended", "node-2")));
+        // "ended" sends nothing more; "running" goes on, then loses a node.
+        for w in 10..75 {
+            win(&mut d, "running", w, if w < 40 { &[0.03, 0.03] } else { &[0.03] });
+            d.drain();
+        }
+        assert_eq!(d.flagged().count(), 0, "an ended job's last flag is forgotten");
+        assert_eq!(d.jobs(), 1);
+        assert_eq!(
+            d.standings(None, f64::NEG_INFINITY).len(),
+            2,
+            "node-1 of the running job is still within the minute"
+        );
+        for w in 75..105 {
+            win(&mut d, "running", w, &[0.03]);
+            d.drain();
+        }
+        assert_eq!(d.standings(None, f64::NEG_INFINITY).len(), 1, "node-1 left its job");
+        // History keeps everything.
+        let mut h = Detector::new(DetectorConfig::default());
+        for w in 0..10 {
+            win(&mut h, "ended", w, &[0.03, 0.03, 0.41]);
+        }
+        for w in 10..200 {
+            win(&mut h, "running", w, &[0.03, 0.03]);
+        }
+        h.drain();
+        assert_eq!(h.jobs(), 2);
     }
 }

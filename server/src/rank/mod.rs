@@ -132,6 +132,9 @@ enum Feed {
     Signals(Vec<(NodeWindowKey, Signals)>),
 }
 
+/// How long the live ranking remembers a node that sent nothing.
+pub const FORGET_AFTER: Duration = Duration::from_secs(15 * 60);
+
 #[derive(Debug, Clone)]
 pub struct LiveRanker {
     tx: mpsc::Sender<Feed>,
@@ -143,6 +146,8 @@ pub struct LiveRanker {
 impl LiveRanker {
     /// Starts the ranking task; windows are judged when complete or after `grace`.
     pub fn start(cfg: DetectorConfig, grace: Duration) -> LiveRanker {
+        // Live, nodes that stopped reporting are forgotten (see the field).
+        let cfg = DetectorConfig { forget_after: cfg.forget_after.or(Some(FORGET_AFTER)), ..cfg };
         let (tx, mut rx) = mpsc::channel::<Feed>(8192);
         let detector = Arc::new(Mutex::new(Detector::new(cfg)));
         let router: Arc<std::sync::OnceLock<Arc<dyn SignalRouter>>> = Default::default();
