@@ -39,6 +39,7 @@ pub(crate) struct EvaluateArgs {
     /// Nodes per pool.
     #[arg(long, env = "INGERO_EVAL_POOL_SIZE", default_value_t = 64)]
     pool_size: usize,
+    /// The simulated day's seed: the same seed and flags give the same day and result.
     #[arg(long, env = "INGERO_EVAL_SEED", default_value_t = 1)]
     seed: u64,
     #[command(flatten)]
