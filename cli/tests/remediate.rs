@@ -89,16 +89,36 @@ fn metrics(http: u16) -> String {
     out
 }
 
+/// The API stand-in (its runtime kept alive), a kubeconfig for it, and
+/// `ingero serve --remediate MODE` pointed at it.
+struct Rig {
+    _rt: tokio::runtime::Runtime,
+    api: ApiServer,
+    dir: tempfile::TempDir,
+    grpc: u16,
+    http: u16,
+    _serve: Serve,
+}
+
+impl Rig {
+    fn start(mode: &str) -> Rig {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let api = rt.block_on(ApiServer::start(&refs, Vec::new()));
+        let dir = tempfile::tempdir().unwrap();
+        api.kubeconfig(&dir.path().join("kubeconfig"));
+        let (grpc, http) = (free_port(), free_port());
+        let serve = serve(dir.path(), grpc, http, mode);
+        Rig { _rt: rt, api, dir, grpc, http, _serve: serve }
+    }
+}
+
 #[test]
 fn a_straggler_is_marked_then_cleared_by_the_server() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Rig { _rt, api, dir, grpc, http, _serve } = Rig::start("on");
     let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let api = rt.block_on(ApiServer::start(&refs, Vec::new()));
-    let dir = tempfile::tempdir().unwrap();
-    api.kubeconfig(&dir.path().join("kubeconfig"));
-    let (grpc, http) = (free_port(), free_port());
-    let _serve = serve(dir.path(), grpc, http, "on");
 
     // node-2's GPU slows from 2 s on, for the rest of the run.
     let mut sim = simulate(grpc, 40, Some("gpu@node-2:2s"));
@@ -169,14 +189,7 @@ fn alerted_metrics_are_exported(exported: &str) {
 
 #[test]
 fn dry_run_on_a_live_server_writes_nothing_to_the_cluster() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let api = rt.block_on(ApiServer::start(&refs, Vec::new()));
-    let dir = tempfile::tempdir().unwrap();
-    api.kubeconfig(&dir.path().join("kubeconfig"));
-    let (grpc, http) = (free_port(), free_port());
-    let _serve = serve(dir.path(), grpc, http, "dry-run");
+    let Rig { _rt, api, dir, grpc, http, _serve } = Rig::start("dry-run");
     let mut sim = simulate(grpc, 40, Some("gpu@node-4:2s"));
     wait_for(60, "a dry-run mark in the journal", || actions(dir.path()).contains("mark (dry)"));
     let _ = sim.kill();
