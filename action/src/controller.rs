@@ -188,12 +188,9 @@ impl Controller {
     }
 }
 
+/// `4m10s`, `2h03m`: seconds dropped past an hour.
 fn human(d: Duration) -> String {
-    humantime_like(d.as_secs())
-}
-
-/// `4m10s`, `2h3m`: seconds dropped past an hour.
-fn humantime_like(s: u64) -> String {
+    let s = d.as_secs();
     match s {
         0..60 => format!("{s}s"),
         60..3600 => format!("{}m{:02}s", s / 60, s % 60),
