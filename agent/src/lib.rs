@@ -10,6 +10,7 @@ pub(crate) mod detacher;
 pub mod error;
 pub(crate) mod exits;
 pub mod heap;
+pub(crate) mod host;
 pub mod loop_config;
 pub(crate) mod metrics;
 pub(crate) mod podfs;

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use crate::attribution::Attributor;
 use crate::detacher::Detacher;
 use crate::error::Result;
+use crate::host::HostFacts;
 use crate::probes::abi::{Counters, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK, ProcEvent};
 use crate::probes::drain::{self, Rings};
 use crate::probes::grace::Grace;
@@ -25,7 +26,7 @@ use crate::probes::statics::StaticRuntimes;
 use crate::probes::thread_counts::ThreadCounts;
 use crate::probes::unpreempted::Unpreempted;
 use crate::stacks::Stacks;
-use crate::window::{HostFacts, Stall, WindowBuilder, WindowCtx};
+use crate::window::{Stall, WindowBuilder, WindowCtx};
 
 pub use crate::loop_config::{LoopConfig, LoopStats};
 

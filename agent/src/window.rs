@@ -27,31 +27,10 @@ pub(crate) struct WindowCtx<'a> {
     pub counters_delta: Counters,
     pub spool_dropped: u64,
     pub probe_run_ns: u64,
-    pub host: &'a HostFacts,
+    pub host: &'a crate::host::HostFacts,
     /// Scoped by --cgroup-root: cgroups outside the subtree are another
     /// "node's" and are left out of cgroup_windows.
     pub cgroup_scoped: bool,
-}
-
-#[derive(Debug, Clone, Default)]
-pub(crate) struct HostFacts {
-    pub kernel: Option<String>,
-    pub cpu_model: Option<String>,
-    pub cpu_cores: Option<u32>,
-}
-
-impl HostFacts {
-    pub(crate) fn read() -> HostFacts {
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string());
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string());
-        let cpu_cores = std::thread::available_parallelism().ok().map(|n| n.get() as u32);
-        HostFacts { kernel, cpu_model, cpu_cores }
-    }
 }
 
 fn common(ctx: &WindowCtx<'_>, pid: u32, p: &ProcInfo) -> Common {
@@ -357,9 +336,10 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
             kernel: h.kernel.as_deref(),
             cpu_model: h.cpu_model.as_deref(),
             cpu_cores: h.cpu_cores,
-            gpu_model: None,
-            driver_version: None,
+            gpu_model: h.gpu_model.as_deref(),
+            driver_version: h.driver_version.as_deref(),
             cuda_version: None,
+            gpu_count: h.gpu_count,
         };
         self.add(&mut b, &me, &row);
         self.finish(b);

@@ -11,6 +11,7 @@ use ingero_analysis::query::QueryLimits;
 use ingero_analysis::query::service::with_query;
 use ingero_server::ServeConfig;
 use ingero_server::ingest::Limits;
+use ingero_server::rank::cost::{PriceRule, Prices};
 use ingero_server::rank::detector::DetectorConfig;
 use ingero_server::replicas::ReplicaConfig;
 use ingero_store::commit::CommitConfig;
@@ -178,6 +179,17 @@ pub(crate) struct RankArgs {
     /// in `*`: `pytorchjob:research/*=6` is laxer, `jobset:prod/llama=3` stricter).
     #[arg(long, env = "INGERO_JOB_Z_THRESHOLD", value_delimiter = ',', value_parser = DetectorConfig::parse_job_z)]
     pub job_z_threshold: Vec<(String, f64)>,
+    /// GPU-hour price rules in USD, turning each straggler episode into dollars
+    /// lost (repeatable or comma-separated; node rules first, then models, then
+    /// the default): `model:H100=4.10` (GPU model text, as the agent reads it
+    /// from the NVIDIA driver), `node:gke-prod-spot-*=1.60` (node name or
+    /// prefix: the node pool), `default=2.50`. Without rules costs are in
+    /// GPU-hours only.
+    #[arg(long, env = "INGERO_GPU_PRICE", value_delimiter = ',', value_parser = Prices::parse_rule)]
+    pub gpu_price: Vec<(PriceRule, f64)>,
+    /// GPUs assumed on a node whose agent found no NVIDIA driver to count them.
+    #[arg(long, env = "INGERO_GPUS_PER_NODE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub gpus_per_node: u32,
     /// How long a window waits for late nodes before it is judged without them.
     #[arg(long, env = "INGERO_RANK_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
     pub grace: Duration,
@@ -191,6 +203,7 @@ impl RankArgs {
             clear_after: self.clear_after,
             stuck_after: self.stuck_after,
             job_z: self.job_z_threshold.clone(),
+            prices: Prices { rules: self.gpu_price.clone(), gpus_per_node: self.gpus_per_node },
             ..Default::default()
         }
     }

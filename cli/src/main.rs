@@ -55,6 +55,9 @@ enum Command {
     /// What remediation (`serve --remediate`) did and held back: marks, taints,
     /// clears, budgets reached, errors.
     Actions(Box<commands::actions::ActionsArgs>),
+    /// Nodes flagged again and again over history (default the last 7 days),
+    /// with their causes and the GPU-hours and dollars they cost.
+    Offenders(Box<commands::offenders::OffendersArgs>),
     /// Import SQLite traces recorded by Ingero (Go) into a store, as one node.
     Import(Box<commands::import::ImportArgs>),
     /// Push synthetic windows from many nodes as fast as possible (load test).
@@ -137,6 +140,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Evaluate(a) => commands::evaluate::run(*a).await,
         Command::Import(a) => commands::import::run(*a).await,
         Command::Actions(a) => commands::actions::run(*a).await,
+        Command::Offenders(a) => commands::offenders::run(*a).await,
         Command::Mcp(a) => commands::mcp::run(*a).await,
         Command::Export(a) => commands::export::run(*a).await,
         Command::Load(args) => {

@@ -95,7 +95,10 @@ async fn delta_rs_compacts_vacuums_and_appends_while_ingero_commits() {
     let store = ingero_store::Store::open(&ingero_store::StoreUrl::parse(&url).unwrap(), &Default::default()).unwrap();
     let u = upkeep::run(&store, Duration::ZERO, &Retention::FOREVER, |t| t == "call_windows").await.unwrap();
     eprintln!("ingero did: {u:?}");
-    assert!(u.compacted_files >= COMPACT_MIN_FILES && u.deleted_files > 0, "ingero compacted and vacuumed after delta-rs: {u:?}");
+    assert!(
+        u.compacted_files >= COMPACT_MIN_FILES && u.deleted_files > 0,
+        "ingero compacted and vacuumed after delta-rs: {u:?}"
+    );
     let rows = read_table(&store, Table::CallWindows).await.unwrap();
     let mut keys = call_keys(&rows);
     assert_eq!(keys.len() as u64, acked as u64 + appended, "ours {acked} + delta-rs's {appended} ({w} windows)");

@@ -81,17 +81,41 @@ async fn backfill_writes_tiers_and_history_flags_the_injected_node() {
         (Some("node-5"), Some(true))
     );
 
+    // Repeat offenders and what they cost: 12 nodes × 8 GPUs (the sim's
+    // agents read no driver: --gpus-per-node) at $3.
+    let since = format!("--since={}", ingero_model::time::rfc3339(start_us));
+    let args: Vec<String> =
+        ["offenders", &store, &since, "--min-episodes=1", "--gpu-price=default=3", "--json"].map(String::from).to_vec();
+    let o = tokio::task::spawn_blocking(move || ingero(&args)).await.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v[0];
+    assert_eq!((f["node"].as_str(), f["causes"][0][0].as_str()), (Some("node-5"), Some("runq_share")), "{v}");
+    let (hours, usd) = (f["gpu_hours"].as_f64().unwrap(), f["usd"].as_f64().unwrap());
+    // The contended node is flagged for ~280 s; its peers wait for it a
+    // fraction of each window: between 1% and 100% of 96 GPUs × 280 s.
+    assert!(hours > 0.01 * 96.0 * 280.0 / 3600.0 && hours < 96.0 * 300.0 / 3600.0, "{v}");
+    assert!((usd - hours * 3.0).abs() < 0.02, "dollars are GPU-hours × $3: {v}");
+    let args: Vec<String> = ["offenders", &store, &since, "--min-episodes=1"].map(String::from).to_vec();
+    let o = tokio::task::spawn_blocking(move || ingero(&args)).await.unwrap();
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.lines().nth(1).is_some_and(|l| l.starts_with("node-5 ") && l.contains(" - ")),
+        "no price, no dollars:\n{t}"
+    );
+    assert!(t.lines().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{t}");
+
     // The fleet page, as a person sees it.
     let page = dir.path().join("fleet.html");
-    let since = format!("--since={}", ingero_model::time::rfc3339(start_us));
-    let args: Vec<String> = ["stragglers", &store, &since, "--format=html", &format!("--out={}", page.display())]
-        .map(String::from)
-        .to_vec();
+    let out = format!("--out={}", page.display());
+    let args: Vec<String> =
+        ["stragglers", &store, &since, "--format=html", &out, "--gpu-price=default=3"].map(String::from).to_vec();
     let o = tokio::task::spawn_blocking(move || ingero(&args)).await.unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains(r#"id="n-llama-pretrain-node-5""#), "no detail section for the flagged node");
     assert!(html.contains("11 node(s) never deviated"), "healthy rows not folded");
+    assert!(html.contains("Straggler episodes: ") && html.contains("GPU-hours ($"), "episodes and their cost missing");
     check_in_chromium(&page, dir.path());
 }
 

@@ -120,6 +120,8 @@ fn an_assistant_finds_the_straggler_and_explains_it_over_stdio() {
     let ranking = ok(&c[0]);
     assert_eq!(ranking["stragglers"][0]["node"], "node-2", "{ranking}");
     assert_eq!(ranking["stragglers"][0]["flagged"], true);
+    assert!(ranking["stragglers"][0]["cost"]["gpu_hours"].as_f64().is_some_and(|h| h > 0.0), "{ranking}");
+    assert_eq!(ranking["episodes"][0]["node"], "node-2", "{ranking}");
     let pods = ok(&c[1]);
     assert_eq!(pods["row_count"], 6, "{pods}");
     let straggler_pod = pods["rows"].as_array().unwrap().iter().find(|r| r["node"] == "node-2").unwrap();

@@ -36,7 +36,7 @@ fn serve(dir: &Path, grpc: u16, http: u16, mode: &str) -> Serve {
         .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
         .args(["--remediate", mode, "--remediate-taint", "--remediate-after=2s", "--remediate-clear-after=3s"])
         .args(["--remediate-every=500ms", "--remediate-max-job-share=50%", "--flush-age=1s"])
-        .args(["--report-url", "https://ingero.example/r/{node}"])
+        .args(["--report-url", "https://ingero.example/r/{node}", "--gpu-price=default=3"])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join(format!("serve-{mode}.log"))).unwrap())
         .spawn()
@@ -127,7 +127,15 @@ fn a_straggler_is_marked_then_cleared_by_the_server() {
     assert_eq!(reason, "PerformanceStraggler");
     assert!(msg.contains("Report: https://ingero.example/r/node-2"), "{msg}");
     assert!(api.taints("node-2").contains(&"ingero.io/straggler:NoSchedule".to_string()));
-    alerted_metrics_are_exported(&metrics(http));
+    let m = metrics(http);
+    alerted_metrics_are_exported(&m);
+    let cost = |name: &str| -> f64 {
+        let line = m.lines().find(|l| l.starts_with(name) && l.contains(r#"node="node-2""#));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {name} for node-2:\n{m}"))
+    };
+    // Flagged: what its job has lost so far, in GPU-hours and at $3 each.
+    let (hours, usd) = (cost("ingero_straggler_lost_gpu_hours{"), cost("ingero_straggler_cost_dollars{"));
+    assert!(hours > 0.0 && (usd - 3.0 * hours).abs() <= 0.01, "{hours} GPU-hours, ${usd}");
     let others: Vec<&str> = refs.iter().copied().filter(|n| *n != "node-2").collect();
     assert!(others.iter().all(|n| api.condition(n).is_none()), "only the straggler is marked");
     let _ = sim.kill();

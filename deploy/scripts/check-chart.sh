@@ -107,6 +107,15 @@ if helm template ingero "$chart" --set aggregator.remediation.mode=always >/dev/
 fi
 grep -q "remediation/mode" "$tmp/err"
 
+# GPU-hour prices reach the aggregator as --gpu-price rules; a malformed one is refused.
+helm template ingero "$chart" --set 'aggregator.cost.gpuHourPrice={model:H100=4.10,default=2.5}' \
+  --set aggregator.cost.gpusPerNode=4 >"$tmp/cost.yaml"
+grep -A1 "name: INGERO_GPU_PRICE" "$tmp/cost.yaml" | grep -q 'value: "model:H100=4.10,default=2.5"'
+grep -A1 "name: INGERO_GPUS_PER_NODE" "$tmp/cost.yaml" | grep -q 'value: "4"'
+if helm template ingero "$chart" --set 'aggregator.cost.gpuHourPrice={H100}' >/dev/null 2>"$tmp/err"; then
+  echo "cost.gpuHourPrice without a price was accepted" >&2; exit 1
+fi
+
 echo "kubernetes-validate (strict)"
 for f in default s3 all tls; do
   kubernetes-validate --strict --quiet "$tmp/$f.yaml"

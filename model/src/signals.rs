@@ -66,6 +66,17 @@ pub struct Signals {
     pub procs: Vec<ProcProgress>,
     /// Calls or scheduler time were reported (not only progress rows).
     pub measured: bool,
+    /// The node's GPUs, where its batch said (`node_windows`): what a
+    /// straggler's cost is priced by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<Host>,
+}
+
+/// A node's GPUs as its agent reads them from the NVIDIA driver.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Host {
+    pub gpu_model: Option<String>,
+    pub gpus: Option<u32>,
 }
 
 impl Signals {
@@ -97,6 +108,9 @@ impl Signals {
         self.threads += o.threads;
         self.procs.extend(o.procs.iter().cloned());
         self.measured |= o.measured;
+        if o.host.is_some() {
+            self.host.clone_from(&o.host);
+        }
     }
 }
 
@@ -163,7 +177,33 @@ pub type BatchSignals = Vec<(NodeWindowKey, Signals)>;
 
 /// [`from_tables`] over one batch's tables, as a list.
 pub fn of_tables(tables: &[(Table, Vec<RecordBatch>)]) -> BatchSignals {
-    from_tables(tables.iter().map(|(t, b)| (t, b))).into_iter().collect()
+    let mut out: BatchSignals = from_tables(tables.iter().map(|(t, b)| (t, b))).into_iter().collect();
+    let hosts = hosts(tables);
+    if !hosts.is_empty() {
+        for (k, s) in &mut out {
+            s.host = hosts.get(&k.node).cloned();
+        }
+    }
+    out
+}
+
+/// Each node's GPUs from the batch's `node_windows` rows (the last row
+/// that names any); nodes whose agent read no driver are left out.
+pub fn hosts(tables: &[(Table, Vec<RecordBatch>)]) -> HashMap<String, Host> {
+    let mut out = HashMap::new();
+    for b in tables.iter().filter(|(t, _)| *t == Table::NodeWindows).flat_map(|(_, b)| b) {
+        let node = b.column(crate::tables::common::NODE).as_string::<i32>();
+        let model = b.column_by_name("gpu_model").map(|c| c.as_string::<i32>().clone());
+        let count = b.column_by_name("gpu_count").map(|c| c.as_primitive::<UInt32Type>().clone());
+        for i in 0..b.num_rows() {
+            let gpu_model = model.as_ref().filter(|c| c.is_valid(i)).map(|c| c.value(i).to_string());
+            let gpus = count.as_ref().filter(|c| c.is_valid(i)).map(|c| c.value(i));
+            if gpu_model.is_some() || gpus.is_some() {
+                out.insert(node.value(i).to_string(), Host { gpu_model, gpus });
+            }
+        }
+    }
+    out
 }
 
 /// Aggregates one pushed batch into node-window signals. IO and host events

@@ -223,6 +223,7 @@ columns! {
         gpu_model: Option<&'a str>, "", "GPU model";
         driver_version: Option<&'a str>, "", "NVIDIA driver version";
         cuda_version: Option<&'a str>, "", "CUDA version";
+        gpu_count: Option<u32>, "GPUs", "GPUs the NVIDIA driver lists on the node (/proc/driver/nvidia/gpus)";
     }
 }
 

@@ -162,6 +162,7 @@ pub fn signals(r: &RankWindow) -> Signals {
         threads: 1.0,
         procs: Vec::new(),
         measured: true,
+        host: None,
     }
 }
 

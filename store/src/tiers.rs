@@ -361,6 +361,7 @@ impl<'a> TierBatch<'a> {
             launches: v(11),
             measured: self.measured.value(i),
             procs: Vec::new(),
+            host: None,
         };
         TierRow {
             job: self.job.1.value(self.job.0[i] as usize),

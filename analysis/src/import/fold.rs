@@ -511,6 +511,7 @@ impl<'a> Folder<'a> {
                 gpu_model: gpu_model.as_deref(),
                 driver_version: driver_version.as_deref(),
                 cuda_version: cuda_version.as_deref(),
+                gpu_count: None,
             };
             t.append(&c, &row)?;
         }

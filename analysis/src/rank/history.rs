@@ -113,10 +113,25 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
     let mut det = Detector::new(cfg);
     let mut overlap = Overlap::default();
     replay(&mut det, &mut overlap, &batches, &req, bin_us)?;
-    let mut r = Ranking::from_detector(&det, req.job.as_deref(), "history");
+    Ok(finish(engine, det, overlap, &req, bin_us).await)
+}
+
+/// The ranking of a replayed range: standings, unranked jobs, the timeline
+/// and the range's episodes, priced with the nodes' GPUs.
+async fn finish(
+    engine: &QueryEngine,
+    mut det: Detector,
+    overlap: Overlap,
+    req: &HistoryRequest,
+    bin_us: i64,
+) -> Ranking {
+    super::hosts::learn(engine, &mut det).await;
+    let job = req.job.as_deref();
+    let mut r = Ranking::from_detector(&det, job, "history");
     r.unranked = overlap.unranked();
-    r.timeline = Timeline::from_detector(&det, req.job.as_deref(), req.start_us.div_euclid(bin_us) * bin_us, bin_us);
-    Ok(r)
+    r.timeline = Timeline::from_detector(&det, job, req.start_us.div_euclid(bin_us) * bin_us, bin_us);
+    r.episodes = det.episodes().into_iter().filter(|e| job.is_none_or(|j| j == e.job)).collect();
+    r
 }
 
 /// First and last instant covered by tier rows in [start, end).
@@ -219,15 +234,7 @@ pub async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorC
         }
     }
     det.drain();
-    let mut r = Ranking::from_detector(&det, req.job.as_deref(), "history");
-    r.unranked = overlap.unranked();
-    r.timeline = Timeline::from_detector(
-        &det,
-        req.job.as_deref(),
-        req.start_us.div_euclid(req.bin_us()) * req.bin_us(),
-        req.bin_us(),
-    );
-    Ok(r)
+    Ok(finish(engine, det, overlap, req, req.bin_us()).await)
 }
 
 /// The SUM columns each query of [`queries`] adds after job, node and bin.

@@ -5,4 +5,5 @@
 pub use ingero_server::rank::*;
 
 pub mod history;
+pub(crate) mod hosts;
 pub(crate) mod overlap;

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::rank::detector::Standing;
+use crate::rank::episode::Episode;
 use crate::rank::{NodeTimeline, Ranking, Timeline};
 use ingero_model::time::rfc3339;
 
@@ -68,11 +69,18 @@ pub fn render(r: &Ranking, range: (&str, &str)) -> String {
                 p.meta {
                     (range.0) " → " (range.1) " (UTC) · " (jobs.len()) " job(s) · " (tl.nodes.len()) " nodes · "
                     (flagged) " flagged · bins of " (bin)
+                    @if !r.episodes.is_empty() {
+                        " · lost to stragglers: " (cost_text(&r.episodes.iter().collect::<Vec<_>>()))
+                    }
                 }
                 (legend())
                 @for (job, rows) in &jobs {
                     @let standings: Vec<&Standing> = r.stragglers.iter().filter(|s| s.job == *job).collect();
                     (job_section(job, rows, &standings, tl))
+                    @let eps: Vec<&Episode> = r.episodes.iter().filter(|e| e.job == *job).collect();
+                    @if !eps.is_empty() {
+                        (episodes_table(&eps))
+                    }
                 }
                 @if jobs.is_empty() {
                     p.ok { "No node data in this range." }
@@ -85,6 +93,42 @@ pub fn render(r: &Ranking, range: (&str, &str)) -> String {
         }
     };
     page.into_string() + "\n"
+}
+
+/// Total GPU-hours (and dollars, where every episode is priced) of `eps`.
+fn cost_text(eps: &[&Episode]) -> String {
+    let hours: f64 = eps.iter().filter_map(|e| e.cost).map(|c| c.gpu_hours).sum();
+    let usd: Option<f64> = eps.iter().map(|e| e.cost.and_then(|c| c.usd)).sum();
+    match usd {
+        Some(d) => format!("{hours:.1} GPU-hours (${d:.2})"),
+        None => format!("{hours:.1} GPU-hours"),
+    }
+}
+
+/// A job's straggler episodes in the range, and what each cost.
+fn episodes_table(eps: &[&Episode]) -> Markup {
+    let dur = |e: &Episode| {
+        e.end_us.map_or("still flagged".to_string(), |end| {
+            humantime::format_duration(std::time::Duration::from_secs(((end - e.start_us) / 1_000_000).max(0) as u64))
+                .to_string()
+        })
+    };
+    html! {
+        section.episodes {
+            h3 { "Straggler episodes: " (cost_text(eps)) " lost" }
+            table {
+                tr { th { "node" } th { "from (UTC)" } th { "for" } th { "cause" } th.num { "job time lost" } th.num { "GPU-hours" } th.num { "cost" } }
+                @for e in eps {
+                    tr {
+                        td { (e.node) } td { (rfc3339(e.start_us)) } td { (dur(e)) } td { (e.text) }
+                        td.num { (format!("{:.0} s", e.lost_s)) }
+                        td.num { (e.cost.map_or("-".into(), |c| format!("{:.2}", c.gpu_hours))) }
+                        td.num { (e.cost.and_then(|c| c.usd).map_or("-".into(), |d| format!("${d:.2}"))) }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn legend() -> Markup {

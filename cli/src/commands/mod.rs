@@ -8,6 +8,7 @@ pub(crate) mod evaluate;
 pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod mcp;
+pub(crate) mod offenders;
 pub(crate) mod report;
 pub(crate) mod simulate;
 pub(crate) mod sql;

@@ -5,11 +5,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::signals::{NodeWindowKey, Signal, Signals};
-use super::spec::{DEVICE_WAIT_HIGH, SPECS, SignalSpec, fmt_value};
+use super::cost::Prices;
+use super::deviation::{Reference, deviation};
+use super::episode::{Episode, Ledger, Outcome, lost_in_window};
+use super::signals::{Host, NodeWindowKey, Signal, Signals};
+use super::spec::{DEVICE_WAIT_HIGH, SPECS};
 pub use super::standing::{Deviation, Standing};
 use super::stuck::culprits;
-use ingero_model::time::{median, rfc3339};
+use ingero_model::time::rfc3339;
 
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {
@@ -37,6 +40,8 @@ pub struct DetectorConfig {
     /// Per-job `z_threshold`s: (pattern, z), the first match wins; a pattern
     /// is a job name, or a prefix ending in `*` (`pytorchjob:research/*`).
     pub job_z: Vec<(String, f64)>,
+    /// GPU-hour prices: what a straggler episode costs (`--gpu-price`).
+    pub prices: Prices,
 }
 
 impl DetectorConfig {
@@ -73,6 +78,7 @@ impl Default for DetectorConfig {
             timeline: false,
             forget_after: None,
             job_z: Vec::new(),
+            prices: Prices::default(),
         }
     }
 }
@@ -93,6 +99,8 @@ struct NodeState {
     stuck: bool,
     /// (window, score this window, flagged after it), with `timeline` on.
     trace: Vec<TracePoint>,
+    /// Job time lost in the current episode (and, with `timeline`, past ones).
+    ledger: Ledger,
 }
 
 /// (window start, score that window, flagged after it).
@@ -114,15 +122,20 @@ pub struct Detector {
     jobs: HashMap<String, JobState>,
     /// Newest window when departed nodes were last looked for.
     forgot_at: i64,
+    /// Each node's GPUs, as its agent last said (what costs are priced by).
+    hosts: HashMap<String, Host>,
 }
 
 impl Detector {
     pub fn new(cfg: DetectorConfig) -> Self {
-        Detector { cfg, jobs: HashMap::new(), forgot_at: i64::MIN }
+        Detector { cfg, jobs: HashMap::new(), forgot_at: i64::MIN, hosts: HashMap::new() }
     }
 
     /// Adds node-window signals (may arrive in several pieces).
     pub fn add(&mut self, key: NodeWindowKey, s: &Signals) {
+        if let Some(h) = s.host.as_ref().filter(|h| self.hosts.get(&key.node) != Some(h)) {
+            self.hosts.insert(key.node.clone(), h.clone());
+        }
         let job = self.jobs.entry(key.job).or_default();
         if job.evaluated_up_to.is_some_and(|e| key.window_start_us <= e) {
             return; // too late: that window was already judged
@@ -201,10 +214,51 @@ impl Detector {
                     signals: n.devs.clone(),
                     windows: n.windows,
                     stuck: n.stuck,
+                    lost_s: round2(n.ledger.lost_s),
+                    cost: n.flagged.then(|| self.cost(st, n.ledger.lost_s)),
                 })
             })
             .collect();
         out.sort_by(|a, b| b.flagged.cmp(&a.flagged).then(b.score.total_cmp(&a.score)).then(a.node.cmp(&b.node)));
+        out
+    }
+
+    /// Nodes' GPUs known from elsewhere (history: the store's `node_windows`).
+    pub fn set_hosts(&mut self, hosts: HashMap<String, Host>) {
+        self.hosts.extend(hosts);
+    }
+
+    /// What `lost_s` seconds of `job`'s time cost, on every node it ran on.
+    fn cost(&self, job: &JobState, lost_s: f64) -> super::cost::Cost {
+        self.cfg.prices.cost(lost_s, job.nodes.keys().map(|n| (n.as_str(), self.hosts.get(n))))
+    }
+
+    /// Every episode (history: closed ones too), priced, oldest first.
+    pub fn episodes(&self) -> Vec<Episode> {
+        let mut out = Vec::new();
+        for (j, st) in &self.jobs {
+            for (node, n) in &st.nodes {
+                let ep = |start_us, end_us, cause: &str, text: &str, peak_score, lost_s| Episode {
+                    job: j.clone(),
+                    node: node.clone(),
+                    start_us,
+                    end_us,
+                    cause: cause.to_string(),
+                    text: text.to_string(),
+                    peak_score,
+                    lost_s: round2(lost_s),
+                    cost: Some(self.cost(st, lost_s)),
+                };
+                for c in &n.ledger.closed {
+                    out.push(ep(c.start_us, Some(c.end_us), &c.cause, &c.text, c.peak_score, c.lost_s));
+                }
+                if n.flagged {
+                    let (score, cause, text) = &n.ledger.peak;
+                    out.push(ep(n.since.unwrap_or(n.last_window), None, cause, text, *score, n.ledger.lost_s));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.start_us.cmp(&b.start_us).then(a.node.cmp(&b.node)));
         out
     }
 
@@ -232,61 +286,8 @@ impl Detector {
     }
 }
 
-/// Median and scaled MAD of a set of values.
-fn robust(values: &[f64]) -> (f64, f64) {
-    let mut v = values.to_vec();
-    let m = median(&mut v);
-    let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-    (m, 1.4826 * median(&mut dev))
-}
-
-/// The nodes a signal is compared against, with their median and MAD
-/// computed once when every node shares them (no leave-one-out): per node
-/// it was O(n² log n) per window, most of a 1,000-node history ranking.
-struct Reference<'a> {
-    nodes: &'a [usize],
-    shared: Option<(f64, f64)>,
-}
-
-impl<'a> Reference<'a> {
-    fn new(cfg: &DetectorConfig, values: &[f64], nodes: &'a [usize]) -> Reference<'a> {
-        let shared =
-            (nodes.len() >= cfg.loo_below).then(|| robust(&nodes.iter().map(|&j| values[j]).collect::<Vec<_>>()));
-        Reference { nodes, shared }
-    }
-}
-
-/// How far `values[i]` deviates in the spec's bad direction from the nodes in
-/// `reference` (itself excluded when the set is small: leave-one-out).
-fn deviation(
-    cfg: &DetectorConfig,
-    spec: &SignalSpec,
-    values: &[f64],
-    i: usize,
-    reference: &Reference,
-) -> Option<Deviation> {
-    let (med, mad) = match reference.shared {
-        Some(m) => m,
-        None => {
-            let others: Vec<f64> = reference.nodes.iter().filter(|&&j| j != i).map(|&j| values[j]).collect();
-            if others.is_empty() {
-                return None;
-            }
-            robust(&others)
-        }
-    };
-    let effect = spec.direction * (values[i] - med);
-    // Scale never below the signal's minimum effect / z, nor 10% of the median:
-    // identical peers (MAD 0) must not turn noise into infinite z.
-    let scale = mad.max(spec.min_effect / cfg.z_threshold).max(0.1 * med.abs());
-    let z = effect / scale;
-    (z >= cfg.z_threshold && effect >= spec.min_effect).then(|| Deviation {
-        signal: spec.name.to_string(),
-        value: values[i],
-        job_median: med,
-        z: (z * 10.0).round() / 10.0,
-        text: format!("{} {} vs job median {}", spec.label, fmt_value(spec, values[i]), fmt_value(spec, med)),
-    })
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
 }
 
 /// Standing score of a node holding a stuck job's rank: above any z-score
@@ -353,20 +354,46 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
         let (score, list, cause) = &devs[i];
         let deviant = *score > 0.0 && (*cause || !any_cause);
         let st = job.nodes.get_mut(*name).expect("inserted above");
-        update(cfg, st, w, stuck.get(&i), deviant.then_some((*score, list)));
+        let window_s = nodes[*name].window_ns / 1e9;
+        let lost_s = match (stuck.contains_key(&i), deviant || st.flagged) {
+            (true, _) => window_s,
+            (false, true) => {
+                let shares = |j: usize| (values[j], nodes[names[j]].get(Signal::CopyWaitShare));
+                let peers: Vec<(f64, f64)> = all.iter().filter(|&&j| j != i).map(|&j| shares(j)).collect();
+                lost_in_window(window_s, shares(i), &peers)
+            }
+            (false, false) => 0.0,
+        };
+        let end = w + (window_s * 1e6) as i64;
+        update(cfg, st, (w, end, lost_s), stuck.get(&i), deviant.then_some((*score, list)));
     }
 }
 
 /// One node's standing after a judged window: stuck (flagged at once),
 /// deviant (flagged after K windows) or calm (cleared after `clear_after`).
+/// `(w, end, lost_s)`: the window's start and end, and the job seconds it lost.
 fn update(
     cfg: &DetectorConfig,
     st: &mut NodeState,
-    w: i64,
+    (w, end, lost_s): (i64, i64, f64),
     stuck: Option<&Deviation>,
     deviant: Option<(f64, &Vec<Deviation>)>,
 ) {
+    let (was_flagged, since) = (st.flagged, st.since);
     update_state(cfg, st, w, stuck, deviant);
+    let top = st.devs.iter().max_by(|a, b| a.z.total_cmp(&b.z));
+    let outcome = Outcome {
+        window_end_us: end,
+        lost_s,
+        deviant: stuck.is_some() || deviant.is_some(),
+        was_flagged,
+        flagged: st.flagged,
+        since: if st.flagged { st.since } else { since },
+        score: st.score,
+        top,
+    };
+    // History (nodes never forgotten) keeps every episode; live, only the current one.
+    st.ledger.record(&outcome, cfg.forget_after.is_none());
     if cfg.timeline {
         let score = if stuck.is_some() { st.score } else { deviant.map_or(0.0, |d| d.0) };
         st.trace.push((w, score as f32, st.flagged));
@@ -422,174 +449,4 @@ fn update_state(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sig(runq: f64, wait: f64) -> Signals {
-        Signals {
-            runq_ns: runq * 1e9,
-            oncpu_ns: (1.0 - runq) * 1e9,
-            wait_ns: wait * 1e9,
-            measured: true,
-            window_ns: 1e9,
-            threads: 1.0,
-            ..Default::default()
-        }
-    }
-
-    fn feed(d: &mut Detector, w: i64, vals: &[(f64, f64)]) {
-        for (i, (r, n)) in vals.iter().enumerate() {
-            let key = NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
-            d.add(key, &sig(*r, *n));
-        }
-        d.drain();
-    }
-
-    #[test]
-    fn two_nodes_flag_the_contended_one_after_k_windows_and_clear_with_hysteresis() {
-        let mut d = Detector::new(DetectorConfig::default());
-        for w in -2..0 {
-            feed(&mut d, w, &[(0.03, 0.30), (0.03, 0.30)]); // start-up windows, not judged
-        }
-        let k = DetectorConfig::default().flag_after as i64;
-        for w in 0..k - 1 {
-            feed(&mut d, w, &[(0.03, 0.30), (0.41, 0.05)]);
-            assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "flagged before K windows");
-        }
-        feed(&mut d, k - 1, &[(0.03, 0.30), (0.41, 0.05)]);
-        let s = d.standings(None, 0.0);
-        assert_eq!(s[0].node, "node-1");
-        assert!(s[0].flagged);
-        assert_eq!(s[0].since_us, Some(0));
-        assert!(s[0].signals[0].text.contains("run-queue wait 41% vs job median 3%"), "{:?}", s[0].signals);
-        assert!(!s.iter().any(|x| x.node == "node-0" && x.flagged), "the waiting peer is not a straggler");
-        for w in k..k + 4 {
-            feed(&mut d, w, &[(0.03, 0.30), (0.03, 0.30)]);
-            assert!(d.standings(None, 0.0)[0].flagged, "cleared too early at {w}");
-        }
-        feed(&mut d, k + 4, &[(0.03, 0.30), (0.03, 0.30)]);
-        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged));
-    }
-
-    #[test]
-    fn blips_and_whole_job_slowdowns_are_not_flagged() {
-        let mut d = Detector::new(DetectorConfig::default());
-        let mut vals: Vec<(f64, f64)> = (0..16).map(|i| (0.02 + 0.001 * i as f64, 0.3)).collect();
-        for w in 0..20 {
-            let mut v = vals.clone();
-            if w % 4 == 0 {
-                v[w as usize % 16] = (0.6, 0.02); // one-window blip
-            }
-            if w >= 10 {
-                v.iter_mut().for_each(|x| x.0 += 0.3); // whole job slower
-            }
-            feed(&mut d, w, &v);
-        }
-        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged));
-        vals[5] = (0.5, 0.01);
-        for w in 20..20 + DetectorConfig::default().flag_after as i64 {
-            feed(&mut d, w, &vals);
-        }
-        let s = d.standings(None, 0.0);
-        assert_eq!((s[0].node.as_str(), s[0].flagged), ("node-5", true));
-    }
-
-    #[test]
-    fn start_up_windows_are_not_judged() {
-        // Ranks start seconds apart: the late one waits least at first.
-        let mut d = Detector::new(DetectorConfig::default());
-        for w in 0..2 {
-            feed(&mut d, w, &[(0.02, 0.9), (0.02, 0.0)]);
-        }
-        for w in 2..8 {
-            feed(&mut d, w, &[(0.02, 0.9), (0.02, 0.9)]);
-        }
-        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", d.standings(None, 0.0));
-    }
-
-    #[test]
-    fn a_node_with_only_progress_rows_is_not_judged() {
-        // Its rank's first call has not returned: no calls, no scheduler
-        // time yet, only what it is inside. Zero waiting is not "waits least".
-        let mut d = Detector::new(DetectorConfig::default());
-        for w in 0..5 {
-            for (node, s) in [("node-0", sig(0.02, 0.9)), ("node-1", sig(0.02, 0.92)), ("node-x", Signals::default())] {
-                let key = NodeWindowKey { job: "j".into(), node: node.into(), window_start_us: w * 1_000_000 };
-                d.add(key, &Signals { window_ns: 1e9, ..s });
-            }
-            d.drain();
-        }
-        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", d.standings(None, 0.0));
-    }
-
-    #[test]
-    fn a_job_can_be_made_stricter_or_laxer() {
-        let cfg = DetectorConfig {
-            job_z: vec![("lax:*".into(), 60.0), ("strict:ml/a".into(), 2.0)],
-            ..DetectorConfig::default()
-        };
-        assert_eq!((cfg.z_for("lax:ml/x"), cfg.z_for("strict:ml/a"), cfg.z_for("strict:ml/b")), (60.0, 2.0, 4.0));
-        let mut d = Detector::new(cfg);
-        for w in 0..8 {
-            for job in ["lax:ml/x", "plain"] {
-                // Peers spread by 1 point: node-3's 27-point excess is z 27.
-                for (i, r) in [0.02, 0.03, 0.04, 0.30].iter().enumerate() {
-                    let key =
-                        NodeWindowKey { job: job.into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
-                    d.add(key, &sig(*r, 0.3));
-                }
-            }
-            d.drain();
-        }
-        let flagged: Vec<(&str, &str)> = d.flagged().collect();
-        assert_eq!(flagged, [("plain", "node-3")], "the lax job's deviation is under its threshold");
-        assert!(DetectorConfig::parse_job_z("pytorchjob:ml/*=6").is_ok());
-        assert!(DetectorConfig::parse_job_z("x=0").is_err());
-        assert!(DetectorConfig::parse_job_z("nothing").is_err());
-    }
-
-    #[test]
-    fn live_forgets_nodes_and_jobs_that_stopped_reporting() {
-        let cfg = DetectorConfig { forget_after: Some(Duration::from_secs(60)), ..DetectorConfig::default() };
-        let mut d = Detector::new(cfg);
-        let win = |d: &mut Detector, job: &str, w: i64, vals: &[f64]| {
-            for (i, r) in vals.iter().enumerate() {
-                let key = NodeWindowKey { job: job.into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
-                d.add(key, &sig(*r, 0.3));
-            }
-        };
-        for w in 0..10 {
-            win(&mut d, "ended", w, &[0.03, 0.03, 0.41]);
-            win(&mut d, "running", w, &[0.03, 0.03]);
-            d.drain();
-        }
-        assert!(d.flagged().any(|(j, n)| (j, n) == ("ended", "node-2")));
-        // "ended" sends nothing more; "running" goes on, then loses a node.
-        for w in 10..75 {
-            win(&mut d, "running", w, if w < 40 { &[0.03, 0.03] } else { &[0.03] });
-            d.drain();
-        }
-        assert_eq!(d.flagged().count(), 0, "an ended job's last flag is forgotten");
-        assert_eq!(d.jobs(), 1);
-        assert_eq!(
-            d.standings(None, f64::NEG_INFINITY).len(),
-            2,
-            "node-1 of the running job is still within the minute"
-        );
-        for w in 75..105 {
-            win(&mut d, "running", w, &[0.03]);
-            d.drain();
-        }
-        assert_eq!(d.standings(None, f64::NEG_INFINITY).len(), 1, "node-1 left its job");
-        // History keeps everything.
-        let mut h = Detector::new(DetectorConfig::default());
-        for w in 0..10 {
-            win(&mut h, "ended", w, &[0.03, 0.03, 0.41]);
-        }
-        for w in 10..200 {
-            win(&mut h, "running", w, &[0.03, 0.03]);
-        }
-        h.drain();
-        assert_eq!(h.jobs(), 2);
-    }
-}
+mod tests;

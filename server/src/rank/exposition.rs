@@ -97,6 +97,19 @@ impl Collector for RankingMetrics {
             "The node's value of each signal it deviates in (a share of the window, or a rate).",
             signals().map(|(l, d)| (l, d.value)),
         )?;
+        let costs = || list.iter().filter_map(|st| st.cost.map(|c| (node(st), c)));
+        gauges(
+            &mut enc,
+            "straggler_lost_gpu_hours",
+            "GPU-hours the node's job has lost to it in its current episode (every GPU of the job waits for it).",
+            costs().map(|(l, c)| (l, c.gpu_hours)),
+        )?;
+        gauges(
+            &mut enc,
+            "straggler_cost_dollars",
+            "What those GPU-hours cost at --gpu-price (only where every node of the job has a price).",
+            costs().filter_map(|(l, c)| Some((l, c.usd?))),
+        )?;
         let dropped = ConstCounter::new(self.0.dropped.load(Ordering::Relaxed));
         dropped.encode(enc.encode_descriptor(
             "ranking_dropped",

@@ -2,7 +2,10 @@
 //! Live straggler ranking: signals from every accepted batch feed a
 //! detector; the current standings are served over gRPC, HTTP and metrics.
 
+pub mod cost;
 pub mod detector;
+pub(crate) mod deviation;
+pub mod episode;
 pub mod exposition;
 pub(crate) mod spec;
 pub mod standing;
@@ -37,6 +40,9 @@ pub struct Ranking {
     /// imported nodes recorded at different times share no window).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unranked: Vec<Unranked>,
+    /// History: every straggler episode of the range, priced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub episodes: Vec<episode::Episode>,
 }
 
 /// A job left out of the ranking, and why.
@@ -113,6 +119,7 @@ impl Ranking {
             timeline: None,
             replicas: Vec::new(),
             unranked: Vec::new(),
+            episodes: Vec::new(),
         }
     }
 }

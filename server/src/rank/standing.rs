@@ -29,4 +29,10 @@ pub struct Standing {
     /// Holds the rank a stuck job waits for (see `signals` for what it does).
     #[serde(default)]
     pub stuck: bool,
+    /// Job time lost in the current episode, in seconds (see `episode`).
+    #[serde(default)]
+    pub lost_s: f64,
+    /// What that cost, while flagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<super::cost::Cost>,
 }

@@ -103,7 +103,10 @@ impl Ingero {
     #[tool(description = "Rank the nodes that slow their training job down (stragglers), most deviant first, \
         with each node's score, whether it is flagged, since when, and the signals that set it apart (run-queue \
         wait, off-CPU time, NCCL wait, copy time …) in words. Use this first for 'which node is slow', 'why is \
-        job X slow', or to find what to report on next. Without `since` it is the live ranking.")]
+        job X slow', or to find what to report on next. A flagged node carries `cost`: GPU-hours its job has \
+        lost to it (and USD where GPU-hour prices are set); with `since`, `episodes` lists every straggler \
+        episode of the range with its cause and cost ('what did stragglers cost us this week'). Without \
+        `since` it is the live ranking.")]
     async fn stragglers(&self, Parameters(p): Parameters<StragglersParams>) -> ToolResult {
         let since = p.since.as_deref().map(Since::parse).transpose().map_err(|e| format!("since: {e}"))?;
         let r = stragglers::fetch(&self.source, p.job, since, false, self.detector.clone()).await.map_err(failure)?;

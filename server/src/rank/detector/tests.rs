@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The detector on hand-made windows: flagging, clearing, references.
+
+use super::*;
+
+fn sig(runq: f64, wait: f64) -> Signals {
+    Signals {
+        runq_ns: runq * 1e9,
+        oncpu_ns: (1.0 - runq) * 1e9,
+        wait_ns: wait * 1e9,
+        measured: true,
+        window_ns: 1e9,
+        threads: 1.0,
+        ..Default::default()
+    }
+}
+
+fn feed(d: &mut Detector, w: i64, vals: &[(f64, f64)]) {
+    for (i, (r, n)) in vals.iter().enumerate() {
+        let key = NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+        d.add(key, &sig(*r, *n));
+    }
+    d.drain();
+}
+
+#[test]
+fn two_nodes_flag_the_contended_one_after_k_windows_and_clear_with_hysteresis() {
+    let mut d = Detector::new(DetectorConfig::default());
+    for w in -2..0 {
+        feed(&mut d, w, &[(0.03, 0.30), (0.03, 0.30)]); // start-up windows, not judged
+    }
+    let k = DetectorConfig::default().flag_after as i64;
+    for w in 0..k - 1 {
+        feed(&mut d, w, &[(0.03, 0.30), (0.41, 0.05)]);
+        assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "flagged before K windows");
+    }
+    feed(&mut d, k - 1, &[(0.03, 0.30), (0.41, 0.05)]);
+    let s = d.standings(None, 0.0);
+    assert_eq!(s[0].node, "node-1");
+    assert!(s[0].flagged);
+    assert_eq!(s[0].since_us, Some(0));
+    assert!(s[0].signals[0].text.contains("run-queue wait 41% vs job median 3%"), "{:?}", s[0].signals);
+    assert!(!s.iter().any(|x| x.node == "node-0" && x.flagged), "the waiting peer is not a straggler");
+    for w in k..k + 4 {
+        feed(&mut d, w, &[(0.03, 0.30), (0.03, 0.30)]);
+        assert!(d.standings(None, 0.0)[0].flagged, "cleared too early at {w}");
+    }
+    feed(&mut d, k + 4, &[(0.03, 0.30), (0.03, 0.30)]);
+    assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged));
+}
+
+#[test]
+fn blips_and_whole_job_slowdowns_are_not_flagged() {
+    let mut d = Detector::new(DetectorConfig::default());
+    let mut vals: Vec<(f64, f64)> = (0..16).map(|i| (0.02 + 0.001 * i as f64, 0.3)).collect();
+    for w in 0..20 {
+        let mut v = vals.clone();
+        if w % 4 == 0 {
+            v[w as usize % 16] = (0.6, 0.02); // one-window blip
+        }
+        if w >= 10 {
+            v.iter_mut().for_each(|x| x.0 += 0.3); // whole job slower
+        }
+        feed(&mut d, w, &v);
+    }
+    assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged));
+    vals[5] = (0.5, 0.01);
+    for w in 20..20 + DetectorConfig::default().flag_after as i64 {
+        feed(&mut d, w, &vals);
+    }
+    let s = d.standings(None, 0.0);
+    assert_eq!((s[0].node.as_str(), s[0].flagged), ("node-5", true));
+}
+
+#[test]
+fn start_up_windows_are_not_judged() {
+    // Ranks start seconds apart: the late one waits least at first.
+    let mut d = Detector::new(DetectorConfig::default());
+    for w in 0..2 {
+        feed(&mut d, w, &[(0.02, 0.9), (0.02, 0.0)]);
+    }
+    for w in 2..8 {
+        feed(&mut d, w, &[(0.02, 0.9), (0.02, 0.9)]);
+    }
+    assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", d.standings(None, 0.0));
+}
+
+#[test]
+fn a_node_with_only_progress_rows_is_not_judged() {
+    // Its rank's first call has not returned: no calls, no scheduler
+    // time yet, only what it is inside. Zero waiting is not "waits least".
+    let mut d = Detector::new(DetectorConfig::default());
+    for w in 0..5 {
+        for (node, s) in [("node-0", sig(0.02, 0.9)), ("node-1", sig(0.02, 0.92)), ("node-x", Signals::default())] {
+            let key = NodeWindowKey { job: "j".into(), node: node.into(), window_start_us: w * 1_000_000 };
+            d.add(key, &Signals { window_ns: 1e9, ..s });
+        }
+        d.drain();
+    }
+    assert!(d.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", d.standings(None, 0.0));
+}
+
+#[test]
+fn a_job_can_be_made_stricter_or_laxer() {
+    let cfg = DetectorConfig {
+        job_z: vec![("lax:*".into(), 60.0), ("strict:ml/a".into(), 2.0)],
+        ..DetectorConfig::default()
+    };
+    assert_eq!((cfg.z_for("lax:ml/x"), cfg.z_for("strict:ml/a"), cfg.z_for("strict:ml/b")), (60.0, 2.0, 4.0));
+    let mut d = Detector::new(cfg);
+    for w in 0..8 {
+        for job in ["lax:ml/x", "plain"] {
+            // Peers spread by 1 point: node-3's 27-point excess is z 27.
+            for (i, r) in [0.02, 0.03, 0.04, 0.30].iter().enumerate() {
+                let key = NodeWindowKey { job: job.into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+                d.add(key, &sig(*r, 0.3));
+            }
+        }
+        d.drain();
+    }
+    let flagged: Vec<(&str, &str)> = d.flagged().collect();
+    assert_eq!(flagged, [("plain", "node-3")], "the lax job's deviation is under its threshold");
+    assert!(DetectorConfig::parse_job_z("pytorchjob:ml/*=6").is_ok());
+    assert!(DetectorConfig::parse_job_z("x=0").is_err());
+    assert!(DetectorConfig::parse_job_z("nothing").is_err());
+}
+
+#[test]
+fn live_forgets_nodes_and_jobs_that_stopped_reporting() {
+    let cfg = DetectorConfig { forget_after: Some(Duration::from_secs(60)), ..DetectorConfig::default() };
+    let mut d = Detector::new(cfg);
+    let win = |d: &mut Detector, job: &str, w: i64, vals: &[f64]| {
+        for (i, r) in vals.iter().enumerate() {
+            let key = NodeWindowKey { job: job.into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+            d.add(key, &sig(*r, 0.3));
+        }
+    };
+    for w in 0..10 {
+        win(&mut d, "ended", w, &[0.03, 0.03, 0.41]);
+        win(&mut d, "running", w, &[0.03, 0.03]);
+        d.drain();
+    }
+    assert!(d.flagged().any(|(j, n)| (j, n) == ("ended", "node-2")));
+    // "ended" sends nothing more; "running" goes on, then loses a node.
+    for w in 10..75 {
+        win(&mut d, "running", w, if w < 40 { &[0.03, 0.03] } else { &[0.03] });
+        d.drain();
+    }
+    assert_eq!(d.flagged().count(), 0, "an ended job's last flag is forgotten");
+    assert_eq!(d.jobs(), 1);
+    assert_eq!(d.standings(None, f64::NEG_INFINITY).len(), 2, "node-1 of the running job is still within the minute");
+    for w in 75..105 {
+        win(&mut d, "running", w, &[0.03]);
+        d.drain();
+    }
+    assert_eq!(d.standings(None, f64::NEG_INFINITY).len(), 1, "node-1 left its job");
+    // History keeps everything.
+    let mut h = Detector::new(DetectorConfig::default());
+    for w in 0..10 {
+        win(&mut h, "ended", w, &[0.03, 0.03, 0.41]);
+    }
+    for w in 10..200 {
+        win(&mut h, "running", w, &[0.03, 0.03]);
+    }
+    h.drain();
+    assert_eq!(h.jobs(), 2);
+}
