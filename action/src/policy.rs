@@ -241,6 +241,8 @@ mod tests {
             }],
             windows: 10,
             stuck: false,
+            lost_s: 0.0,
+            cost: None,
         }
     }
 

@@ -34,6 +34,8 @@ fn standing(node: &str, job: &str, flagged: bool) -> Standing {
         }],
         windows: 30,
         stuck: false,
+        lost_s: 0.0,
+        cost: None,
     }
 }
 

@@ -395,6 +395,8 @@ mod tests {
             signals: vec![],
             windows: bins as u64,
             stuck: false,
+            lost_s: 0.0,
+            cost: None,
         };
         Ranking {
             generated_at: "now".into(),
@@ -404,6 +406,7 @@ mod tests {
             timeline: Some(tl),
             replicas: Vec::new(),
             unranked: Vec::new(),
+            episodes: Vec::new(),
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::cost::Prices;
 use super::deviation::{Reference, deviation};
-use super::episode::{Episode, Ledger, Outcome, lost_in_window};
+use super::episode::{Episode, Ledger, Outcome, lost_in_window, medians};
 use super::signals::{Host, NodeWindowKey, Signal, Signals};
 use super::spec::{DEVICE_WAIT_HIGH, SPECS};
 pub use super::standing::{Deviation, Standing};
@@ -324,9 +324,9 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     let mut waits_less = vec![false; n];
     for spec in SPECS.iter() {
         let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(spec.signal)).collect();
-        let r = Reference::new(cfg, &values, &all);
+        let r = Reference::new(cfg.loo_below, &values, &all);
         for &i in &all {
-            if let Some(d) = deviation(cfg, spec, &values, i, &r) {
+            if let Some(d) = deviation(cfg.z_threshold, spec, &values, i, &r) {
                 waits_less[i] |= spec.signal == Signal::DeviceWaitShare;
                 add(&mut devs[i], d, spec.cause);
             }
@@ -338,9 +338,9 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     // leave the reference).
     let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(Signal::DeviceWaitShare)).collect();
     let reference: Vec<usize> = all.iter().copied().filter(|&i| !waits_less[i] && !devs[i].2).collect();
-    let r = Reference::new(cfg, &values, &reference);
+    let r = Reference::new(cfg.loo_below, &values, &reference);
     for &i in &reference {
-        if let Some(d) = deviation(cfg, &DEVICE_WAIT_HIGH, &values, i, &r) {
+        if let Some(d) = deviation(cfg.z_threshold, &DEVICE_WAIT_HIGH, &values, i, &r) {
             add(&mut devs[i], d, true);
         }
     }
@@ -350,6 +350,10 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     // Waiting less in its syncs than the peers is the straggler's signature;
     // but when a node has a cause of its own, only it is the straggler.
     let any_cause = devs.iter().any(|d| d.2);
+    // What the peers wait, for the job time a straggler costs: shared by
+    // every node in a large job, leave-one-out in a small one (as above).
+    let shares = |j: usize| (values[j], nodes[names[j]].get(Signal::CopyWaitShare));
+    let shared = (all.len() >= cfg.loo_below).then(|| medians(&all.iter().map(|&j| shares(j)).collect::<Vec<_>>()));
     for (i, name) in names.iter().enumerate() {
         let (score, list, cause) = &devs[i];
         let deviant = *score > 0.0 && (*cause || !any_cause);
@@ -358,9 +362,10 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
         let lost_s = match (stuck.contains_key(&i), deviant || st.flagged) {
             (true, _) => window_s,
             (false, true) => {
-                let shares = |j: usize| (values[j], nodes[names[j]].get(Signal::CopyWaitShare));
-                let peers: Vec<(f64, f64)> = all.iter().filter(|&&j| j != i).map(|&j| shares(j)).collect();
-                lost_in_window(window_s, shares(i), &peers)
+                let peers = shared.unwrap_or_else(|| {
+                    medians(&all.iter().filter(|&&j| j != i).map(|&j| shares(j)).collect::<Vec<_>>())
+                });
+                lost_in_window(window_s, shares(i), peers)
             }
             (false, false) => 0.0,
         };

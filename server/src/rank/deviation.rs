@@ -2,7 +2,6 @@
 //! How far one node's signal lies from its job's: robust z against the
 //! median and MAD of the reference nodes.
 
-use super::detector::DetectorConfig;
 use super::spec::{SignalSpec, fmt_value};
 use super::standing::Deviation;
 use ingero_model::time::median;
@@ -24,9 +23,8 @@ pub(crate) struct Reference<'a> {
 }
 
 impl<'a> Reference<'a> {
-    pub(crate) fn new(cfg: &DetectorConfig, values: &[f64], nodes: &'a [usize]) -> Reference<'a> {
-        let shared =
-            (nodes.len() >= cfg.loo_below).then(|| robust(&nodes.iter().map(|&j| values[j]).collect::<Vec<_>>()));
+    pub(crate) fn new(loo_below: usize, values: &[f64], nodes: &'a [usize]) -> Reference<'a> {
+        let shared = (nodes.len() >= loo_below).then(|| robust(&nodes.iter().map(|&j| values[j]).collect::<Vec<_>>()));
         Reference { nodes, shared }
     }
 }
@@ -34,7 +32,7 @@ impl<'a> Reference<'a> {
 /// How far `values[i]` deviates in the spec's bad direction from the nodes in
 /// `reference` (itself excluded when the set is small: leave-one-out).
 pub(crate) fn deviation(
-    cfg: &DetectorConfig,
+    z_threshold: f64,
     spec: &SignalSpec,
     values: &[f64],
     i: usize,
@@ -53,9 +51,9 @@ pub(crate) fn deviation(
     let effect = spec.direction * (values[i] - med);
     // Scale never below the signal's minimum effect / z, nor 10% of the median:
     // identical peers (MAD 0) must not turn noise into infinite z.
-    let scale = mad.max(spec.min_effect / cfg.z_threshold).max(0.1 * med.abs());
+    let scale = mad.max(spec.min_effect / z_threshold).max(0.1 * med.abs());
     let z = effect / scale;
-    (z >= cfg.z_threshold && effect >= spec.min_effect).then(|| Deviation {
+    (z >= z_threshold && effect >= spec.min_effect).then(|| Deviation {
         signal: spec.name.to_string(),
         value: values[i],
         job_median: med,

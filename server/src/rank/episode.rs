@@ -95,15 +95,21 @@ impl Ledger {
     }
 }
 
-/// Seconds of job time lost in a window of `window_s` by a node whose
-/// (device-wait, copy-wait) shares are `own`, against its `peers`' (others only).
-pub(crate) fn lost_in_window(window_s: f64, own: (f64, f64), peers: &[(f64, f64)]) -> f64 {
+/// Medians of the (device-wait, copy-wait) shares of `peers`; None without peers.
+pub(crate) fn medians(peers: &[(f64, f64)]) -> Option<(f64, f64)> {
     if peers.is_empty() {
-        return 0.0;
+        return None;
     }
     let med = |f: fn(&(f64, f64)) -> f64| ingero_model::time::median(&mut peers.iter().map(f).collect::<Vec<_>>());
-    let waits_less = (med(|p| p.0) - own.0).abs();
-    let own_gpu_slower = own.1 - med(|p| p.1);
+    Some((med(|p| p.0), med(|p| p.1)))
+}
+
+/// Seconds of job time lost in a window of `window_s` by a node whose
+/// (device-wait, copy-wait) shares are `own`, against its peers' medians.
+pub(crate) fn lost_in_window(window_s: f64, own: (f64, f64), peers: Option<(f64, f64)>) -> f64 {
+    let Some((wait, copy)) = peers else { return 0.0 };
+    let waits_less = (wait - own.0).abs();
+    let own_gpu_slower = own.1 - copy;
     window_s * waits_less.max(own_gpu_slower).clamp(0.0, 1.0)
 }
 
@@ -143,10 +149,10 @@ mod tests {
         assert_eq!(l.lost_s, 0.0);
         // Late from the host: it waits 25% less than its peers.
         let peers = [(0.30, 0.02), (0.32, 0.02), (0.28, 0.02)];
-        assert!((lost_in_window(2.0, (0.05, 0.02), &peers) - 0.5).abs() < 1e-9);
+        assert!((lost_in_window(2.0, (0.05, 0.02), medians(&peers)) - 0.5).abs() < 1e-9);
         // A slow GPU: the same device wait, 20% more of it on its own GPU.
-        assert!((lost_in_window(1.0, (0.30, 0.22), &peers) - 0.2).abs() < 1e-9);
-        assert_eq!(lost_in_window(1.0, (0.05, 0.0), &[]), 0.0);
+        assert!((lost_in_window(1.0, (0.30, 0.22), medians(&peers)) - 0.2).abs() < 1e-9);
+        assert_eq!(lost_in_window(1.0, (0.05, 0.0), medians(&[])), 0.0);
     }
 
     /// The detector books a contended node's episode: 4 streak windows of
