@@ -165,3 +165,34 @@ fn live_forgets_nodes_and_jobs_that_stopped_reporting() {
     h.drain();
     assert_eq!(h.jobs(), 2);
 }
+
+/// The detector books a contended node's episode: 4 streak windows of
+/// 0.25 s lost each (peers wait 30% of the window, it 5%), then 5 calm
+/// windows to clear; priced on 2 nodes × 8 GPUs at $3.
+#[test]
+fn the_detector_prices_a_flagged_nodes_episode() {
+    use crate::rank::cost::Cost;
+    let prices = Prices { rules: vec![Prices::parse_rule("default=3").unwrap()], gpus_per_node: 8 };
+    let mut d = Detector::new(DetectorConfig { prices, ..Default::default() });
+    let (calm, contended) = ([(0.03, 0.30), (0.03, 0.30)], [(0.03, 0.30), (0.41, 0.05)]);
+    for w in 0..3 {
+        feed(&mut d, w, &calm); // start-up
+    }
+    for w in 3..7 {
+        feed(&mut d, w, &contended);
+    }
+    let st = d.standings(None, 0.0).into_iter().find(|s| s.flagged).expect("flagged");
+    assert_eq!((st.node.as_str(), st.lost_s), ("node-1", 1.0));
+    assert_eq!(st.cost, Some(Cost { gpus: 16, gpu_hours: 0.004, usd: Some(0.01) }));
+    for w in 7..12 {
+        feed(&mut d, w, &calm);
+    }
+    let eps = d.episodes();
+    assert_eq!(eps.len(), 1, "{eps:?}");
+    let e = &eps[0];
+    assert_eq!(
+        (e.node.as_str(), e.start_us, e.end_us, e.cause.as_str()),
+        ("node-1", 3_000_000, Some(12_000_000), "runq_share")
+    );
+    assert!((e.lost_s - 1.0).abs() < 1e-9, "{e:?}");
+}
