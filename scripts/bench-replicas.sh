@@ -11,6 +11,9 @@
 #   scripts/bench-replicas.sh            (INGERO_BIN=… to skip the release build)
 #   NODES=900 REPLICAS=4 KILL=0 KILL_AT=25 RESTART_AT=31 FLUSH_AGE=30s SKIP_LOAD=1 scripts/bench-replicas.sh
 #     (the fleet run only, another shape: the killed replica restarts on its WAL)
+#   FREEZE=2 FREEZE_AT=40 THAW_AT=52 INJECT="cpu@node-100:12s io@node-7:33s" DURATION=70s …
+#     (also SIGSTOP replica 2 from 40 s to 52 s; faults as `ingero simulate --inject`;
+#     prints fault->flag p50/p90 over every injection)
 # Prints the figures BENCHMARKS.md and RELIABILITY.md quote.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +25,9 @@ KILL=${KILL:-1}
 KILL_AT=${KILL_AT:-20}
 RESTART_AT=${RESTART_AT:-}
 FLUSH_AGE=${FLUSH_AGE:-2s}
+INJECT=${INJECT:-cpu@node-100:12s cpu@node-401:35s}
+DURATION=${DURATION:-60s}
+FREEZE=${FREEZE:-}
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}" ${WEED:-}; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
@@ -63,17 +69,26 @@ if [ -z "${SKIP_LOAD:-}" ]; then
   done
 fi
 
-echo "== $NODES nodes on $REPLICAS replicas; replica $KILL killed at ${KILL_AT} s${RESTART_AT:+, restarted at $RESTART_AT s}"
+echo "== $NODES nodes on $REPLICAS replicas; replica $KILL killed at ${KILL_AT} s${RESTART_AT:+, restarted at $RESTART_AT s}${FREEZE:+; replica $FREEZE frozen ${FREEZE_AT}-${THAW_AT} s}"
 STORE=fleet; all_replicas fleet
-$BIN simulate --server "$R" --nodes "$NODES" --jobs 6 --duration 60s \
-  --inject "cpu@node-100:12s" --inject "cpu@node-401:35s" --json >"$DIR/sim.json" 2>/dev/null &
+INJ=(); for i in $INJECT; do INJ+=(--inject "$i"); done
+$BIN simulate --server "$R" --nodes "$NODES" --jobs 6 --duration "$DURATION" "${INJ[@]}" --json >"$DIR/sim.json" 2>/dev/null &
 SIM=$!
-sleep $((KILL_AT + 1))
-kill -9 "${PIDS[$KILL]}"
-if [ -n "$RESTART_AT" ]; then
-  sleep $((RESTART_AT - KILL_AT))
-  u=${URLS[$KILL]}; serve "fleet-$KILL" "${u##*:}" "$R" "$u"
-fi
+T0=$(date +%s.%N)
+# at SECONDS-SINCE-START: waits until then
+at() { local d; d=$(echo "$1 + 1 - ($(date +%s.%N) - $T0)" | bc); [ "${d:0:1}" = "-" ] || sleep "$d"; }
+EVENTS=("$KILL_AT kill")
+[ -n "$RESTART_AT" ] && EVENTS+=("$RESTART_AT restart")
+[ -n "$FREEZE" ] && EVENTS+=("$FREEZE_AT freeze" "$THAW_AT thaw")
+while read -r t what; do
+  at "$t"
+  case $what in
+    kill) kill -9 "${PIDS[$KILL]}" ;;
+    restart) u=${URLS[$KILL]}; serve "fleet-$KILL" "${u##*:}" "$R" "$u"; PIDS[$KILL]=${PIDS[-1]}; unset 'PIDS[-1]' ;;
+    freeze) kill -STOP "${PIDS[$FREEZE]}" ;;
+    thaw) kill -CONT "${PIDS[$FREEZE]}" ;;
+  esac
+done < <(printf '%s\n' "${EVENTS[@]}" | sort -n)
 wait $SIM
 for u in "${URLS[@]}"; do
   echo "-- ingero stragglers --server $u"
@@ -96,6 +111,9 @@ overlaps = sum(1 for v in rows.values() for i, a in enumerate(sorted(v)) for c i
 secs = sorted(f["secs"] for f in r["failovers"])
 print(f"injections: " + ", ".join(f"{i['injection']} at {i['at_secs']:.0f}s flagged after "
       f"{i['flagged_after_secs'] if i['flagged_after_secs'] is None else round(i['flagged_after_secs'], 1)}s" for i in r["injections"]))
+after = sorted(i["flagged_after_secs"] if i["flagged_after_secs"] is not None else float("inf") for i in r["injections"])
+pct = lambda q: after[min(len(after) - 1, int(q * len(after)))]
+print(f"fault->flag over {len(after)} injections: p50 {pct(0.5):.1f}s, p90 {pct(0.9):.1f}s, max {after[-1]:.1f}s")
 print(f"false flags: {r['false_flags'] or 'none'}")
 print(f"failovers: {len(secs)} nodes, median {secs[len(secs)//2]:.1f}s, max {secs[-1]:.1f}s, "
       f"{sum(f['resent'] for f in r['failovers'])} uncommitted batches sent again")

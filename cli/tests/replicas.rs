@@ -141,3 +141,64 @@ fn a_killed_replica_loses_no_batch_and_the_others_answer_for_the_fleet() {
     );
     assert_eq!(ranges, 0, "a batch range was stored twice");
 }
+
+/// Every flagged node of `ingero stragglers --server URL`, checking that no
+/// node is listed twice (a replica that no longer owns a job must not keep
+/// showing its old standings beside the new owner's).
+fn flagged_once(url: &str) -> Vec<String> {
+    let out = ingero(&["stragglers", "--server", url, "--format", "json"]);
+    assert!(out.status.success(), "stragglers on {url}: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes: Vec<String> =
+        v["stragglers"].as_array().unwrap().iter().map(|s| s["node"].as_str().unwrap().to_string()).collect();
+    let mut unique = nodes.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), nodes.len(), "a node listed twice on {url}: {v}");
+    let flagged = v["stragglers"].as_array().unwrap().iter().filter(|s| s["flagged"] == true);
+    flagged.map(|s| s["node"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn a_job_whose_owner_dies_and_comes_back_goes_on_from_its_recent_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = (0..REPLICAS).map(|_| free_port()).collect();
+    let urls: Vec<String> = ports.iter().map(|p| format!("http://127.0.0.1:{p}")).collect();
+    let mut replicas: Vec<Child> = (0..REPLICAS).map(|i| spawn_replica(dir.path(), i, &ports)).collect();
+    // The replica that ranks job 0 (nodes 0, 2, 4, …) dies at ~8 s and is
+    // back at ~14 s. node-10 slows down while its job's standby ranks it,
+    // node-4 once the owner is back: a new owner that started from nothing
+    // would spend its first windows warming up and miss both deadlines.
+    let owner = ingero_proto::route::rendezvous("llama-pretrain-0", &urls)[0];
+    let sim = Command::new(env!("CARGO_BIN_EXE_ingero"))
+        .args(["simulate", "--server", &urls.join(","), "--nodes", "36", "--jobs", "2", "--duration", "32s"])
+        .args(["--inject", "cpu@node-10:10s", "--inject", "io@node-4:17s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(8));
+    replicas[owner].kill().unwrap();
+    replicas[owner].wait().unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    replicas[owner] = spawn_replica(dir.path(), owner, &ports);
+    let out = sim.wait_with_output().unwrap();
+    assert!(out.status.success(), "simulate failed");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for inj in report["injections"].as_array().unwrap() {
+        let after = inj["flagged_after_secs"].as_f64().unwrap_or_else(|| panic!("never flagged: {inj} in {report}"));
+        assert!(after <= 5.0, "{inj}: flagged {after:.1}s after the injection: {report}");
+        eprintln!("{}: flagged after {after:.1}s", inj["injection"]);
+    }
+    assert_eq!(report["false_flags"].as_array().unwrap().len(), 0, "{report}");
+    // Every replica answers with each node once, both stragglers flagged.
+    for url in &urls {
+        let mut flagged = flagged_once(url);
+        flagged.sort();
+        assert_eq!(flagged, ["node-10", "node-4"], "on {url}");
+    }
+    for mut r in replicas {
+        Command::new("kill").arg("-TERM").arg(r.id().to_string()).status().unwrap();
+        assert!(r.wait().unwrap().success());
+    }
+}

@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn other_requests_decode_as_prost_decodes_them() {
-        let req = crate::pb::ForwardRequest { from: "a".into(), signals_json: "[]".into() };
+        let req = crate::pb::ForwardRequest { from: "a".into(), signals_json: "[]".into(), standby: true };
         let frame = Bytes::from(req.encode_to_vec());
         assert_eq!(crate::pb::ForwardRequest::from_frame(frame).unwrap(), req);
     }

@@ -30,6 +30,23 @@ const RETURN_AFTER: Duration = Duration::from_secs(15);
 /// budget (`give_up_after`) is spent.
 pub const FAILOVER_AFTER: Duration = Duration::from_secs(2);
 
+/// With several replicas, the longest one attempt waits for an answer: a
+/// replica that is up acknowledges a batch once its write-ahead log has it
+/// (milliseconds); one that is frozen (stopped, swapping, a stalled disk)
+/// accepts the connection and never answers, and waiting the single-server
+/// deadline (10 s) for it would keep the node's windows from its job's
+/// detector that long. Another replica takes the batch instead; a batch both
+/// end up with is stored once (the commit-time check).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
+/// `policy` for a node that has other replicas to go to.
+fn for_set(mut policy: RetryPolicy, replicas: usize) -> RetryPolicy {
+    if replicas > 1 {
+        policy.attempt_timeout = policy.attempt_timeout.min(ANSWER_WITHIN);
+    }
+    policy
+}
+
 /// Why the replica in use changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Move {
@@ -59,6 +76,7 @@ impl RoutedClient {
         if urls.is_empty() {
             return Err(SendError::Address(String::new(), "no aggregator address".into()));
         }
+        let policy = for_set(policy, urls.len());
         let clients = urls
             .iter()
             .map(|u| IngestClient::with_auth(u, node, policy.clone(), auth))
@@ -79,6 +97,7 @@ impl RoutedClient {
     /// `(url, channel)` per replica, in the set's order.
     pub fn with_channels(replicas: &[(String, tonic::transport::Channel)], node: &str, policy: RetryPolicy) -> Self {
         let urls: Vec<String> = replicas.iter().map(|(u, _)| u.clone()).collect();
+        let policy = for_set(policy, urls.len());
         let clients =
             replicas.iter().map(|(_, ch)| IngestClient::with_channel(ch.clone(), node, policy.clone())).collect();
         RoutedClient {
@@ -205,5 +224,24 @@ mod tests {
         assert!(matches!(c.push(&empty_request()).await, Err(SendError::Unavailable { .. })));
         assert_eq!(c.take_move(), Some(Move::Failover));
         assert_ne!(c.current(), first);
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_accepts_and_never_answers_is_left_within_answer_within() {
+        // A frozen replica: the kernel accepts the connection, nobody answers.
+        let frozen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let urls = vec![format!("http://{}", frozen.local_addr().unwrap()), closed_port()];
+        std::thread::spawn(move || {
+            let held: Vec<_> = frozen.incoming().collect();
+            drop(held);
+        });
+        let node = (0..).map(|i| format!("node-{i}")).find(|n| rendezvous(n, &urls)[0] == 0).unwrap();
+        let mut c = RoutedClient::new(&urls, &node, RetryPolicy::single_attempt(), &ClientAuth::default()).unwrap();
+        assert_eq!(c.current(), urls[0]);
+        let t = std::time::Instant::now();
+        assert!(matches!(c.push(&empty_request()).await, Err(SendError::Unavailable { .. })));
+        assert_eq!(c.take_move(), Some(Move::Failover), "after {:?}", t.elapsed());
+        assert_eq!(c.current(), urls[1]);
+        assert!(t.elapsed() < ANSWER_WITHIN + Duration::from_secs(1), "left after {:?}", t.elapsed());
     }
 }

@@ -10,7 +10,7 @@ use ingero_model::Table;
 use ingero_model::tables::common;
 use ingero_proto::ipc;
 use ingero_proto::pb::ingest_server::Ingest;
-use ingero_proto::pb::{ForwardRequest, ForwardResponse, PushResponse};
+use ingero_proto::pb::{ForwardRequest, ForwardResponse, HandoverRequest, HandoverResponse, PushResponse};
 use ingero_proto::received::ReceivedPush;
 use tonic::{Request, Response, Status};
 
@@ -105,12 +105,25 @@ impl Ingest for IngestService {
         let req = request.into_inner();
         let sigs = crate::replicas::decode(&req.signals_json).map_err(Status::invalid_argument)?;
         let n = sigs.len() as u64;
-        match &self.ranker {
-            Some(r) => r.feed_signals(sigs),
-            None => return Err(Status::unimplemented("this server does not rank")),
+        let Some(r) = &self.ranker else { return Err(Status::unimplemented("this server does not rank")) };
+        r.heard_from(&req.from);
+        match req.standby {
+            true if n > 0 => r.feed_kept(sigs),
+            true => {}
+            false => r.feed_signals(sigs),
         }
-        tracing::trace!(from = %req.from, signals = n, "forwarded signals");
+        tracing::trace!(from = %req.from, signals = n, standby = req.standby, "forwarded signals");
         Ok(Response::new(ForwardResponse { accepted: n }))
+    }
+
+    async fn handover(&self, request: Request<HandoverRequest>) -> Result<Response<HandoverResponse>, Status> {
+        let req = request.into_inner();
+        let Some(r) = &self.ranker else { return Err(Status::unimplemented("this server does not rank")) };
+        r.heard_from(&req.from);
+        let sigs = r.recent_of(&req.job);
+        tracing::debug!(from = %req.from, job = %req.job, signals = sigs.len(), "job's recent windows handed over");
+        let signals_json = serde_json::to_string(&sigs).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(HandoverResponse { signals_json }))
     }
 }
 

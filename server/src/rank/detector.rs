@@ -108,6 +108,9 @@ pub type TracePoint = (i64, f32, bool);
 
 /// A node's first windows with data are start-up, not judged.
 const WARMUP_WINDOWS: u64 = 2;
+/// A job whose newest window here is this much older than a new one is
+/// not being ranked here: it came (back) from another replica.
+const CURRENT_US: i64 = 5_000_000;
 
 #[derive(Debug, Default)]
 struct JobState {
@@ -190,6 +193,25 @@ impl Detector {
             job.nodes.retain(|_, n| n.last_window >= horizon);
         }
         self.jobs.retain(|_, j| !j.nodes.is_empty() || !j.pending.is_empty());
+    }
+
+    /// Whether `job` is being judged here up to about `window_us`: if not, a
+    /// replica that starts ranking it rebuilds it first (a hand-over).
+    pub fn is_current(&self, job: &str, window_us: i64) -> bool {
+        self.jobs.get(job).is_some_and(|j| {
+            let newest = j.pending.keys().next_back().copied().max(j.evaluated_up_to);
+            newest.is_some_and(|n| n >= window_us - CURRENT_US)
+        })
+    }
+
+    /// Drops `job` and its standings (it is rebuilt, or ranked elsewhere).
+    pub fn forget_job(&mut self, job: &str) {
+        self.jobs.remove(job);
+    }
+
+    /// Keeps only the jobs `keep` says (those this replica owns now).
+    pub fn retain_jobs(&mut self, keep: impl Fn(&str) -> bool) {
+        self.jobs.retain(|j, _| keep(j));
     }
 
     /// Judges everything pending (history replay, end of stream).

@@ -110,6 +110,13 @@ impl Collector for RankingMetrics {
             "What those GPU-hours cost at --gpu-price (only where every node of the job has a price).",
             costs().filter_map(|(l, c)| Some((l, c.usd?))),
         )?;
+        let handovers = ConstCounter::new(self.0.handovers.load(Ordering::Relaxed));
+        handovers.encode(enc.encode_descriptor(
+            "ranking_handovers",
+            "Jobs this replica started ranking (new, or taken over from another replica) and rebuilt from the set's recent windows.",
+            None,
+            handovers.metric_type(),
+        )?)?;
         let dropped = ConstCounter::new(self.0.dropped.load(Ordering::Relaxed));
         dropped.encode(enc.encode_descriptor(
             "ranking_dropped",

@@ -7,6 +7,8 @@ pub mod detector;
 pub(crate) mod deviation;
 pub mod episode;
 pub mod exposition;
+mod intake;
+pub mod recent;
 pub(crate) mod spec;
 pub mod standing;
 pub mod stuck;
@@ -124,19 +126,40 @@ impl Ranking {
     }
 }
 
-/// Handle shared by the ingest path (feeds) and the API (reads).
+type Sigs = Vec<(NodeWindowKey, Signals)>;
+
 /// Decides which window signals this replica ranks itself (the jobs it
-/// owns) and sends the rest to their owners.
+/// owns), which it keeps as a job's standby, and sends the rest to their
+/// owners and standbys.
 pub trait SignalRouter: Send + Sync + std::fmt::Debug {
-    /// Takes the signals of accepted batches; returns those ranked here.
-    fn route(&self, sigs: Vec<(NodeWindowKey, Signals)>) -> Vec<(NodeWindowKey, Signals)>;
+    /// Takes the signals of accepted batches; returns those this replica
+    /// ranks and those it keeps as standby.
+    fn route(&self, sigs: Sigs) -> Routed;
+    /// Whether this replica ranks `job` now.
+    fn owns(&self, job: &str) -> bool;
+    /// Asks the other replicas for `job`'s recent windows; the answer comes
+    /// back through [`LiveRanker::handed_over`].
+    fn ask_handover(&self, job: String);
+    /// A message came from `replica`: it is up.
+    fn heard_from(&self, replica: &str);
+}
+
+/// Signals as routed: ranked here, kept here for a hand-over.
+#[derive(Debug, Default)]
+pub struct Routed {
+    pub rank: Sigs,
+    pub keep: Sigs,
 }
 
 enum Feed {
     /// An accepted batch's signals, to route (this replica ranks the jobs it owns).
-    Local(Vec<(NodeWindowKey, Signals)>),
+    Local(Sigs),
     /// Already routed here (forwarded by another replica, or re-routed).
-    Signals(Vec<(NodeWindowKey, Signals)>),
+    Signals(Sigs),
+    /// Jobs this replica is the standby of (kept for a hand-over).
+    Keep(Sigs),
+    /// The other replicas' recent windows of a job this replica took over.
+    HandedOver(String, Sigs),
 }
 
 /// How long the live ranking remembers a node that sent nothing.
@@ -147,6 +170,10 @@ pub struct LiveRanker {
     tx: mpsc::Sender<Feed>,
     pub detector: Arc<Mutex<Detector>>,
     pub dropped: Arc<std::sync::atomic::AtomicU64>,
+    /// Jobs this replica took over from another (or started) and rebuilt.
+    pub handovers: Arc<std::sync::atomic::AtomicU64>,
+    /// Recent windows of the jobs ranked or kept here (what hand-overs send).
+    pub recent: Arc<Mutex<recent::Recent>>,
     router: Arc<std::sync::OnceLock<Arc<dyn SignalRouter>>>,
 }
 
@@ -155,37 +182,18 @@ impl LiveRanker {
     pub fn start(cfg: DetectorConfig, grace: Duration) -> LiveRanker {
         // Live, nodes that stopped reporting are forgotten (see the field).
         let cfg = DetectorConfig { forget_after: cfg.forget_after.or(Some(FORGET_AFTER)), ..cfg };
-        let (tx, mut rx) = mpsc::channel::<Feed>(8192);
-        let detector = Arc::new(Mutex::new(Detector::new(cfg)));
-        let router: Arc<std::sync::OnceLock<Arc<dyn SignalRouter>>> = Default::default();
-        let (d, r) = (detector.clone(), router.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            loop {
-                tokio::select! {
-                    msg = rx.recv() => {
-                        let sigs = match msg {
-                            None => break,
-                            Some(Feed::Signals(s)) => s,
-                            Some(Feed::Local(sigs)) => match r.get() {
-                                Some(router) => router.route(sigs),
-                                None => sigs,
-                            },
-                        };
-                        let mut det = d.lock().unwrap_or_else(|p| p.into_inner());
-                        for (k, s) in sigs {
-                            det.add(k, &s);
-                        }
-                        det.evaluate(chrono::Utc::now().timestamp_micros(), grace.as_micros() as i64);
-                    }
-                    _ = tick.tick() => {
-                        let mut det = d.lock().unwrap_or_else(|p| p.into_inner());
-                        det.evaluate(chrono::Utc::now().timestamp_micros(), grace.as_micros() as i64);
-                    }
-                }
-            }
-        });
-        LiveRanker { tx, detector, dropped: Default::default(), router }
+        let (tx, rx) = mpsc::channel::<Feed>(8192);
+        let ranker = LiveRanker {
+            tx,
+            detector: Arc::new(Mutex::new(Detector::new(cfg))),
+            dropped: Default::default(),
+            handovers: Default::default(),
+            recent: Default::default(),
+            router: Default::default(),
+        };
+        let intake = intake::Intake::new(ranker.recent.clone(), ranker.handovers.clone());
+        tokio::spawn(run(rx, ranker.detector.clone(), ranker.router.clone(), intake, grace));
+        ranker
     }
 
     /// Sends the signals of jobs other replicas own to them (set once, at start).
@@ -202,14 +210,80 @@ impl LiveRanker {
     }
 
     /// Feeds signals routed to this replica.
-    pub fn feed_signals(&self, sigs: Vec<(NodeWindowKey, Signals)>) {
-        if self.tx.try_send(Feed::Signals(sigs)).is_err() {
+    pub fn feed_signals(&self, sigs: Sigs) {
+        self.send(Feed::Signals(sigs));
+    }
+
+    /// Keeps signals of a job this replica is the standby of.
+    pub fn feed_kept(&self, sigs: Sigs) {
+        self.send(Feed::Keep(sigs));
+    }
+
+    /// The others' recent windows of `job` (answer to `ask_handover`).
+    pub fn handed_over(&self, job: String, sigs: Sigs) {
+        self.send(Feed::HandedOver(job, sigs));
+    }
+
+    fn send(&self, feed: Feed) {
+        if self.tx.try_send(feed).is_err() {
             self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The recent windows of `job` kept here, oldest first (for its new owner).
+    pub fn recent_of(&self, job: &str) -> Sigs {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner()).windows(job)
+    }
+
+    /// Another replica was heard from: it is up (a restart, a thaw).
+    pub fn heard_from(&self, replica: &str) {
+        if let Some(r) = self.router.get() {
+            r.heard_from(replica);
         }
     }
 
     pub fn ranking(&self, job: Option<&str>) -> Ranking {
         let d = self.detector.lock().unwrap_or_else(|p| p.into_inner());
         Ranking::from_detector(&d, job, "live")
+    }
+}
+
+/// The ranking task: feeds the detector and judges complete windows.
+async fn run(
+    mut rx: mpsc::Receiver<Feed>,
+    d: Arc<Mutex<Detector>>,
+    r: Arc<std::sync::OnceLock<Arc<dyn SignalRouter>>>,
+    mut intake: intake::Intake,
+    grace: Duration,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let grace_us = grace.as_micros() as i64;
+    loop {
+        tokio::select! {
+            msg = rx.recv() => {
+                let Some(msg) = msg else { break };
+                let mut det = d.lock().unwrap_or_else(|p| p.into_inner());
+                match msg {
+                    Feed::Signals(s) => intake.rank(&mut det, s, r.get()),
+                    Feed::Keep(s) => intake.keep(s),
+                    Feed::HandedOver(job, s) => intake.handed_over(&mut det, &job, s),
+                    Feed::Local(sigs) => match r.get() {
+                        Some(router) => {
+                            let routed = router.route(sigs);
+                            intake.keep(routed.keep);
+                            intake.rank(&mut det, routed.rank, Some(router));
+                        }
+                        None => intake.rank(&mut det, sigs, None),
+                    },
+                }
+                det.evaluate(chrono::Utc::now().timestamp_micros(), grace_us);
+            }
+            _ = tick.tick() => {
+                let now = chrono::Utc::now().timestamp_micros();
+                let mut det = d.lock().unwrap_or_else(|p| p.into_inner());
+                intake.tick(&mut det, r.get(), now);
+                det.evaluate(now, grace_us);
+            }
+        }
     }
 }

@@ -196,3 +196,37 @@ fn the_detector_prices_a_flagged_nodes_episode() {
     );
     assert!((e.lost_s - 1.0).abs() < 1e-9, "{e:?}");
 }
+
+/// A new owner that rebuilds a job from the kept windows (what a hand-over
+/// does) stands where the old owner stood: the straggler flagged since the
+/// same window; one that starts from nothing is still warming up.
+#[test]
+fn a_job_rebuilt_from_its_recent_windows_stands_where_its_old_owner_stood() {
+    let mut old = Detector::new(DetectorConfig::default());
+    let mut kept = super::super::recent::Recent::default();
+    let mut fresh = Detector::new(DetectorConfig::default());
+    let vals = |w: i64| [(0.03, 0.30), (0.04, 0.31), if w >= 5 { (0.41, 0.05) } else { (0.03, 0.30) }];
+    for w in 0..12 {
+        for (i, (r, n)) in vals(w).iter().enumerate() {
+            let key = NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+            old.add(key.clone(), &sig(*r, *n));
+            kept.record(&key, &sig(*r, *n), false);
+            if w >= 10 {
+                fresh.add(key, &sig(*r, *n));
+            }
+        }
+        old.drain();
+    }
+    let mut new = Detector::new(DetectorConfig::default());
+    assert!(!new.is_current("j", 12_000_000));
+    for (k, s) in kept.replay("j") {
+        new.add(k, &s);
+    }
+    new.drain();
+    fresh.drain();
+    let (a, b) = (old.standings(None, 0.0), new.standings(None, 0.0));
+    assert!(a[0].flagged && a[0].node == "node-2", "{a:?}");
+    assert_eq!((&b[0].node, b[0].flagged, &b[0].since), (&a[0].node, true, &a[0].since));
+    assert!(new.is_current("j", 12_000_000) && !new.is_current("j", 17_000_001));
+    assert!(fresh.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", fresh.standings(None, 0.0));
+}
