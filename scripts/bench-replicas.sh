@@ -14,6 +14,8 @@
 #   FREEZE=2 FREEZE_AT=40 THAW_AT=52 INJECT="cpu@node-100:12s io@node-7:33s" DURATION=70s …
 #     (also SIGSTOP replica 2 from 40 s to 52 s; faults as `ingero simulate --inject`;
 #     prints fault->flag p50/p90 over every injection)
+#   KILL=none ROLL_AT=20 …   (a rolling restart from 20 s: each replica in turn stopped
+#     (SIGTERM) and started again, 8 s apart, as a chart upgrade does)
 # Prints the figures BENCHMARKS.md and RELIABILITY.md quote.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,7 @@ DURATION=${DURATION:-60s}
 FREEZE=${FREEZE:-}
 DIR=$(mktemp -d)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}" ${WEED:-}; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+cleanup() { for p in "${PIDS[@]}" ${WEED:-}; do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] && echo "logs kept in $DIR" || rm -rf "$DIR"; }
 trap cleanup EXIT
 export AWS_ACCESS_KEY_ID=ingero AWS_SECRET_ACCESS_KEY=ingero-secret AWS_REGION=us-east-1
 weed mini -ip=127.0.0.1 -ip.bind=127.0.0.1 -bucket=ingero -admin.ui=false -webdav=false -dir="$DIR/s3" >/dev/null 2>&1 &
@@ -69,7 +71,7 @@ if [ -z "${SKIP_LOAD:-}" ]; then
   done
 fi
 
-echo "== $NODES nodes on $REPLICAS replicas; replica $KILL killed at ${KILL_AT} s${RESTART_AT:+, restarted at $RESTART_AT s}${FREEZE:+; replica $FREEZE frozen ${FREEZE_AT}-${THAW_AT} s}"
+echo "== $NODES nodes on $REPLICAS replicas; replica $KILL killed at ${KILL_AT} s${ROLL_AT:+; rolling restart from $ROLL_AT s}${RESTART_AT:+, restarted at $RESTART_AT s}${FREEZE:+; replica $FREEZE frozen ${FREEZE_AT}-${THAW_AT} s}"
 STORE=fleet; all_replicas fleet
 INJ=(); for i in $INJECT; do INJ+=(--inject "$i"); done
 $BIN simulate --server "$R" --nodes "$NODES" --jobs 6 --duration "$DURATION" "${INJ[@]}" --json >"$DIR/sim.json" 2>/dev/null &
@@ -77,12 +79,16 @@ SIM=$!
 T0=$(date +%s.%N)
 # at SECONDS-SINCE-START: waits until then
 at() { local d; d=$(echo "$1 + 1 - ($(date +%s.%N) - $T0)" | bc); [ "${d:0:1}" = "-" ] || sleep "$d"; }
-EVENTS=("$KILL_AT kill")
+EVENTS=()
+[ "$KILL" != none ] && EVENTS+=("$KILL_AT kill")
 [ -n "$RESTART_AT" ] && EVENTS+=("$RESTART_AT restart")
 [ -n "$FREEZE" ] && EVENTS+=("$FREEZE_AT freeze" "$THAW_AT thaw")
-while read -r t what; do
+[ -n "${ROLL_AT:-}" ] && for i in $(seq 0 $((REPLICAS - 1))); do EVENTS+=("$((ROLL_AT + 8 * i)) roll $i"); done
+while read -r t what arg; do
   at "$t"
   case $what in
+    roll) kill "${PIDS[$arg]}"; wait "${PIDS[$arg]}" 2>/dev/null || true
+      u=${URLS[$arg]}; serve "fleet-$arg-rolled" "${u##*:}" "$R" "$u"; PIDS[$arg]=${PIDS[-1]}; unset 'PIDS[-1]' ;;
     kill) kill -9 "${PIDS[$KILL]}" ;;
     restart) u=${URLS[$KILL]}; serve "fleet-$KILL" "${u##*:}" "$R" "$u"; PIDS[$KILL]=${PIDS[-1]}; unset 'PIDS[-1]' ;;
     freeze) kill -STOP "${PIDS[$FREEZE]}" ;;
@@ -115,8 +121,11 @@ after = sorted(i["flagged_after_secs"] if i["flagged_after_secs"] is not None el
 pct = lambda q: after[min(len(after) - 1, int(q * len(after)))]
 print(f"fault->flag over {len(after)} injections: p50 {pct(0.5):.1f}s, p90 {pct(0.9):.1f}s, max {after[-1]:.1f}s")
 print(f"false flags: {r['false_flags'] or 'none'}")
-print(f"failovers: {len(secs)} nodes, median {secs[len(secs)//2]:.1f}s, max {secs[-1]:.1f}s, "
-      f"{sum(f['resent'] for f in r['failovers'])} uncommitted batches sent again")
+if secs:
+    print(f"failovers: {len(secs)} nodes, median {secs[len(secs)//2]:.1f}s, max {secs[-1]:.1f}s, "
+          f"{sum(f['resent'] for f in r['failovers'])} uncommitted batches sent again")
+else:
+    print("failovers: none")
 print(f"batches: {r['batches']} sent, {r['acknowledged']} acknowledged; in the Delta table (delta-rs): {stored}; "
       f"overlapping ranges: {overlaps}")
 from deltalake.exceptions import TableNotFoundError

@@ -172,7 +172,7 @@ fn a_job_whose_owner_dies_and_comes_back_goes_on_from_its_recent_windows() {
     let owner = ingero_proto::route::rendezvous("llama-pretrain-0", &urls)[0];
     let sim = Command::new(env!("CARGO_BIN_EXE_ingero"))
         .args(["simulate", "--server", &urls.join(","), "--nodes", "36", "--jobs", "2", "--duration", "32s"])
-        .args(["--inject", "cpu@node-10:10s", "--inject", "io@node-4:17s", "--json"])
+        .args(["--inject", "cpu@node-10:10s", "--inject", "io@node-4:15s", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -26,15 +26,14 @@ use crate::error::{Error, Result};
 use crate::rank::signals::{NodeWindowKey, Signals};
 use crate::rank::{LiveRanker, Ranking, ReplicaAnswer, Routed, SignalRouter};
 
-/// Deadline of a call to another replica (forwarded signals).
-const CALL_TIMEOUT: Duration = Duration::from_secs(3);
-/// Deadline of a live ranking question: a replica answers from memory, and a
-/// user's `ingero stragglers` must not wait out a frozen one.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(1);
+/// Deadline of a call to another replica. Every call between replicas is
+/// answered from memory in milliseconds; one that takes a second comes from
+/// a replica that is frozen (stopped, swapping, a stalled disk), whose jobs
+/// are better ranked by their standby, and a user's `ingero stragglers`
+/// must not wait it out.
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a replica passed over is asked whether it is back.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
-/// Deadline of a hand-over question: the job's new windows wait for it.
-const HANDOVER_TIMEOUT: Duration = Duration::from_secs(1);
 
 type Sigs = Vec<(NodeWindowKey, Signals)>;
 
@@ -174,7 +173,7 @@ impl Replicas {
             }
             let req =
                 StragglersRequest { job: job.unwrap_or_default().to_string(), local_only: true, ..Default::default() };
-            let r = p.query.clone().stragglers(request(req, &self.cfg.auth, QUERY_TIMEOUT)).await;
+            let r = p.query.clone().stragglers(request(req, &self.cfg.auth, CALL_TIMEOUT)).await;
             let parsed = r
                 .map_err(|s| s.message().to_string())
                 .and_then(|r| serde_json::from_str::<Ranking>(&r.into_inner().json).map_err(|e| e.to_string()));
@@ -240,7 +239,7 @@ impl SignalRouter for Replicas {
             .filter(|(i, p)| *i != self.cfg.me && !p.is_down())
             .map(|(_, p)| {
                 let req =
-                    request(HandoverRequest { job: job.clone(), from: from.clone() }, &self.cfg.auth, HANDOVER_TIMEOUT);
+                    request(HandoverRequest { job: job.clone(), from: from.clone() }, &self.cfg.auth, CALL_TIMEOUT);
                 let mut client = p.ingest.clone();
                 async move { client.handover(req).await }
             })
@@ -289,7 +288,7 @@ async fn probe(set: std::sync::Weak<Replicas>) {
         let from = set.cfg.urls[set.cfg.me].clone();
         let calls = set.peers.iter().filter(|p| p.tx.is_some() && p.is_down()).map(|p| {
             let req = ForwardRequest { from: from.clone(), signals_json: "[]".into(), standby: true };
-            let req = request(req, &set.cfg.auth, QUERY_TIMEOUT);
+            let req = request(req, &set.cfg.auth, CALL_TIMEOUT);
             let mut client = p.ingest.clone();
             async move { (p, client.forward(req).await.is_ok()) }
         });
