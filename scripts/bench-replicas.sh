@@ -12,6 +12,7 @@
 #   NODES=900 REPLICAS=4 KILL=0 KILL_AT=25 RESTART_AT=31 FLUSH_AGE=30s SKIP_LOAD=1 scripts/bench-replicas.sh
 #     (the fleet run only, another shape: the killed replica restarts on its WAL)
 #   FREEZE=2 FREEZE_AT=40 THAW_AT=52 INJECT="cpu@node-100:12s io@node-7:33s" DURATION=70s …
+#   (INJECT=spread: 30 faults around the times of the hand-over runs in BENCHMARKS.md)
 #     (also SIGSTOP replica 2 from 40 s to 52 s; faults as `ingero simulate --inject`;
 #     prints fault->flag p50/p90 over every injection)
 #   KILL=none ROLL_AT=20 …   (a rolling restart from 20 s: each replica in turn stopped
@@ -28,6 +29,16 @@ KILL_AT=${KILL_AT:-20}
 RESTART_AT=${RESTART_AT:-}
 FLUSH_AGE=${FLUSH_AGE:-2s}
 INJECT=${INJECT:-cpu@node-100:12s cpu@node-401:35s}
+# INJECT=spread: 30 faults, 5 per job (cpu in even jobs, io in odd ones) at
+# 14, 27, 33, 48 and 61 s: around the kill, restart and freeze times above.
+if [ "$INJECT" = spread ]; then
+  INJECT=""
+  for j in 0 1 2 3 4 5; do
+    k=$([ $((j % 2)) = 0 ] && echo cpu || echo io)
+    INJECT="$INJECT $k@node-$((102 + j)):14s $k@node-$((204 + j)):27s $k@node-$((300 + j)):33s"
+    INJECT="$INJECT $k@node-$((402 + j)):48s $k@node-$((504 + j)):61s"
+  done
+fi
 DURATION=${DURATION:-60s}
 FREEZE=${FREEZE:-}
 DIR=$(mktemp -d)
