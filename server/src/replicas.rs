@@ -23,8 +23,7 @@ use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
-use crate::rank::signals::{NodeWindowKey, Signals};
-use crate::rank::{LiveRanker, Ranking, ReplicaAnswer, Routed, SignalRouter};
+use crate::rank::{LiveRanker, Ranking, ReplicaAnswer, Routed, SignalRouter, Sigs};
 
 /// Deadline of a call to another replica. Every call between replicas is
 /// answered from memory in milliseconds; one that takes a second comes from
@@ -34,8 +33,6 @@ use crate::rank::{LiveRanker, Ranking, ReplicaAnswer, Routed, SignalRouter};
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a replica passed over is asked whether it is back.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
-
-type Sigs = Vec<(NodeWindowKey, Signals)>;
 
 /// The replica set, as `--replicas` lists it (the same order everywhere).
 #[derive(Debug, Clone)]

@@ -110,20 +110,19 @@ impl Collector for RankingMetrics {
             "What those GPU-hours cost at --gpu-price (only where every node of the job has a price).",
             costs().filter_map(|(l, c)| Some((l, c.usd?))),
         )?;
-        let handovers = ConstCounter::new(self.0.handovers.load(Ordering::Relaxed));
-        handovers.encode(enc.encode_descriptor(
-            "ranking_handovers",
-            "Jobs this replica started ranking (new, or taken over from another replica) and rebuilt from the set's recent windows.",
-            None,
-            handovers.metric_type(),
-        )?)?;
-        let dropped = ConstCounter::new(self.0.dropped.load(Ordering::Relaxed));
-        dropped.encode(enc.encode_descriptor(
-            "ranking_dropped",
-            "Batches not ranked because the ranking queue was full.",
-            None,
-            dropped.metric_type(),
-        )?)
+        let queue = [
+            (
+                "ranking_handovers",
+                "Jobs this replica started ranking (new, or taken over from another replica) and rebuilt from the set's recent windows.",
+                &self.0.handovers,
+            ),
+            ("ranking_dropped", "Batches not ranked because the ranking queue was full.", &self.0.dropped),
+        ];
+        for (name, help, n) in queue {
+            let c = ConstCounter::new(n.load(Ordering::Relaxed));
+            c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
+        }
+        Ok(())
     }
 }
 

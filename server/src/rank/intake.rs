@@ -11,12 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::SignalRouter;
 use super::detector::Detector;
 use super::recent::Recent;
-use super::signals::{NodeWindowKey, Signals};
-
-type Sigs = Vec<(NodeWindowKey, Signals)>;
+use super::{SignalRouter, Sigs};
 
 /// Longest a job waits for the others' answer before it is rebuilt from
 /// what this replica has (the asking itself times out sooner).

@@ -126,7 +126,8 @@ impl Ranking {
     }
 }
 
-type Sigs = Vec<(NodeWindowKey, Signals)>;
+/// Node-window signals as they travel between the ingest path, replicas and the detector.
+pub type Sigs = Vec<(NodeWindowKey, Signals)>;
 
 /// Decides which window signals this replica ranks itself (the jobs it
 /// owns), which it keeps as a job's standby, and sends the rest to their
