@@ -7,7 +7,7 @@ usage: mcp_client.py stdio CALLS_JSON INGERO_BIN ARG...
 CALLS_JSON is a list of [tool, arguments]. Prints one JSON object: the tools
 listed and, per call, whether it was a tool error, its structured content and
 its text; over HTTP also the status a bare request got and, when no session
-could be opened, why. Assertions are the Rust test's (cli/tests/mcp.rs).
+could be opened, why. Assertions are the Rust test's (cli/tests/it/mcp.rs).
 """
 
 import asyncio

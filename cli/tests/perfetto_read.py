@@ -4,7 +4,7 @@ perfetto_trace_pb2) and prints what a viewer would show, as JSON: every
 track with its path from the root, its slices (begin/end paired per track,
 as trace_processor does), its instants and its counter values. Fails on a slice end
 without a begin, an event on an undeclared track, or a packet of another kind.
-Assertions are the Rust test's (cli/tests/export.rs).
+Assertions are the Rust test's (cli/tests/it/export.rs).
 
 usage: perfetto_read.py TRACE_FILE
 """

@@ -7,7 +7,7 @@ link to it for importing by hand. `--check` (CI) fails when the committed file
 is not what this script writes.
 Lines stay under ~150 characters (yamllint reads the chart's ConfigMap).
 Every metric a query names is checked against the real /metrics of
-`ingero serve` (cli/tests/dashboard.rs) and `ingero-agent`
+`ingero serve` (cli/tests/it/dashboard.rs) and `ingero-agent`
 (node/tests/dashboard.rs)."""
 
 import json

@@ -3,7 +3,7 @@
 # The chart's alert rules: promtool checks their syntax and runs their unit
 # tests (each alert fires on the series Ingero exports, for the right node
 # and cause, with its runbook, and stays quiet otherwise). Which metrics
-# exist is checked against real /metrics by cli/tests/remediate.rs and
+# exist is checked against real /metrics by cli/tests/it/remediate.rs and
 # node/tests/nodes.rs. promtool: PATH, or Debian's prometheus package
 # unpacked under /opt/prometheus (.ci/run does that).
 set -euo pipefail

@@ -379,6 +379,7 @@ impl Cluster {
         let (grpc, http) = (free_port(), free_port());
         let serve_log = dir.path().join("serve.log");
         let mut cmd = Command::new(ingero_bin());
+        ingero_sim::child::dies_with_test(&mut cmd);
         cmd.args(["serve", "--store", &store, "--flush-age", "2s"])
             .args(serve_args)
             .arg(format!("--listen=127.0.0.1:{grpc}"))
@@ -441,6 +442,7 @@ impl Cluster {
         let mut ranks = Vec::new();
         for cg in &self.cgroups {
             let mut cmd = Command::new(&wl);
+            ingero_sim::child::dies_with_test(&mut cmd);
             cmd.env("FAKE_NCCL_BARRIER", &barrier)
                 .env("FAKE_NCCL_WORLD", self.cgroups.len().to_string())
                 .env("FAKE_HANG_DIR", self.dir.path());

@@ -170,8 +170,10 @@ async fn run_queue_latency_when_a_cpu_hog_shares_the_cpu() {
     let (dir, cg) = tmp("runq");
     let (lib, wl) = build(&dir.path().join("bin"));
     let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
-    let mut hog =
-        std::process::Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
+    let mut hog = ingero_sim::child::dies_with_test(&mut std::process::Command::new("taskset"))
+        .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
     let mut cmd = std::process::Command::new("taskset");
     cmd.args(["-c", "0"]).arg(&wl);
     let w = Workload::start_with(

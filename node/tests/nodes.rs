@@ -448,8 +448,8 @@ async fn exec_churn_leaves_the_agent_state_flat() {
 
 /// Every agent metric the Grafana dashboard (deploy/grafana/ingero.json)
 /// queries, and every one the chart's alert rules use, is in the agent's real
-/// /metrics (the aggregator's are checked by cli/tests/dashboard.rs and
-/// cli/tests/remediate.rs).
+/// /metrics (the aggregator's are checked by cli/tests/it/dashboard.rs and
+/// cli/tests/it/remediate.rs).
 fn dashboard_queries_only(exported: &str) {
     alerted_metrics_are_exported(exported);
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/ingero.json");
@@ -541,7 +541,7 @@ async fn an_oom_kill_is_recorded_for_its_victim() {
         b
     };
     // Touches 256 MiB: the kernel's OOM killer picks it.
-    let child = Command::new("sh")
+    let child = ingero_sim::child::dies_with_test(&mut Command::new("sh"))
         .arg("-c")
         .arg(r#"echo $$ > "$0/cgroup.procs"; echo $$ > "$1/cgroup.procs"; exec python3 -c 'b = bytearray(256 << 20); print(len(b))'"#)
         .arg(&cg.0)

@@ -275,7 +275,7 @@ async fn without_kubernetes_processes_are_named_by_container_id_with_one_log_lin
     args.push(format!("--pod-resources-socket={}", dir.path().join("absent.sock").display()));
     args.push(format!("--lib={}", lib.display()));
     let f = std::fs::File::create(dir.path().join("agent.log")).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_ingero-agent"))
+    let child = ingero_sim::child::dies_with_test(&mut std::process::Command::new(env!("CARGO_BIN_EXE_ingero-agent")))
         .arg("run")
         .args(&args)
         .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))

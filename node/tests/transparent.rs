@@ -37,7 +37,7 @@ fn build_runpath(dir: &Path, cudart: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn run_in(cg: &Cgroup, main: &Path, args: &[&str]) -> (bool, String, u32) {
-    let mut child = Command::new(main)
+    let mut child = ingero_sim::child::dies_with_test(&mut Command::new(main))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

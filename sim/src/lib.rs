@@ -8,10 +8,12 @@
 //!   range pushed as fast as the server takes it (history benchmarks).
 //! - [`loadgen`]: `ingero load`, many nodes pushing synthetic windows as fast
 //!   as the server takes them (benchmarks and tests use it too).
-//! - `seaweed` (feature `testing`): a real S3 server for the test suites of
-//!   every crate.
+//! - `seaweed`, `child` (feature `testing`): a real S3 server for the test
+//!   suites of every crate; test children that die with their test.
 
 pub mod backfill;
+#[cfg(feature = "testing")]
+pub mod child;
 pub mod faults;
 pub mod fleet;
 pub mod fleetday;

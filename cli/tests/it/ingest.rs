@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Ingest → WAL → Parquet on the local filesystem, over real gRPC on loopback.
 
-mod fixtures;
-
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_model::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};
 use ingero_proto::ipc;

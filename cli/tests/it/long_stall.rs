@@ -4,11 +4,9 @@
 //! the bucket as written (it once failed the whole report: the u8 column was
 //! stored as a signed byte).
 
-mod fixtures;
-
 use std::process::{Command, Output};
 
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_model::Table;
 use ingero_model::hist::{Histogram, bucket};
 use ingero_model::rows::{BatchBuilder, TimestampUs};

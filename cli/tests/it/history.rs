@@ -3,12 +3,10 @@
 //! real gRPC ingest path, the signal tiers it writes, history ranking from
 //! them (same answer as from the raw tables), and the fleet page in Chromium.
 
-mod fixtures;
-
 use std::path::Path;
 use std::process::Command;
 
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_analysis::query::QueryEngine;
 use ingero_analysis::rank::history::{self, HistoryRequest};
 use ingero_server::rank::detector::DetectorConfig;

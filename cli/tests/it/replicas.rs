@@ -19,7 +19,7 @@ fn free_port() -> u16 {
 
 fn spawn_replica(dir: &Path, i: usize, ports: &[u16]) -> Child {
     let urls: Vec<String> = ports.iter().map(|p| format!("http://127.0.0.1:{p}")).collect();
-    let child = Command::new(env!("CARGO_BIN_EXE_ingero"))
+    let child = ingero_sim::child::dies_with_test(&mut Command::new(env!("CARGO_BIN_EXE_ingero")))
         .arg("serve")
         .arg(format!("--store=file://{}", dir.join("data").display()))
         .arg(format!("--wal-dir={}", dir.join(format!("wal-{i}")).display()))
@@ -72,7 +72,7 @@ fn a_killed_replica_loses_no_batch_and_the_others_answer_for_the_fleet() {
 
     // 36 nodes in 2 jobs; node-7 (job 1) becomes a CPU straggler at 22 s,
     // after replica 1 is killed at ~10 s.
-    let sim = Command::new(env!("CARGO_BIN_EXE_ingero"))
+    let sim = ingero_sim::child::dies_with_test(&mut Command::new(env!("CARGO_BIN_EXE_ingero")))
         .args(["simulate", "--server", &urls.join(","), "--nodes", "36", "--jobs", "2", "--duration", "40s"])
         .args(["--inject", "cpu@node-7:22s", "--json"])
         .stdout(Stdio::piped())
@@ -170,7 +170,7 @@ fn a_job_whose_owner_dies_and_comes_back_goes_on_from_its_recent_windows() {
     // node-4 once the owner is back: a new owner that started from nothing
     // would spend its first windows warming up and miss both deadlines.
     let owner = ingero_proto::route::rendezvous("llama-pretrain-0", &urls)[0];
-    let sim = Command::new(env!("CARGO_BIN_EXE_ingero"))
+    let sim = ingero_sim::child::dies_with_test(&mut Command::new(env!("CARGO_BIN_EXE_ingero")))
         .args(["simulate", "--server", &urls.join(","), "--nodes", "36", "--jobs", "2", "--duration", "32s"])
         .args(["--inject", "cpu@node-10:10s", "--inject", "io@node-4:15s", "--json"])
         .stdout(Stdio::piped())

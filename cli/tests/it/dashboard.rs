@@ -4,13 +4,11 @@
 //! fleet with a straggler runs. The agent's metrics are checked by
 //! node/tests/nodes.rs against a running agent.
 
-mod fixtures;
-
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_sim::faults::Injection;
 use ingero_sim::fleet::{self, SimConfig};
 use serde_json::Value;

@@ -5,12 +5,10 @@
 //! Nothing is lost or duplicated, both sides keep working, and delta-rs,
 //! Polars and DuckDB count what ingero counts.
 
-mod fixtures;
-
 use std::process::Command;
 use std::time::Duration;
 
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_analysis::query::QueryEngine;
 use ingero_model::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy};

@@ -4,13 +4,11 @@
 //! over streamable HTTP with a bearer token and TLS in front of a running
 //! aggregator. The store is the demo's: one known straggler (node-2, CPU).
 
-mod fixtures;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use fixtures::*;
+use crate::fixtures::*;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ingero");

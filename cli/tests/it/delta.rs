@@ -7,14 +7,12 @@
 //! and a replica that commits late (cut off, or replaying its WAL) leaving
 //! out what its nodes' new replica stored first.
 
-mod fixtures;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 
 use arrow::array::RecordBatch;
 
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_analysis::query::QueryEngine;
 use ingero_model::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy};

@@ -7,13 +7,11 @@
 //! file, once, and the annotations reach the store and the Perfetto export.
 //! Nodes of one job recorded at different times are reported unranked.
 
-mod fixtures;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::fixtures::*;
 use arrow::array::{Array, AsArray, RecordBatch};
-use fixtures::*;
 use ingero_analysis::query::QueryEngine;
 use ingero_store::{Store, StoreUrl};
 use serde_json::Value;

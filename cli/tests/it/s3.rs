@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The whole ingest → Parquet path against a real S3 server (SeaweedFS).
 
-mod fixtures;
-
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_model::Table;
 use ingero_proto::auth::ClientAuth;
 use ingero_proto::client::{IngestClient, RetryPolicy};

@@ -27,7 +27,7 @@ impl Drop for Serve {
 }
 
 fn serve(dir: &Path, grpc: u16, http: u16, mode: &str) -> Serve {
-    let child = Command::new(env!("CARGO_BIN_EXE_ingero"))
+    let child = ingero_sim::child::dies_with_test(&mut Command::new(env!("CARGO_BIN_EXE_ingero")))
         .arg("serve")
         .arg(format!("--store=file://{}", dir.join("data").display()))
         .arg(format!("--wal-dir={}", dir.join("wal").display()))
@@ -51,6 +51,7 @@ fn serve(dir: &Path, grpc: u16, http: u16, mode: &str) -> Serve {
 
 fn simulate(grpc: u16, secs: u64, inject: Option<&str>) -> Child {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ingero"));
+    ingero_sim::child::dies_with_test(&mut c);
     c.args(["simulate", "--server", &format!("http://127.0.0.1:{grpc}"), "--nodes", &NODES.to_string()]).args([
         "--duration",
         &format!("{secs}s"),

@@ -2,13 +2,11 @@
 //! `ingero serve` SIGKILLed right after acknowledging batches: after restart
 //! every acknowledged row is stored, none twice.
 
-mod fixtures;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_model::Table;
 use ingero_proto::client::{IngestClient, RetryPolicy};
 use ingero_sim::loadgen::synth_tables;
@@ -20,7 +18,7 @@ fn free_port() -> u16 {
 }
 
 fn spawn_serve(dir: &Path, port: u16, http: u16) -> Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_ingero"))
+    let child = ingero_sim::child::dies_with_test(&mut Command::new(env!("CARGO_BIN_EXE_ingero")))
         .arg("serve")
         .arg(format!("--store=file://{}", dir.join("data").display()))
         .arg(format!("--wal-dir={}", dir.join("wal").display()))

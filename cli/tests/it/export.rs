@@ -4,12 +4,10 @@
 //! injected straggler's flagged span, and a real GPU trace (imported) with
 //! its outlier calls as slices on the thread that made them.
 
-mod fixtures;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use fixtures::*;
+use crate::fixtures::*;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ingero");

@@ -2,12 +2,10 @@
 //! The `ingero` binary as a user runs it: demo, history, SQL, reports (the
 //! HTML one opened in headless Chromium), and refusals with exit code 2.
 
-mod fixtures;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use fixtures::*;
+use crate::fixtures::*;
 
 fn ingero(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()

@@ -4,13 +4,11 @@
 //! written by hand (garbage bytes, HTTP/1 to the gRPC port). Refused calls
 //! store nothing and the server keeps serving.
 
-mod fixtures;
-
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_model::Table;
 use ingero_proto::auth::ClientAuth;
 use ingero_proto::client::{IngestClient, RetryPolicy, SendError};

@@ -2,11 +2,9 @@
 //! Straggler ranking end to end: simulated agents over real gRPC, the live
 //! detector, history over the stored Parquet, reports.
 
-mod fixtures;
-
 use std::time::Duration;
 
-use fixtures::*;
+use crate::fixtures::*;
 use ingero_analysis::query::QueryEngine;
 use ingero_analysis::rank::history::{self, HistoryRequest};
 use ingero_analysis::report::{self, Target};
