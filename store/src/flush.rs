@@ -15,7 +15,7 @@
 //! are serialized by put-if-absent, so the check and the commit see the
 //! same version.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
@@ -123,9 +123,18 @@ impl Sealed {
         out
     }
 
-    /// This segment's `node:<name>` versions.
-    fn node_txns(&self) -> impl Iterator<Item = Txn> + '_ {
-        self.nodes.iter().map(|(n, r)| Txn { app_id: node_app(n), version: r.last as i64, last_updated: None })
+    /// This segment's `node:<name>` versions for table `name`: only the
+    /// nodes with rows in it (a sparse table — host events, stalls, stacks —
+    /// would otherwise carry every node's version in every commit; a push
+    /// without rows there has nothing there to store twice, and a re-sent
+    /// push is the same push). Tiers and `ingest_batches`: every node.
+    fn node_txns(&self, name: &str) -> impl Iterator<Item = Txn> + '_ {
+        let with_rows: Option<BTreeSet<&str>> =
+            Table::from_name(name).map(|t| self.origins.get(&t).into_iter().flatten().map(|o| &*o.node).collect());
+        self.nodes
+            .iter()
+            .filter(move |(n, _)| with_rows.as_ref().is_none_or(|w| w.contains(n.as_str())))
+            .map(|(n, r)| Txn { app_id: node_app(n), version: r.last as i64, last_updated: None })
     }
 }
 
@@ -174,7 +183,7 @@ impl Logs {
                 (on_store, written) = (true, written + t.files.len() as u64);
             }
             let adds = t.files.iter().map(|f| f.add(&t.name)).collect();
-            let txns = std::iter::once(guard.clone()).chain(sealed.node_txns()).collect();
+            let txns = std::iter::once(guard.clone()).chain(sealed.node_txns(&t.name)).collect();
             if log.try_commit(store, adds, txns, info.clone()).await?.is_some() {
                 return Ok(written);
             }
@@ -378,7 +387,7 @@ async fn commit_batches(
             store.put_durable(&format!("{BATCHES_TABLE}/{rel}"), file.bytes.into()).await?;
             written = 1;
         }
-        let txns = std::iter::once(guard.clone()).chain(sealed.node_txns()).collect();
+        let txns = std::iter::once(guard.clone()).chain(sealed.node_txns(BATCHES_TABLE)).collect();
         if log.try_commit(store, adds, txns, info.clone()).await?.is_some() {
             return Ok(written);
         }

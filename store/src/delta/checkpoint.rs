@@ -92,11 +92,18 @@ fn actions(snap: &Snapshot) -> Vec<Action> {
     let mut out = Vec::new();
     out.extend(snap.protocol.clone().map(Action::Protocol));
     out.extend(snap.metadata.clone().map(Action::MetaData));
+    // Transactions of apps silent longer than the table's retention expire
+    // here (Delta's `delta.setTransactionRetentionDuration`): nodes and
+    // replicas that are gone stop weighing on every later snapshot.
+    let retention = snap.metadata.as_ref().and_then(|m| super::txn_retention(&m.configuration));
+    let expired_before = retention.map(|r| chrono::Utc::now().timestamp_millis() - r.as_millis() as i64);
     let mut txns: Vec<(&String, &i64)> = snap.txns.iter().collect();
     txns.sort();
-    out.extend(
-        txns.into_iter().map(|(app, &version)| Action::Txn(Txn { app_id: app.clone(), version, last_updated: None })),
-    );
+    out.extend(txns.into_iter().filter_map(|(app, &version)| {
+        let last_updated = snap.txn_updated.get(app).copied();
+        let expired = matches!((last_updated, expired_before), (Some(t), Some(before)) if t < before);
+        (!expired).then(|| Action::Txn(Txn { app_id: app.clone(), version, last_updated }))
+    }));
     out.extend(snap.files.values().cloned().map(Action::Add));
     // Tombstones a reader may still need (vacuum has not deleted them yet).
     let keep_after = chrono::Utc::now().timestamp_millis() - TOMBSTONE_RETENTION_MS;
@@ -162,4 +169,61 @@ pub async fn read(store: &Store, table: &str, version: u64) -> Result<Vec<Action
         out.extend(a);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delta::{TableLog, log::commit_key};
+    use arrow::datatypes::{DataType, Field};
+
+    fn txns_of(actions: &[Action]) -> Vec<(String, Option<i64>)> {
+        let mut out: Vec<_> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Txn(t) => Some((t.app_id.clone(), t.last_updated)),
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A node silent longer than the table's transaction retention leaves
+    /// the next checkpoint; a recent one and one that never said when stay,
+    /// and `lastUpdated` survives the checkpoint's Parquet.
+    #[tokio::test]
+    async fn transactions_older_than_the_retention_expire_at_the_checkpoint() {
+        let (_dir, store) = crate::fixtures::temp_store();
+        let logical = Schema::new(vec![Field::new("node", DataType::Utf8, false)]);
+        let mut log = TableLog::open(&store, "t", &logical).await.unwrap();
+        let txn = |app: &str| Txn { app_id: app.into(), version: 1, last_updated: None };
+        let v = log.commit(&store, vec![], vec![txn("node:new")], None, serde_json::json!({})).await.unwrap();
+        let day_ms = 86_400_000;
+        let old = chrono::Utc::now().timestamp_millis() - 8 * day_ms;
+        let foreign = format!(
+            "{{\"txn\":{{\"appId\":\"node:gone\",\"version\":3,\"lastUpdated\":{old}}}}}\n\
+             {{\"txn\":{{\"appId\":\"node:legacy\",\"version\":4}}}}\n"
+        );
+        assert!(store.put_if_absent(&commit_key("t", v.unwrap() + 1), foreign.into()).await.unwrap());
+        let snap = Snapshot::load(&store, "t").await.unwrap();
+        assert_eq!(snap.txns.len(), 3, "the log itself keeps every txn: {:?}", snap.txns);
+        assert_eq!(
+            super::super::txn_retention(&snap.metadata.as_ref().unwrap().configuration).unwrap().as_secs(),
+            7 * 86_400
+        );
+
+        write(&store, &snap).await.unwrap();
+        let got = txns_of(&read(&store, "t", snap.version.unwrap()).await.unwrap());
+        let names: Vec<&str> = got.iter().map(|(a, _)| a.as_str()).collect();
+        assert_eq!(names, ["node:legacy", "node:new"], "{got:?}");
+        assert!(got[1].1.is_some_and(|t| t > old + 7 * day_ms), "lastUpdated kept: {got:?}");
+        let reloaded = Snapshot::load(&store, "t").await.unwrap();
+        assert!(!reloaded.txns.contains_key("node:gone") && reloaded.txns.contains_key("node:new"));
+
+        // Without the property (a table another engine made), nothing expires.
+        let mut bare = snap.clone();
+        bare.metadata.as_mut().unwrap().configuration.clear();
+        assert_eq!(txns_of(&actions(&bare)).len(), 3);
+    }
 }

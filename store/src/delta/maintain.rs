@@ -146,10 +146,6 @@ pub async fn vacuum(store: &Store, table: &str, logical: &SchemaRef, retention: 
     Ok(done)
 }
 
-/// Delta's default `delta.logRetentionDuration`: how long log entries a
-/// newer checkpoint covers are kept (readers time-travel within it).
-pub const LOG_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
-
 /// Deletes the log entries (`<version>.json`, older checkpoints, other
 /// engines' `<version>.*` files) below the checkpoint `_last_checkpoint`
 /// names, once older than `retention`, so the log stops growing with the
@@ -201,7 +197,10 @@ mod tests {
         assert_eq!(count(), 251 + 2 + 1, "251 commits, 2 checkpoints, _last_checkpoint");
 
         // Within the retention (Delta's 30 days) nothing goes.
-        assert_eq!(cleanup_log(&store, "t", LOG_RETENTION).await.unwrap().deleted_log_files, 0);
+        assert_eq!(
+            cleanup_log(&store, "t", crate::delta::props::DELTA_LOG_RETENTION).await.unwrap().deleted_log_files,
+            0
+        );
         // Past it: commits 0..=199 and checkpoint 100.
         assert_eq!(cleanup_log(&store, "t", Duration::ZERO).await.unwrap().deleted_log_files, 201);
         assert_eq!(count(), 51 + 1 + 1, "commits 200..=250, checkpoint 200, _last_checkpoint");

@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod evolve;
 pub mod log;
 pub mod maintain;
+pub mod props;
 pub mod protocol;
 pub mod schema;
 pub mod snapshot;
@@ -17,5 +18,6 @@ pub mod stats;
 pub mod table;
 pub mod visible;
 
+pub use props::txn_retention;
 pub use snapshot::Snapshot;
 pub use table::TableLog;

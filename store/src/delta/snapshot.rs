@@ -17,6 +17,10 @@ pub struct Snapshot {
     /// Live files by path (relative to the table directory).
     pub files: BTreeMap<String, Add>,
     pub txns: HashMap<String, i64>,
+    /// When each app's latest `txn` was written (ms), where it says: a
+    /// checkpoint leaves out those older than the table's transaction
+    /// retention ([`super::txn_retention`]).
+    pub txn_updated: HashMap<String, i64>,
     pub metadata: Option<MetaData>,
     pub protocol: Option<Protocol>,
     /// Files removed (compacted away), by path: when (ms); vacuum deletes
@@ -67,6 +71,10 @@ impl Snapshot {
             // rule); this writer never writes one below the current
             // ([`super::TableLog::try_commit`]), so latest is also highest.
             Action::Txn(t) => {
+                match t.last_updated {
+                    Some(ms) => self.txn_updated.insert(t.app_id.clone(), ms),
+                    None => self.txn_updated.remove(&t.app_id),
+                };
                 self.txns.insert(t.app_id, t.version);
             }
             Action::MetaData(m) => self.metadata = Some(m),

@@ -11,6 +11,7 @@ use arrow::datatypes::Schema;
 use super::action::{self, Action, Add, Format, MetaData, Protocol, Txn};
 use super::checkpoint;
 use super::log::{Snapshot, commit_key};
+use super::props;
 use super::protocol;
 use super::schema::{PARTITION_COLUMNS, schema_string};
 use crate::Store;
@@ -182,13 +183,22 @@ impl TableLog {
     /// table written before unsigned columns were widened (u8 as `byte`),
     /// moved to the wide types by the first commit of wide files so outside
     /// engines read them under the right type.
+    /// Tables created before ingero set its properties ([`props::OURS`]:
+    /// transaction and log retention) gain them with the same commit; a
+    /// value already there (another engine's, an owner's) is kept.
     fn schema_update(&self) -> Result<Option<MetaData>> {
         let Some(current) = self.snapshot.metadata.as_ref() else { return Ok(None) };
-        if current.schema_string == self.schema_string {
-            return Ok(None);
+        let mut meta = current.clone();
+        if current.schema_string != self.schema_string
+            && let Some(merged) =
+                super::evolve::merge(&self.snapshot.table, &current.schema_string, &self.schema_string)?
+        {
+            meta.schema_string = merged;
         }
-        let merged = super::evolve::merge(&self.snapshot.table, &current.schema_string, &self.schema_string)?;
-        Ok(merged.map(|schema_string| MetaData { schema_string, ..current.clone() }))
+        for (k, v) in props::OURS {
+            meta.configuration.entry(k.into()).or_insert_with(|| v.into());
+        }
+        Ok((meta != *current).then_some(meta))
     }
 
     async fn checkpoint_if_due(&self, store: &Store, version: u64) {
@@ -208,7 +218,7 @@ impl TableLog {
             format: Format { provider: "parquet".into(), options: BTreeMap::new() },
             schema_string: self.schema_string.clone(),
             partition_columns: PARTITION_COLUMNS.iter().map(|s| s.to_string()).collect(),
-            configuration: BTreeMap::new(),
+            configuration: props::OURS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             created_time: Some(chrono::Utc::now().timestamp_millis()),
         };
         let body = action::encode(&[Action::Protocol(Protocol::ours()), Action::MetaData(meta)]);
@@ -252,7 +262,8 @@ mod tests {
     }
 
     /// A table created when u8 columns were stored as `byte` moves to the
-    /// wide types with its next commit, keeping its id and partitioning.
+    /// wide types with its next commit, keeping its id and partitioning, and
+    /// gains the transaction retention ingero sets.
     #[tokio::test]
     async fn an_old_tables_schema_is_widened_by_the_next_commit() {
         let (_dir, store) = crate::fixtures::temp_store();
@@ -279,6 +290,8 @@ mod tests {
         let meta_line = text.lines().find(|l| l.contains("metaData")).expect("a metaData action in version 1");
         assert!(meta_line.contains("0b3c5c1e-0000-4000-8000-000000000001"), "same table id: {meta_line}");
         assert!(meta_line.contains("short") && !meta_line.contains("byte"), "{meta_line}");
+        assert!(meta_line.contains(r#""delta.setTransactionRetentionDuration":"interval 7 days""#), "{meta_line}");
+        assert!(meta_line.contains(r#""delta.logRetentionDuration":"interval 2 days""#), "{meta_line}");
         // Once widened, later commits carry no metaData.
         let v = log.commit(&store, vec![], vec![], None, serde_json::json!({})).await.unwrap();
         let body = store.object_store.get(&store.key(&commit_key("call_windows", v.unwrap()))).await.unwrap();
