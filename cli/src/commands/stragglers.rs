@@ -35,6 +35,12 @@ pub(crate) struct StragglersArgs {
     /// Write to this file instead of standard output.
     #[arg(long, env = "INGERO_STRAGGLERS_OUT")]
     pub out: Option<std::path::PathBuf>,
+    /// History bin width (10s, 1m): each node is judged once per bin.
+    /// Default: the range / 360, at least 1 s, in whole bins of the signal
+    /// tier that fits. With --store only (a server picks its own). 10s
+    /// gives the bins of `analysis/sql/stragglers.sql`.
+    #[arg(long, env = "INGERO_RESOLUTION", value_parser = humantime::parse_duration)]
+    pub resolution: Option<std::time::Duration>,
     #[command(flatten)]
     pub rank: crate::cli::RankArgs,
 }
@@ -45,11 +51,17 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
     {
         return Err(Failure::Usage(format!("--out {} is a directory; give a file name", out.display())));
     }
+    if a.resolution.is_some() && a.source.server.is_some() {
+        return Err(Failure::Usage("--resolution ranks a store's history: give --store, not --server".into()));
+    }
+    if a.resolution.is_some_and(|r| r < std::time::Duration::from_secs(1)) {
+        return Err(Failure::Usage("--resolution must be at least 1s (agents send 1-second windows)".into()));
+    }
     let html = matches!(a.format, Format::Html);
     // The fleet view is history: without --since it covers the last hour.
     let since = a.since.or(html.then_some(Since::Ago(std::time::Duration::from_secs(3600))));
     let end_us = chrono::Utc::now().timestamp_micros() + 1;
-    let ranking = fetch(&a.source, a.job.clone(), since, html, a.rank.detector()).await?;
+    let ranking = fetch_at(&a.source, a.job.clone(), since, html, a.rank.detector(), a.resolution).await?;
     let body = match a.format {
         Format::Json => serde_json::to_string_pretty(&ranking)? + "\n",
         Format::Table => table(&ranking, chrono::Utc::now()),
@@ -79,6 +91,18 @@ pub(crate) async fn fetch(
     timeline: bool,
     cfg: DetectorConfig,
 ) -> CmdResult<serde_json::Value> {
+    fetch_at(source, job, since, timeline, cfg, None).await
+}
+
+/// [`fetch`] with the history's bin width (store history only).
+async fn fetch_at(
+    source: &SourceArgs,
+    job: Option<String>,
+    since: Option<Since>,
+    timeline: bool,
+    cfg: DetectorConfig,
+    resolution: Option<std::time::Duration>,
+) -> CmdResult<serde_json::Value> {
     if let Some(mut c) = source.client().await? {
         let (since_secs, start_us) = since.map_or((0, 0), |s| s.wire());
         let req = ingero_proto::pb::StragglersRequest {
@@ -94,7 +118,7 @@ pub(crate) async fn fetch(
     let engine = source.engine().await?;
     let start_us = since.unwrap_or(Since::Ago(std::time::Duration::from_secs(3600))).start_us();
     let end_us = chrono::Utc::now().timestamp_micros() + 1;
-    let req = HistoryRequest { start_us, end_us, job, resolution: None };
+    let req = HistoryRequest { start_us, end_us, job, resolution };
     let r: Ranking = history::rank(&engine, &req, DetectorConfig { timeline, ..cfg }).await.map_err(Failure::lib)?;
     Ok(serde_json::to_value(r)?)
 }

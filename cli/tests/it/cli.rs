@@ -148,6 +148,8 @@ fn bad_arguments_exit_2_with_one_clear_line() {
         (vec!["report", "--pod=noslash", &empty], "NAMESPACE/NAME"),
         (vec!["stragglers", &empty], "holds no Ingero data"),
         (vec!["stragglers", "--since=yesterday-ish", &empty], "neither a duration"),
+        (vec!["stragglers", "--resolution=10s", "--server=http://127.0.0.1:1"], "give --store, not --server"),
+        (vec!["stragglers", "--resolution=500ms", &empty], "at least 1s"),
     ] {
         let o = ingero(&args);
         let (_, err) = text(&o);

@@ -26,3 +26,4 @@ mod ranking;
 mod remediate;
 mod replicas;
 mod s3;
+mod sql_ranking;

@@ -127,7 +127,8 @@ fn a_straggler_is_marked_then_cleared_by_the_server() {
     let (_, reason, msg) = api.condition("node-2").unwrap();
     assert_eq!(reason, "PerformanceStraggler");
     assert!(msg.contains("Report: https://ingero.example/r/node-2"), "{msg}");
-    assert!(api.taints("node-2").contains(&"ingero.io/straggler:NoSchedule".to_string()));
+    // The taint is its own PATCH, after the condition's.
+    wait_for(10, "node-2 tainted", || api.taints("node-2").contains(&"ingero.io/straggler:NoSchedule".to_string()));
     let m = metrics(http);
     alerted_metrics_are_exported(&m);
     let cost = |name: &str| -> f64 {
@@ -145,7 +146,7 @@ fn a_straggler_is_marked_then_cleared_by_the_server() {
     // The same nodes, healthy: the mark and the taint go.
     let mut sim = simulate(grpc, 40, None);
     wait_for(60, "node-2 cleared", || api.condition("node-2").is_some_and(|c| c.0 == "False"));
-    assert_eq!(api.taints("node-2"), ["nvidia.com/gpu:NoSchedule"]);
+    wait_for(10, "node-2 untainted", || api.taints("node-2") == ["nvidia.com/gpu:NoSchedule"]);
     let _ = sim.kill();
     let _ = sim.wait();
 
@@ -155,14 +156,20 @@ fn a_straggler_is_marked_then_cleared_by_the_server() {
     for (method, path) in api.writes() {
         assert!(method == "PATCH" || path.contains("/events"), "{method} {path}");
     }
-    let t = actions(dir.path());
+    // The journal reaches the store with the next flush (--flush-age 1s).
+    let kinds = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with("20") && l.contains("node-2"))
+            .map(|l| l.split_whitespace().nth(1).unwrap().to_string())
+            .collect()
+    };
+    let mut t = String::new();
+    wait_for(15, "the journal's four actions", || {
+        t = actions(dir.path());
+        kinds(&t).len() >= 4
+    });
     println!("{t}");
-    let rows: Vec<&str> = t
-        .lines()
-        .filter(|l| l.starts_with("20") && l.contains("node-2"))
-        .map(|l| l.split_whitespace().nth(1).unwrap())
-        .collect();
-    assert_eq!(rows, ["mark", "taint", "clear", "untaint"], "{t}");
+    assert_eq!(kinds(&t), ["mark", "taint", "clear", "untaint"], "{t}");
     assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
 }
 

@@ -1,0 +1,211 @@
+-- SPDX-License-Identifier: Apache-2.0
+-- ingero's fleet history ranking as plain SQL, for engines that read the
+-- Delta tables directly (DuckDB, Spark SQL; Trino: see README.md).
+--
+-- Input: a relation named signal_windows_10s holding the 10-second signal
+-- tier of the range to rank (make it a view over the Delta table filtered
+-- to the range). Output: one row per straggler episode in the range (job,
+-- node, since, until: null while it lasts, peak score and its cause) with
+-- the nodes flagged at the range's end first, most deviant first: the
+-- ranking and the episodes `ingero stragglers --since … --resolution 10s
+-- --format json` gives, for jobs with at least 8 judged nodes in a bin
+-- (ingero compares the nodes of smaller jobs with each other, leave-one-out,
+-- which this query does not). Hung ranks (stuck) are not covered.
+--
+-- The detector: per 10-s bin and job, each signal of each node against the
+-- job's median and scaled MAD (robust z); a node deviates in a bin when a
+-- signal's z >= 4 in its bad direction and by at least the signal's least
+-- effect; a node's first 2 measured bins are its start-up; a node that only
+-- waits less than its peers is the straggler unless another node of the job
+-- has a cause of its own; 4 deviant bins in a row flag a node (since the
+-- first of them), 5 calm bins in a row clear it.
+WITH bins AS (
+  SELECT job, node, window_start AS bin,
+         SUM(CAST(window_us AS DOUBLE)) * 1000 AS window_ns,
+         SUM(CAST(runq_wait_ns AS DOUBLE)) AS runq_ns,
+         SUM(CAST(off_cpu_ns AS DOUBLE)) AS off_ns,
+         SUM(CAST(off_cpu_in_call_ns AS DOUBLE)) AS off_call_ns,
+         SUM(CAST(on_cpu_ns AS DOUBLE)) AS on_ns,
+         SUM(CAST(copy_wait_ns AS DOUBLE)) AS copy_ns,
+         SUM(CAST(device_wait_ns AS DOUBLE)) AS wait_ns,
+         SUM(CAST(io_ns AS DOUBLE)) AS io_ns,
+         SUM(CAST(mem_events AS DOUBLE)) AS mem_events,
+         BOOL_OR(measured) AS measured
+  FROM signal_windows_10s
+  GROUP BY job, node, window_start
+),
+counted AS (
+  SELECT b.*,
+         SUM(CASE WHEN measured THEN 1 ELSE 0 END)
+           OVER (PARTITION BY job, node ORDER BY bin ROWS UNBOUNDED PRECEDING) AS measured_bins,
+         COUNT(*) OVER (PARTITION BY job, bin) AS nodes_in_bin
+  FROM bins b
+),
+judged AS (
+  SELECT c.*, COUNT(*) OVER (PARTITION BY job, bin) AS judged_nodes
+  FROM counted c
+  WHERE measured AND measured_bins > 2 AND nodes_in_bin >= 2
+),
+specs AS (
+  SELECT * FROM (VALUES ('runq_share', 1.0, 0.05, TRUE, 1),
+                        ('offcpu_share', 1.0, 0.08, TRUE, 2),
+                        ('copy_wait_share', 1.0, 0.05, TRUE, 3),
+                        ('io_share', 1.0, 0.05, TRUE, 4),
+                        ('mem_events', 1.0, 1.0, TRUE, 5),
+                        ('device_wait_share', -1.0, 0.08, FALSE, 6)) AS s (signal, dir, min_effect, cause, ord)
+),
+vals AS (
+  SELECT j.job, j.node, j.bin, s.signal, s.dir, s.min_effect, s.cause, s.ord,
+         CASE s.signal
+           WHEN 'runq_share' THEN j.runq_ns / GREATEST(j.runq_ns + j.off_ns + j.on_ns, 1)
+           WHEN 'offcpu_share' THEN GREATEST(j.off_ns - j.off_call_ns, 0) / GREATEST(j.runq_ns + j.off_ns + j.on_ns, 1)
+           WHEN 'copy_wait_share' THEN j.copy_ns / GREATEST(j.window_ns, 1)
+           WHEN 'io_share' THEN j.io_ns / GREATEST(j.window_ns, 1)
+           WHEN 'mem_events' THEN j.mem_events
+           ELSE j.wait_ns / GREATEST(j.window_ns, 1)
+         END AS v
+  FROM judged j CROSS JOIN specs s
+  WHERE j.judged_nodes >= 8
+),
+med1 AS (
+  SELECT job, bin, signal, MEDIAN(v) AS m FROM vals GROUP BY job, bin, signal
+),
+ref1 AS (
+  SELECT v.job, v.bin, v.signal, m.m, 1.4826 * MEDIAN(ABS(v.v - m.m)) AS mad
+  FROM vals v JOIN med1 m ON v.job = m.job AND v.bin = m.bin AND v.signal = m.signal
+  GROUP BY v.job, v.bin, v.signal, m.m
+),
+dev1 AS (
+  SELECT v.job, v.node, v.bin, v.signal, v.cause, v.ord,
+         v.dir * (v.v - r.m) / GREATEST(r.mad, v.min_effect / 4.0, 0.1 * ABS(r.m)) AS z,
+         v.dir * (v.v - r.m) >= v.min_effect AS big_enough
+  FROM vals v JOIN ref1 r ON v.job = r.job AND v.bin = r.bin AND v.signal = r.signal
+),
+first_pass AS (
+  SELECT job, node, bin,
+         MAX(CASE WHEN signal = 'device_wait_share' THEN 1 ELSE 0 END) AS waits_less,
+         MAX(CASE WHEN cause THEN 1 ELSE 0 END) AS has_cause
+  FROM dev1 WHERE z >= 4.0 AND big_enough
+  GROUP BY job, node, bin
+),
+-- A slow link: waiting *more* on the device and peers than the nodes that
+-- neither wait less nor have a cause of their own.
+vals2 AS (
+  SELECT j.job, j.node, j.bin, j.wait_ns / GREATEST(j.window_ns, 1) AS v
+  FROM judged j
+  LEFT JOIN first_pass f ON j.job = f.job AND j.node = f.node AND j.bin = f.bin
+  WHERE f.node IS NULL
+),
+ref2 AS (
+  SELECT v.job, v.bin, m.m, 1.4826 * MEDIAN(ABS(v.v - m.m)) AS mad
+  FROM vals2 v
+  JOIN (SELECT job, bin, MEDIAN(v) AS m, COUNT(*) AS n FROM vals2 GROUP BY job, bin) m
+    ON v.job = m.job AND v.bin = m.bin
+  WHERE m.n >= 8
+  GROUP BY v.job, v.bin, m.m
+),
+dev2 AS (
+  SELECT v.job, v.node, v.bin, 'device_wait_share_high' AS signal, TRUE AS cause, 7 AS ord,
+         (v.v - r.m) / GREATEST(r.mad, 0.08 / 4.0, 0.1 * ABS(r.m)) AS z,
+         v.v - r.m >= 0.08 AS big_enough
+  FROM vals2 v JOIN ref2 r ON v.job = r.job AND v.bin = r.bin
+),
+devs AS (
+  SELECT job, node, bin, signal, cause, ord, ROUND(z, 1) AS z FROM dev1 WHERE z >= 4.0 AND big_enough
+  UNION ALL
+  SELECT job, node, bin, signal, cause, ord, ROUND(z, 1) AS z FROM dev2 WHERE z >= 4.0 AND big_enough
+),
+scored AS (
+  SELECT job, node, bin, MAX(z) AS score, MAX(CASE WHEN cause THEN 1 ELSE 0 END) AS has_cause
+  FROM devs GROUP BY job, node, bin
+),
+-- Deviant bins: a node that only waits less is the straggler unless a node
+-- of its job has a cause of its own in that bin.
+deviant AS (
+  SELECT s.job, s.node, s.bin, s.score
+  FROM scored s
+  WHERE s.has_cause = 1
+     OR NOT EXISTS (SELECT 1 FROM scored o WHERE o.job = s.job AND o.bin = s.bin AND o.has_cause = 1)
+),
+-- Every bin each node was judged in (a bin with one node is not), deviant
+-- or calm, numbered in order.
+states AS (
+  SELECT c.job, c.node, c.bin, d.score, d.node IS NOT NULL AS is_deviant,
+         ROW_NUMBER() OVER (PARTITION BY c.job, c.node ORDER BY c.bin) AS k
+  FROM counted c
+  LEFT JOIN deviant d ON c.job = d.job AND c.node = d.node AND c.bin = d.bin
+  WHERE c.nodes_in_bin >= 2
+),
+-- Runs of deviant or of calm bins (gaps and islands).
+runs AS (
+  SELECT job, node, is_deviant, MIN(bin) AS run_start, COUNT(*) AS len, MIN(k) AS first_k
+  FROM (SELECT s.*, k - ROW_NUMBER() OVER (PARTITION BY job, node, is_deviant ORDER BY bin) AS island FROM states s) t
+  GROUP BY job, node, is_deviant, island
+),
+-- A deviant run of 4 flags a node at its 4th bin (since the run's first,
+-- unless the node is flagged already); a calm run of 5 clears it at its 5th.
+events AS (
+  SELECT job, node, first_k + 3 AS at_k, run_start, TRUE AS opens FROM runs WHERE is_deviant AND len >= 4
+  UNION ALL
+  SELECT job, node, first_k + 4 AS at_k, run_start, FALSE AS opens FROM runs WHERE NOT is_deviant AND len >= 5
+),
+-- Whether the node is flagged in each bin: the last event up to it opened.
+marked AS (
+  SELECT s.*, e.opens, e.run_start AS opened_run,
+         COUNT(e.at_k) OVER (PARTITION BY s.job, s.node ORDER BY s.k ROWS UNBOUNDED PRECEDING) AS grp
+  FROM states s LEFT JOIN events e ON e.job = s.job AND e.node = s.node AND e.at_k = s.k
+),
+flags AS (
+  SELECT m.*, MAX(CASE WHEN opens THEN 1 ELSE 0 END) OVER (PARTITION BY job, node, grp) = 1 AS flagged
+  FROM marked m
+),
+-- Episodes: numbered where a node becomes flagged.
+numbered AS (
+  SELECT f.*,
+         SUM(CASE WHEN flagged AND NOT COALESCE(prev_flagged, FALSE) THEN 1 ELSE 0 END)
+           OVER (PARTITION BY job, node ORDER BY k ROWS UNBOUNDED PRECEDING) AS episode
+  FROM (SELECT f.*, LAG(flagged) OVER (PARTITION BY job, node ORDER BY k) AS prev_flagged FROM flags f) f
+),
+-- Each bin's top deviation (the detector's order breaks ties: the later wins).
+tops AS (
+  SELECT job, node, bin, signal,
+         ROW_NUMBER() OVER (PARTITION BY job, node, bin ORDER BY z DESC, ord DESC) AS r
+  FROM devs
+),
+-- The episode's peak: its highest bin score while flagged (the later bin on
+-- a tie), and that bin's top signal is its cause.
+peaks AS (
+  SELECT n.job, n.node, n.episode, n.score, t.signal,
+         ROW_NUMBER() OVER (PARTITION BY n.job, n.node, n.episode ORDER BY n.score DESC, n.k DESC) AS r
+  FROM numbered n JOIN tops t ON t.job = n.job AND t.node = n.node AND t.bin = n.bin AND t.r = 1
+  WHERE n.flagged AND n.is_deviant
+),
+episodes AS (
+  SELECT job, node, episode,
+         MIN(opened_run) AS since,
+         MAX(k) AS last_k
+  FROM numbered WHERE flagged GROUP BY job, node, episode
+),
+-- The bin that cleared an episode: it ends with that bin.
+ends AS (
+  SELECT e.job, e.node, e.episode, n.bin + INTERVAL '10' SECOND AS until
+  FROM episodes e JOIN numbered n ON n.job = e.job AND n.node = e.node AND n.k = e.last_k + 1
+),
+-- What the node stands at in its last bin: flagged or not, and its score
+-- (that of its last deviant bin).
+latest AS (
+  SELECT job, node, flagged,
+         (SELECT d.score FROM deviant d WHERE d.job = n.job AND d.node = n.node ORDER BY d.bin DESC LIMIT 1) AS score
+  FROM numbered n
+  WHERE k = (SELECT MAX(k) FROM numbered m WHERE m.job = n.job AND m.node = n.node)
+)
+-- One row per episode: the nodes flagged at the range's end first, most
+-- deviant first (`ingero stragglers`' order), then the closed episodes.
+SELECT e.job, e.node, e.since, x.until, p.score AS peak_score, p.signal AS cause,
+       x.until IS NULL AND l.flagged AS flagged_now,
+       CASE WHEN x.until IS NULL AND l.flagged THEN l.score END AS score_now
+FROM episodes e
+JOIN peaks p ON p.job = e.job AND p.node = e.node AND p.episode = e.episode AND p.r = 1
+JOIN latest l ON l.job = e.job AND l.node = e.node
+LEFT JOIN ends x ON x.job = e.job AND x.node = e.node AND x.episode = e.episode
+ORDER BY flagged_now DESC, score_now DESC, e.node, e.since

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The fleet history ranking as plain SQL (`analysis/sql/stragglers.sql`),
+//! run unchanged by an outside engine (DuckDB over the files delta-rs lists)
+//! on a store `ingero simulate --backfill` wrote through the real ingest
+//! path: the same nodes flagged, since the same bins, with the same causes
+//! and peak scores, and the same closed episodes, as `ingero stragglers`.
+
+use std::process::Command;
+
+use crate::fixtures::*;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ingero");
+
+fn run(args: &[String]) -> std::process::Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ranking_in_plain_sql_on_duckdb_matches_ingero_stragglers() {
+    let py = Command::new("python3").args(["-c", "import deltalake, duckdb"]).status();
+    if !require("python3 with deltalake and duckdb (pip)", py.is_ok_and(|s| s.success())) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = local_server(dir.path()).await;
+    // Two jobs of 12 nodes; a CPU straggler to the end, an IO straggler that
+    // recovers (a closed episode), a slow GPU in the other job, and two short
+    // faults around the 4-bin streak that flags a node (25 s, 45 s).
+    let args: Vec<String> = [
+        "simulate",
+        &format!("--server={}", server.grpc_url()),
+        "--nodes=24",
+        "--jobs=2",
+        "--duration=3600s",
+        "--inject=cpu@3:900s",
+        "--inject=io@9:1800s+600s",
+        "--inject=gpu@20:2400s",
+        "--inject=cpu@15:3000s+25s",
+        "--inject=cpu@6:3200s+45s",
+        "--backfill",
+        "--json",
+    ]
+    .map(String::from)
+    .to_vec();
+    let o = tokio::task::spawn_blocking(move || run(&args)).await.unwrap();
+    assert!(o.status.success(), "backfill failed: {}", String::from_utf8_lossy(&o.stderr));
+    server.shutdown().await.unwrap();
+
+    let data = dir.path().join("data");
+    let args: Vec<String> = [
+        "stragglers",
+        &format!("--store=file://{}", data.display()),
+        "--since=2020-01-01T00:00:00Z",
+        "--resolution=10s",
+        "--format=json",
+    ]
+    .map(String::from)
+    .to_vec();
+    let o = run(&args);
+    assert!(o.status.success(), "stragglers: {}", String::from_utf8_lossy(&o.stderr));
+    let ours: Value = serde_json::from_slice(&o.stdout).unwrap();
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sql_ranking.py");
+    let sql = concat!(env!("CARGO_MANIFEST_DIR"), "/../analysis/sql/stragglers.sql");
+    let o = Command::new("python3").args([script, data.to_str().unwrap(), sql]).output().unwrap();
+    assert!(o.status.success(), "sql_ranking.py: {}", String::from_utf8_lossy(&o.stderr));
+    let theirs: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = theirs["rows"].as_array().unwrap();
+    assert!(theirs["files"].as_u64().unwrap() > 0);
+
+    // The ranking: the nodes flagged at the range's end, in order, since when, how deviant.
+    let ranking_sql: Vec<(String, i64, f64)> = rows
+        .iter()
+        .filter(|r| r["flagged_now"] == true)
+        .map(|r| {
+            (r["node"].as_str().unwrap().into(), r["since_us"].as_i64().unwrap(), r["score_now"].as_f64().unwrap())
+        })
+        .collect();
+    let ranking_ours: Vec<(String, i64, f64)> = ours["stragglers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["flagged"] == true)
+        .map(|s| (s["node"].as_str().unwrap().into(), s["since_us"].as_i64().unwrap(), s["score"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(ranking_sql, ranking_ours, "the ranking\nSQL: {theirs}\ningero: {ours}");
+    let mut flagged: Vec<&str> = ranking_ours.iter().map(|r| r.0.as_str()).collect();
+    flagged.sort();
+    assert_eq!(flagged, ["node-20", "node-3"], "{ours}");
+    assert!(rows.iter().take(2).all(|r| r["flagged_now"] == true), "flagged first: {theirs}");
+
+    // Every episode: node, since, until, peak score and cause.
+    type Ep = (String, i64, Option<i64>, f64, String);
+    let mut eps_sql: Vec<Ep> = rows
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap().to_string();
+            (
+                s("node"),
+                r["since_us"].as_i64().unwrap(),
+                r["until_us"].as_i64(),
+                r["peak_score"].as_f64().unwrap(),
+                s("cause"),
+            )
+        })
+        .collect();
+    let mut eps: Vec<Ep> = ours["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap().to_string();
+            (
+                s("node"),
+                e["start_us"].as_i64().unwrap(),
+                e["end_us"].as_i64(),
+                e["peak_score"].as_f64().unwrap(),
+                s("cause"),
+            )
+        })
+        .collect();
+    eps_sql.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    eps.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    assert_eq!(eps_sql, eps, "episodes\nSQL: {theirs}\ningero: {ours}");
+    assert!(eps.iter().any(|e| e.0 == "node-9" && e.2.is_some()), "node-9 recovered: {ours}");
+}
