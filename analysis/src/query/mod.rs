@@ -67,12 +67,15 @@ impl QueryEngine {
         // Each table reads its Delta snapshot: the live files, nothing else.
         let mut tables: Vec<(&str, arrow::datatypes::SchemaRef, bool)> = Vec::new();
         let mut live = Vec::new();
-        let names = Table::ALL
+        let names: Vec<_> = Table::ALL
             .iter()
             .map(|t| (t.name(), t.schema()))
-            .chain(Tier::ALL.iter().map(|t| (t.name(), tiers::schema())));
-        for (name, schema) in names.chain([(BATCHES_TABLE, batches_schema())]) {
-            let snap = current(store, name).await?;
+            .chain(Tier::ALL.iter().map(|t| (t.name(), tiers::schema())))
+            .chain([(BATCHES_TABLE, batches_schema())])
+            .collect();
+        // The tables' logs are read at once: most of a CLI's start.
+        let snaps = futures::future::try_join_all(names.iter().map(|(name, _)| current(store, name))).await?;
+        for ((name, schema), snap) in names.into_iter().zip(snaps) {
             live.extend(snap.keys());
             tables.push((name, schema, snap.files.is_empty()));
         }

@@ -12,6 +12,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use object_store::ObjectStoreExt;
 use parquet::arrow::ArrowWriter;
+use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::action::{self, Action, Txn};
@@ -150,8 +151,23 @@ pub async fn write(store: &Store, snap: &Snapshot) -> Result<()> {
 
 /// The actions of a checkpoint.
 pub async fn read(store: &Store, table: &str, version: u64) -> Result<Vec<Action>> {
+    read_as(store, table, version, true).await
+}
+
+/// The actions of a checkpoint; `with_stats: false` leaves out every file's
+/// statistics (most of an aged checkpoint's bytes), for readers that only
+/// list files.
+pub async fn read_as(store: &Store, table: &str, version: u64, with_stats: bool) -> Result<Vec<Action>> {
     let bytes = store.object_store.get(&store.key(&checkpoint_key(table, version))).await?.bytes().await?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()?;
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
+    if !with_stats {
+        let descr = builder.parquet_schema();
+        let keep: Vec<usize> =
+            (0..descr.num_columns()).filter(|&i| descr.column(i).path().parts() != ["add", "stats"]).collect();
+        let mask = ProjectionMask::leaves(descr, keep);
+        builder = builder.with_projection(mask);
+    }
+    let reader = builder.build()?;
     let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>()?;
     let mut json = Vec::new();
     {
@@ -220,6 +236,27 @@ mod tests {
         assert!(got[1].1.is_some_and(|t| t > old + 7 * day_ms), "lastUpdated kept: {got:?}");
         let reloaded = Snapshot::load(&store, "t").await.unwrap();
         assert!(!reloaded.txns.contains_key("node:gone") && reloaded.txns.contains_key("node:new"));
+
+        // Readers that only list files read it without the statistics.
+        let add = crate::delta::table::add("date=2026-11-28/hour=1/f.parquet", 10, r#"{"numRecords":3}"#.into());
+        let mut with_file = snap.clone();
+        with_file.files.insert(add.path.clone(), add);
+        write(&store, &with_file).await.unwrap();
+        let adds = |acts: Vec<Action>| -> Vec<(String, Option<String>)> {
+            acts.into_iter()
+                .filter_map(|a| match a {
+                    Action::Add(a) => Some((a.path, a.stats)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let v = with_file.version.unwrap();
+        let full = adds(read(&store, "t", v).await.unwrap());
+        let lean = adds(read_as(&store, "t", v, false).await.unwrap());
+        assert_eq!(full, [("date=2026-11-28/hour=1/f.parquet".to_string(), Some(r#"{"numRecords":3}"#.to_string()))]);
+        assert_eq!(lean, [("date=2026-11-28/hour=1/f.parquet".to_string(), None)]);
+        let txns = txns_of(&read_as(&store, "t", v, false).await.unwrap());
+        assert_eq!(txns.len(), 2, "the rest as it was: {txns:?}");
 
         // Without the property (a table another engine made), nothing expires.
         let mut bare = snap.clone();

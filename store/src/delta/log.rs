@@ -44,6 +44,12 @@ async fn list_log(store: &Store, table: &str) -> Result<Vec<String>> {
 impl Snapshot {
     /// Reads the table's log from the store (an absent table is empty).
     pub async fn load(store: &Store, table: &str) -> Result<Snapshot> {
+        Self::load_as(store, table, true).await
+    }
+
+    /// [`Self::load`]; `with_stats: false` leaves the files' statistics out
+    /// of what the checkpoint gives (readers that only list files).
+    pub async fn load_as(store: &Store, table: &str, with_stats: bool) -> Result<Snapshot> {
         let mut s = Snapshot { table: table.to_string(), ..Default::default() };
         let keys = list_log(store, table).await?;
         let mut commits: Vec<u64> = Vec::new();
@@ -57,7 +63,7 @@ impl Snapshot {
             }
         }
         if let Some(cp) = newest_checkpoint {
-            for a in checkpoint::read(store, table, cp).await? {
+            for a in checkpoint::read_as(store, table, cp, with_stats).await? {
                 s.apply(a);
             }
             s.version = Some(cp);
@@ -107,7 +113,8 @@ impl Snapshot {
 }
 
 /// The table's newest snapshot, from a process-wide cache brought up to
-/// date with one request when nothing changed.
+/// date with one request when nothing changed. For readers: the files a
+/// checkpoint lists come without their statistics.
 pub async fn current(store: &Store, table: &str) -> Result<Arc<Snapshot>> {
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<Snapshot>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
@@ -126,7 +133,8 @@ pub async fn current(store: &Store, table: &str) -> Result<Arc<Snapshot>> {
                 }
             }
         }
-        None => Arc::new(Snapshot::load(store, table).await?),
+        // Readers list files; the statistics stay in the checkpoint.
+        None => Arc::new(Snapshot::load_as(store, table, false).await?),
     };
     cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, snap.clone());
     Ok(snap)
