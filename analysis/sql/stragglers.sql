@@ -122,10 +122,9 @@ scored AS (
 -- Deviant bins: a node that only waits less is the straggler unless a node
 -- of its job has a cause of its own in that bin.
 deviant AS (
-  SELECT s.job, s.node, s.bin, s.score
-  FROM scored s
-  WHERE s.has_cause = 1
-     OR NOT EXISTS (SELECT 1 FROM scored o WHERE o.job = s.job AND o.bin = s.bin AND o.has_cause = 1)
+  SELECT job, node, bin, score
+  FROM (SELECT s.*, MAX(has_cause) OVER (PARTITION BY job, bin) AS any_cause FROM scored s) t
+  WHERE has_cause = 1 OR any_cause = 0
 ),
 -- Every bin each node was judged in (a bin with one node is not), deviant
 -- or calm, numbered in order.
@@ -193,11 +192,19 @@ ends AS (
 ),
 -- What the node stands at in its last bin: flagged or not, and its score
 -- (that of its last deviant bin).
+last_bin AS (
+  SELECT job, node, flagged
+  FROM (SELECT job, node, flagged, ROW_NUMBER() OVER (PARTITION BY job, node ORDER BY k DESC) AS r FROM numbered) t
+  WHERE r = 1
+),
+last_deviant AS (
+  SELECT job, node, score
+  FROM (SELECT job, node, score, ROW_NUMBER() OVER (PARTITION BY job, node ORDER BY bin DESC) AS r FROM deviant) t
+  WHERE r = 1
+),
 latest AS (
-  SELECT job, node, flagged,
-         (SELECT d.score FROM deviant d WHERE d.job = n.job AND d.node = n.node ORDER BY d.bin DESC LIMIT 1) AS score
-  FROM numbered n
-  WHERE k = (SELECT MAX(k) FROM numbered m WHERE m.job = n.job AND m.node = n.node)
+  SELECT b.job, b.node, b.flagged, d.score
+  FROM last_bin b LEFT JOIN last_deviant d ON d.job = b.job AND d.node = b.node
 )
 -- One row per episode: the nodes flagged at the range's end first, most
 -- deviant first (`ingero stragglers`' order), then the closed episodes.
