@@ -20,13 +20,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Shape, generate};
+use common::{Shape, env, generate};
 use ingero_store::delta::{Snapshot, TableLog, checkpoint, table};
 use ingero_store::{Store, StoreUrl};
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// Runs the `ingero` binary; returns its wall time and standard output.
 fn cli(args: &[&str]) -> (Duration, Vec<u8>) {

@@ -12,16 +12,12 @@ mod common;
 
 use std::time::Instant;
 
-use common::{Shape, generate};
+use common::{Shape, env, generate};
 use ingero_analysis::query::QueryEngine;
 use ingero_analysis::rank::history::{self, HistoryRequest};
 use ingero_model::Table;
 use ingero_server::rank::detector::DetectorConfig;
 use ingero_store::{Store, StoreUrl};
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {

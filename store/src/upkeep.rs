@@ -8,8 +8,9 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use ingero_model::Table;
 
+use super::delta::log::current;
 use super::delta::maintain::{self, Upkeep};
-use super::delta::{Snapshot, props};
+use super::delta::props;
 use super::retention::{self, Retention};
 use super::state::{BATCHES_TABLE, batches_schema};
 use super::tiers::{self, Tier};
@@ -42,7 +43,9 @@ pub async fn run(store: &Store, retention: Duration, data: &Retention, mine: imp
         let c = maintain::compact(store, name, &schema, encode).await?;
         let v = maintain::vacuum(store, name, &schema, retention).await?;
         // The table's own `delta.logRetentionDuration` (ingero sets 2 days).
-        let config = Snapshot::load(store, name).await?.metadata.map(|m| m.configuration).unwrap_or_default();
+        // From the readers' cache: one request when compaction and vacuum
+        // left the table as they read it.
+        let config = current(store, name).await?.metadata.as_ref().map(|m| m.configuration.clone()).unwrap_or_default();
         let l = maintain::cleanup_log(store, name, props::log_retention(&config)).await?;
         total.compacted_files += c.compacted_files;
         total.written_files += c.written_files;
@@ -55,9 +58,9 @@ pub async fn run(store: &Store, retention: Duration, data: &Retention, mine: imp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delta::TableLog;
     use crate::delta::action::{Action, MetaData};
     use crate::delta::log::commit_key;
+    use crate::delta::{Snapshot, TableLog};
 
     /// Sets every file's modification time under `dir` to `ago` back.
     fn age(dir: &std::path::Path, ago: Duration) {

@@ -15,6 +15,11 @@ use ingero_sim::model::{Rng, step_job};
 use ingero_store::Store;
 use ingero_store::flush;
 
+/// A numeric setting from the environment, or `default`.
+pub(crate) fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 /// The dataset's shape and where it is written.
 pub(crate) struct Shape {
     pub(crate) nodes: usize,
