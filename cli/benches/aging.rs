@@ -9,9 +9,10 @@
 //! file on disk: a 1-hour question never reads them, only the log that
 //! lists them, which is what ageing costs. Timed, interleaved, each a fresh
 //! `ingero` process as a user runs it: the CLI's start (`ingero sql` of one
-//! row: open the store, every table's snapshot) and a 1-hour history
+//! row of the last hour: open the store, the table's snapshot) and a 1-hour history
 //! ranking (`ingero stragglers --since`). INGERO_BENCH_NODES /
-//! INGERO_BENCH_DAYS change the shape.
+//! INGERO_BENCH_DAYS change the shape; INGERO_BENCH_KEEP=DIR keeps the
+//! stores for the next run.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -44,23 +45,41 @@ fn main() {
     let days = env("INGERO_BENCH_DAYS", 30);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
+        // INGERO_BENCH_KEEP=DIR keeps the two stores there and reuses them
+        // on the next run (profiling one side without rebuilding both).
         let tmp = tempfile::tempdir().unwrap();
-        let (fresh, aged) = (open(&tmp.path().join("fresh")), open(&tmp.path().join("aged")));
-        let end_us = chrono::Utc::now().timestamp_micros() / 3_600_000_000 * 3_600_000_000;
-        let shape = Shape { nodes, secs: 3600, start_us: end_us - 3_600_000_000, end_us };
-        let rows = generate(&fresh, &shape).await;
-        let added = age(&fresh, &aged, shape.start_us, days).await;
-        generate(&aged, &shape).await;
-        println!(
-            "dataset: {nodes} nodes x 1 h to {} ({rows} rows); aged store: {days} days before it, {added} more files listed",
-            ingero_model::time::rfc3339(shape.end_us)
-        );
+        let root = std::env::var_os("INGERO_BENCH_KEEP").map_or_else(|| tmp.path().to_path_buf(), Into::into);
+        let ready = root.join("ready");
+        let shape = match std::fs::read_to_string(&ready).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
+            Some(end_us) => Shape { nodes, secs: 3600, start_us: end_us - 3_600_000_000, end_us },
+            None => {
+                let (fresh, aged) = (open(&root.join("fresh")), open(&root.join("aged")));
+                let end_us = chrono::Utc::now().timestamp_micros() / 3_600_000_000 * 3_600_000_000;
+                let shape = Shape { nodes, secs: 3600, start_us: end_us - 3_600_000_000, end_us };
+                let rows = generate(&fresh, &shape).await;
+                let added = age(&fresh, &aged, shape.start_us, days).await;
+                generate(&aged, &shape).await;
+                std::fs::write(&ready, end_us.to_string()).unwrap();
+                println!(
+                    "dataset: {nodes} nodes x 1 h to {} ({rows} rows); aged store: {days} days before it, {added} more files listed",
+                    ingero_model::time::rfc3339(shape.end_us)
+                );
+                shape
+            }
+        };
         let since = ingero_model::time::rfc3339(shape.start_us);
+        // A question about the last hour: the old hours' files are not on disk.
+        let hour = chrono::DateTime::from_timestamp_micros(shape.start_us).unwrap();
+        let hour_query = format!(
+            "SELECT count(*) FROM signal_windows_60s WHERE date = '{}' AND hour = '{}'",
+            hour.format("%Y-%m-%d"),
+            hour.format("%H")
+        );
         let (mut open_s, mut rank_s) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
         for run in 0..5 {
             for (i, dir) in ["fresh", "aged"].into_iter().enumerate() {
-                let store = format!("--store=file://{}", tmp.path().join(dir).display());
-                let (t, _) = cli(&["sql", &store, "SELECT count(*) FROM signal_windows_60s"]);
+                let store = format!("--store=file://{}", root.join(dir).display());
+                let (t, _) = cli(&["sql", &store, &hour_query]);
                 open_s[i].push(t);
                 let (t, out) = cli(&["stragglers", &store, &format!("--since={since}"), "--format=json"]);
                 rank_s[i].push(t);

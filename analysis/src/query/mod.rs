@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::DataType;
-use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -18,12 +17,12 @@ use object_store::local::LocalFileSystem;
 use url::Url;
 
 pub(crate) mod columns;
+mod lazy;
 pub mod service;
 mod stored;
 
 use crate::error::{Error, Result};
 use ingero_store::Store;
-use ingero_store::delta::log::current;
 use ingero_store::delta::visible::Visible;
 use ingero_store::state::{BATCHES_TABLE, batches_schema};
 use ingero_store::tiers::{self, Tier};
@@ -53,7 +52,8 @@ impl std::fmt::Debug for QueryEngine {
 }
 
 impl QueryEngine {
-    /// Registers every table of the store (a table with no files yet is empty).
+    /// Registers every table of the store; a table's snapshot is read when a
+    /// query first scans it (a table with no files yet is empty).
     pub async fn open(store: &Store, limits: QueryLimits) -> Result<QueryEngine> {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(limits.memory_bytes, 1.0)
@@ -64,49 +64,49 @@ impl QueryEngine {
             .with_parquet_pruning(true)
             .with_collect_statistics(false);
         let ctx = SessionContext::new_with_config_rt(config, runtime);
-        // Each table reads its Delta snapshot: the live files, nothing else.
-        let mut tables: Vec<(&str, arrow::datatypes::SchemaRef, bool)> = Vec::new();
-        let mut live = Vec::new();
-        let names: Vec<_> = Table::ALL
-            .iter()
-            .map(|t| (t.name(), t.schema()))
-            .chain(Tier::ALL.iter().map(|t| (t.name(), tiers::schema())))
-            .chain([(BATCHES_TABLE, batches_schema())])
-            .collect();
-        // The tables' logs are read at once: most of a CLI's start.
-        let snaps = futures::future::try_join_all(names.iter().map(|(name, _)| current(store, name))).await?;
-        for ((name, schema), snap) in names.into_iter().zip(snaps) {
-            live.extend(snap.keys());
-            tables.push((name, schema, snap.files.is_empty()));
-        }
-        let base = match &store.local_dir {
+        // Each table lists its Delta snapshot's live files, nothing else,
+        // read when a query first scans it.
+        let (visible, base, key_of) = match &store.local_dir {
             Some(dir) => {
-                let live = live
-                    .iter()
-                    .map(|k| object_store::path::Path::from_absolute_path(dir.join(k)).map(|p| p.to_string()))
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(|e| Error::Engine(e.to_string()))?;
-                ctx.register_object_store(
-                    &Url::parse("file://").expect("static URL"),
-                    Arc::new(Visible::new(Arc::new(LocalFileSystem::new()), live)),
-                );
-                Url::from_directory_path(dir).map_err(|_| Error::Engine(format!("bad store dir {}", dir.display())))?
+                let visible = Arc::new(Visible::new(Arc::new(LocalFileSystem::new())));
+                ctx.register_object_store(&Url::parse("file://").expect("static URL"), visible.clone());
+                let bad = || Error::Engine(format!("bad store dir {}", dir.display()));
+                let root = object_store::path::Path::from_absolute_path(dir).map_err(|_| bad())?;
+                let base = Url::from_directory_path(dir).map_err(|_| bad())?;
+                let dir = dir.clone();
+                let key_of: lazy::KeyOf = Arc::new(move |k: &str| {
+                    // Plain keys (all this store writes) join as they are; others
+                    // take the file system's encoding.
+                    object_store::path::Path::parse(format!("{root}/{k}"))
+                        .or_else(|_| object_store::path::Path::from_absolute_path(dir.join(k)))
+                        .map_err(|e| e.to_string())
+                });
+                (visible, base, key_of)
             }
             None => {
                 let u = Url::parse(store.url.as_str()).map_err(|e| Error::Engine(e.to_string()))?;
                 let root = Url::parse(&format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()))
                     .map_err(|e| Error::Engine(e.to_string()))?;
-                let live = live.iter().map(|k| store.key(k).to_string()).collect();
-                ctx.register_object_store(&root, Arc::new(Visible::new(store.object_store.clone(), live)));
+                let visible = Arc::new(Visible::new(store.object_store.clone()));
+                ctx.register_object_store(&root, visible.clone());
                 let mut s = u.to_string();
                 if !s.ends_with('/') {
                     s.push('/');
                 }
-                Url::parse(&s).map_err(|e| Error::Engine(e.to_string()))?
+                let st = store.clone();
+                let key_of: lazy::KeyOf = Arc::new(move |k: &str| Ok(st.key(k)));
+                (visible, Url::parse(&s).map_err(|e| Error::Engine(e.to_string()))?, key_of)
             }
         };
-        for (name, schema, empty) in tables {
-            register(&ctx, &base, name, schema, empty)?;
+        let names = Table::ALL
+            .iter()
+            .map(|t| (t.name(), t.schema()))
+            .chain(Tier::ALL.iter().map(|t| (t.name(), tiers::schema())))
+            .chain([(BATCHES_TABLE, batches_schema())]);
+        for (name, schema) in names {
+            let listing = listing(&base, name, schema)?;
+            let t = lazy::LazyTable::new(name, store, listing, visible.clone(), key_of.clone());
+            ctx.register_table(name, Arc::new(t)).map_err(|e| Error::Engine(e.to_string()))?;
         }
         Ok(QueryEngine { ctx, limits, store: store.clone() })
     }
@@ -135,26 +135,9 @@ impl QueryEngine {
     }
 }
 
-/// Registers one hive-partitioned table; a table with no files yet is an
-/// empty table with the same columns (partition columns included), so
-/// queries over it still plan.
-fn register(
-    ctx: &SessionContext,
-    base: &Url,
-    name: &str,
-    schema: arrow::datatypes::SchemaRef,
-    empty: bool,
-) -> Result<()> {
+/// One hive-partitioned table over its directory.
+fn listing(base: &Url, name: &str, schema: arrow::datatypes::SchemaRef) -> Result<Arc<ListingTable>> {
     let eng = |e: datafusion::error::DataFusionError| Error::Engine(e.to_string());
-    if empty {
-        let mut fields: Vec<arrow::datatypes::Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(arrow::datatypes::Field::new("date", DataType::Utf8, true));
-        fields.push(arrow::datatypes::Field::new("hour", DataType::Utf8, true));
-        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
-        let t = MemTable::try_new(schema, vec![vec![]]).map_err(eng)?;
-        ctx.register_table(name, Arc::new(t)).map_err(eng)?;
-        return Ok(());
-    }
     let url = base.join(&format!("{name}/")).map_err(|e| Error::Engine(e.to_string()))?;
     let url = ListingTableUrl::parse(url).map_err(eng)?;
     let opts = ListingOptions::new(Arc::new(ParquetFormat::default()))
@@ -164,9 +147,7 @@ fn register(
         .with_listing_options(opts)
         .with_schema(schema)
         .with_expr_adapter_factory(Arc::new(stored::StoredTypes));
-    let t = ListingTable::try_new(cfg).map_err(eng)?;
-    ctx.register_table(name, Arc::new(t)).map_err(eng)?;
-    Ok(())
+    Ok(Arc::new(ListingTable::try_new(cfg).map_err(eng)?))
 }
 
 fn refusal(msg: String) -> String {

@@ -135,18 +135,26 @@ pub async fn last_version(store: &Store, table: &str) -> Option<u64> {
 pub async fn write(store: &Store, snap: &Snapshot) -> Result<()> {
     let Some(version) = snap.version else { return Ok(()) };
     let acts = actions(snap);
-    let body = action::encode(&acts);
-    let mut reader =
-        arrow::json::ReaderBuilder::new(schema()).with_batch_size(acts.len().max(1)).build(Cursor::new(body))?;
+    let batch = decode(&action::encode(&acts), acts.len())?;
     let mut buf = Vec::new();
     let mut w = ArrowWriter::try_new(&mut buf, schema(), None)?;
-    for b in reader.by_ref() {
-        w.write(&b?)?;
-    }
+    w.write(&batch)?;
     w.close()?;
     store.put_durable(&checkpoint_key(&snap.table, version), buf.into()).await?;
     let last = serde_json::json!({"version": version, "size": acts.len()}).to_string();
     store.put_durable(&last_checkpoint_key(&snap.table), last.into_bytes().into()).await
+}
+
+/// JSON actions as one batch of checkpoint rows.
+fn decode(body: &[u8], rows: usize) -> Result<RecordBatch> {
+    let reader = arrow::json::ReaderBuilder::new(schema()).with_batch_size(rows.max(1)).build(Cursor::new(body))?;
+    let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>()?;
+    Ok(arrow::compute::concat_batches(&schema(), &batches)?)
+}
+
+#[cfg(test)]
+pub(super) fn decode_for_test(body: &[u8]) -> RecordBatch {
+    decode(body, 1 << 20).unwrap()
 }
 
 /// The actions of a checkpoint.
@@ -169,16 +177,22 @@ pub async fn read_as(store: &Store, table: &str, version: u64, with_stats: bool)
     }
     let reader = builder.build()?;
     let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>()?;
+    let mut out = Vec::new();
     let mut json = Vec::new();
     {
         let mut w = arrow::json::LineDelimitedWriter::new(&mut json);
         for b in &batches {
-            w.write(b)?;
+            match super::adds::split(b, with_stats) {
+                Some((adds, rest)) => {
+                    out.extend(adds.into_iter().map(Action::Add));
+                    w.write(&rest)?;
+                }
+                None => w.write(b)?,
+            }
         }
         w.finish()?;
     }
     let text = String::from_utf8(json).map_err(|e| Error::State(e.to_string()))?;
-    let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let a =
             Action::parse(line).map_err(|e| Error::State(format!("{table}: checkpoint {version} is corrupt: {e}")))?;

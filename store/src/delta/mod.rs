@@ -6,6 +6,7 @@
 //! in the tests.
 
 pub mod action;
+mod adds;
 pub mod checkpoint;
 pub mod evolve;
 pub mod log;
