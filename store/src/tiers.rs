@@ -345,6 +345,17 @@ impl<'a> TierBatch<'a> {
         self.ts.value(i)
     }
 
+    /// Row `i`'s job and node as indexes into [`Self::names`] (readers that
+    /// group rows intern names once per batch, not once per row).
+    pub fn name_keys(&self, i: usize) -> (usize, usize) {
+        (self.job.0[i] as usize, self.node.0[i] as usize)
+    }
+
+    /// The batch's dictionaries of job and node names.
+    pub fn names(&self) -> (&'a StringArray, &'a StringArray) {
+        (self.job.1, self.node.1)
+    }
+
     pub fn row(&self, i: usize) -> TierRow<'a> {
         let v = |c: usize| self.u[c].value(i) as f64;
         let signals = Signals {

@@ -7,10 +7,9 @@ use std::time::Duration;
 use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type};
 
-use std::collections::HashMap;
-
 use super::detector::{Detector, DetectorConfig};
 use super::overlap::Overlap;
+use super::replay::replay;
 use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
@@ -150,57 +149,6 @@ fn extent(batches: &[RecordBatch], start_us: i64, end_us: i64) -> Result<Option<
         }
     }
     Ok(out)
-}
-
-/// Feeds tier rows to the detector bin by bin, in time order, so only a few
-/// bins are pending at once (a day of 10,000 nodes would not fit otherwise).
-fn replay(
-    det: &mut Detector,
-    overlap: &mut Overlap,
-    batches: &[RecordBatch],
-    req: &HistoryRequest,
-    bin_us: i64,
-) -> Result<()> {
-    let first = req.start_us.div_euclid(bin_us);
-    let bins = ((req.end_us - 1).div_euclid(bin_us) - first + 1).max(0) as usize;
-    let views: Vec<TierBatch<'_>> = batches.iter().map(TierBatch::new).collect::<ingero_store::Result<_>>()?;
-    let mut by_bin: Vec<Vec<(u32, u32)>> = vec![Vec::new(); bins];
-    for (bi, t) in views.iter().enumerate() {
-        for i in 0..t.len() {
-            let w = t.window_start(i);
-            if w < req.start_us || w >= req.end_us {
-                continue;
-            }
-            by_bin[(w.div_euclid(bin_us) - first) as usize].push((bi as u32, i as u32));
-        }
-    }
-    for (k, rows) in by_bin.into_iter().enumerate() {
-        let bin = (first + k as i64) * bin_us;
-        let mut merged: HashMap<(&str, &str), Signals> = HashMap::new();
-        for (bi, i) in rows {
-            let r = views[bi as usize].row(i as usize);
-            if req.job.as_deref().is_some_and(|j| j != r.job) {
-                continue;
-            }
-            let e = merged.entry((r.job, r.node)).or_default();
-            let covered = e.window_ns + r.signals.window_ns;
-            e.merge(&r.signals);
-            e.window_ns = covered;
-        }
-        let mut by_job: HashMap<&str, Vec<&str>> = HashMap::new();
-        for (job, node) in merged.keys() {
-            by_job.entry(job).or_default().push(node);
-        }
-        for (job, nodes) in by_job {
-            overlap.bin(job, &nodes);
-        }
-        for ((job, node), s) in merged {
-            det.add(NodeWindowKey { job: job.to_string(), node: node.to_string(), window_start_us: bin }, &s);
-        }
-        det.evaluate(bin, 0);
-    }
-    det.drain();
-    Ok(())
 }
 
 /// The raw-table path: DataFusion aggregates each table per (job, node, bin)

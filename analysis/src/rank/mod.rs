@@ -7,3 +7,4 @@ pub use ingero_server::rank::*;
 pub mod history;
 pub(crate) mod hosts;
 pub(crate) mod overlap;
+mod replay;
