@@ -9,7 +9,7 @@ use arrow::datatypes::{Float64Type, Int64Type};
 
 use super::detector::{Detector, DetectorConfig};
 use super::overlap::Overlap;
-use super::replay::replay;
+use super::replay::{Range, replay};
 use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
@@ -111,7 +111,8 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
         if tier == Tier::Minute { coarse } else { tiers::read(store, tier, req.start_us, req.end_us).await? };
     let mut det = Detector::new(cfg);
     let mut overlap = Overlap::default();
-    replay(&mut det, &mut overlap, &batches, &req, bin_us)?;
+    let range = Range { start_us: req.start_us, end_us: req.end_us, job: req.job.as_deref() };
+    replay(&mut det, &mut overlap, &batches, &range, bin_us)?;
     Ok(finish(engine, det, overlap, &req, bin_us).await)
 }
 

@@ -9,7 +9,6 @@ use super::detector::Detector;
 use super::overlap::Overlap;
 use super::signals::{NodeWindowKey, Signals};
 use crate::error::Result;
-use crate::rank::history::HistoryRequest;
 use arrow::array::{Array, RecordBatch};
 use ingero_store::tiers::TierBatch;
 
@@ -64,13 +63,20 @@ impl<'a> Names<'a> {
     }
 }
 
-/// Replays `batches` (one signal tier over [start, end) of `req`) into the
-/// detector at `bin_us` bins.
+/// What a replay covers: rows in [start, end), of one job or all.
+pub(super) struct Range<'r> {
+    pub(super) start_us: i64,
+    pub(super) end_us: i64,
+    pub(super) job: Option<&'r str>,
+}
+
+/// Replays `batches` (one signal tier) over `range` into the detector at
+/// `bin_us` bins.
 pub(super) fn replay(
     det: &mut Detector,
     overlap: &mut Overlap,
     batches: &[RecordBatch],
-    req: &HistoryRequest,
+    req: &Range<'_>,
     bin_us: i64,
 ) -> Result<()> {
     let first = req.start_us.div_euclid(bin_us);
@@ -79,7 +85,7 @@ pub(super) fn replay(
     let mut names = Names::default();
     let mut by_bin: Vec<Vec<(u32, u32, u32)>> = vec![Vec::new(); bins];
     for (bi, t) in views.iter().enumerate() {
-        let pairs = names.rows(t, req.job.as_deref());
+        let pairs = names.rows(t, req.job);
         for (i, pair) in pairs.into_iter().enumerate() {
             let w = t.window_start(i);
             let Some(pair) = pair.filter(|_| w >= req.start_us && w < req.end_us) else { continue };
