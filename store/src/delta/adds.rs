@@ -5,7 +5,7 @@
 //! The other rows (protocol, metadata, txns, removes: few) keep the JSON path,
 //! which knows every field of them.
 
-use arrow::array::{Array, AsArray, BooleanArray, MapArray, RecordBatch};
+use arrow::array::{Array, AsArray, BooleanArray, MapArray, RecordBatch, StringArray};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::Int64Type;
 
@@ -30,11 +30,9 @@ pub(super) fn split(batch: &RecordBatch, with_stats: bool) -> Option<(Vec<Add>, 
     let is_add = |i: usize| add.is_valid(i) && path.is_valid(i);
     let mut adds = Vec::new();
     for i in (0..batch.num_rows()).filter(|&i| is_add(i)) {
-        let partition_values =
-            partition_values(parts, i, |j| keys.value(j), |j| values.is_valid(j).then(|| values.value(j)));
         adds.push(Add {
             path: path.value(i).to_string(),
-            partition_values,
+            partition_values: partition_values(parts, keys, values, i),
             size: if size.is_valid(i) { size.value(i) } else { 0 },
             modification_time: if mtime.is_valid(i) { mtime.value(i) } else { 0 },
             data_change: change.is_valid(i) && change.value(i),
@@ -47,18 +45,18 @@ pub(super) fn split(batch: &RecordBatch, with_stats: bool) -> Option<(Vec<Add>, 
 }
 
 /// Row `i`'s partition values.
-fn partition_values<'a>(
+fn partition_values(
     parts: &MapArray,
+    keys: &StringArray,
+    values: &StringArray,
     i: usize,
-    key: impl Fn(usize) -> &'a str,
-    value: impl Fn(usize) -> Option<&'a str>,
 ) -> std::collections::BTreeMap<String, Option<String>> {
     if !parts.is_valid(i) {
         return Default::default();
     }
     let offsets = parts.value_offsets();
     let (lo, hi) = (offsets[i] as usize, offsets[i + 1] as usize);
-    (lo..hi).map(|j| (key(j).to_string(), value(j).map(str::to_string))).collect()
+    (lo..hi).map(|j| (keys.value(j).to_string(), values.is_valid(j).then(|| values.value(j).to_string()))).collect()
 }
 
 #[cfg(test)]
