@@ -22,6 +22,7 @@ pub mod probe;
 pub mod read;
 pub mod retention;
 pub mod state;
+pub mod tier_read;
 pub mod tiers;
 pub mod upkeep;
 pub mod url;

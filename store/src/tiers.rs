@@ -17,13 +17,10 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef, TimeUnit, UInt64Type};
 use ingero_model::Table;
-use object_store::ObjectStoreExt;
 use parquet::arrow::ArrowWriter;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
-use super::Store;
 use super::layout::{hour_dir, hour_of};
 use crate::error::{Error, Result};
 use ingero_model::signals::{NodeWindowKey, Signals, from_tables};
@@ -238,58 +235,6 @@ pub fn file_key(tier: Tier, hour: i64, name: &str) -> String {
     format!("{}/{name}.parquet", hour_dir(tier.name(), hour))
 }
 
-/// Every live file of a tier (its Delta snapshot) whose hour partition
-/// overlaps [start, end).
-pub async fn files_in_range(store: &Store, tier: Tier, start_us: i64, end_us: i64) -> Result<Vec<String>> {
-    let (lo, hi) = (hour_of(start_us), hour_of(end_us.saturating_sub(1)));
-    let snap = super::delta::log::current(store, tier.name()).await?;
-    let mut files: Vec<String> = snap
-        .keys()
-        .filter(|k| partition_hour(k).is_some_and(|h| (lo..=hi).contains(&h)))
-        .map(|k| store.key(&k).to_string())
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-/// Hours since the epoch of a key's `date=YYYY-MM-DD/hour=HH` partition.
-fn partition_hour(key: &str) -> Option<i64> {
-    let d = key.find("date=")? + 5;
-    let date = chrono::NaiveDate::parse_from_str(key.get(d..d + 10)?, "%Y-%m-%d").ok()?;
-    let h = key.find("/hour=")? + 6;
-    let hour: i64 = key.get(h..h + 2)?.parse().ok()?;
-    let midnight = date.and_hms_opt(0, 0, 0)?.and_utc().timestamp();
-    Some(midnight / 3600 + hour)
-}
-
-/// Reads the files of a tier's hour partitions overlapping [start, end),
-/// decoding them in parallel; the caller filters rows by time.
-pub async fn read(store: &Store, tier: Tier, start_us: i64, end_us: i64) -> Result<Vec<RecordBatch>> {
-    let files = files_in_range(store, tier, start_us, end_us).await?;
-    let mut tasks = tokio::task::JoinSet::new();
-    for key in files {
-        let os = store.object_store.clone();
-        tasks.spawn(async move {
-            let bytes = os.get(&key.as_str().into()).await?.bytes().await?;
-            tokio::task::spawn_blocking(move || -> Result<Vec<RecordBatch>> {
-                let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.with_batch_size(64 * 1024).build()?;
-                let mut out = Vec::new();
-                for b in reader {
-                    out.push(super::delta::schema::to_logical(&b?, &schema())?);
-                }
-                Ok(out)
-            })
-            .await
-            .map_err(|e| Error::State(format!("tier reader panicked: {e}")))?
-        });
-    }
-    let mut out = Vec::new();
-    while let Some(r) = tasks.join_next().await {
-        out.extend(r.map_err(|e| Error::State(format!("tier reader panicked: {e}")))??);
-    }
-    Ok(out)
-}
-
 /// One row of a tier batch, borrowed.
 #[derive(Debug)]
 pub struct TierRow<'a> {
@@ -389,6 +334,7 @@ mod tests {
     use super::*;
     use ingero_model::rows::{BatchBuilder, TimestampUs};
     use ingero_model::tables::{CallRow, Common, SchedRow};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     fn window(node: &str, t_s: i64, wait_ms: u64) -> Vec<(Table, Vec<RecordBatch>)> {
         let c = Common {
@@ -527,16 +473,6 @@ mod tests {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         let documented: Vec<&str> = COLUMNS.iter().chain(EXTRA.iter()).map(|c| c.0).collect();
         assert_eq!(names, documented, "schema and documented columns differ");
-    }
-
-    #[test]
-    fn partition_hours_round_trip_through_keys() {
-        for us in [0i64, 1_795_242_600_000_000, 4_102_444_799_000_000] {
-            let h = hour_of(us);
-            let key = file_key(Tier::Minute, h, "part-1");
-            assert_eq!(partition_hour(&format!("prefix/{key}")), Some(h), "{key}");
-        }
-        assert_eq!(partition_hour("signal_windows/x.parquet"), None);
     }
 
     #[test]

@@ -9,14 +9,15 @@ use arrow::datatypes::{Float64Type, Int64Type};
 
 use super::detector::{Detector, DetectorConfig};
 use super::overlap::Overlap;
-use super::replay::{Range, replay};
+use super::replay::{Range, Replay};
 use super::signals::{DEFAULT_JOB, NodeWindowKey, Signals};
 use super::{Ranking, Timeline};
 use crate::error::{Error, Result};
 use crate::query::columns::Columns;
 use crate::query::{QueryEngine, launch_predicate, quote, time_predicate, wait_predicates};
 use ingero_model::table::names::{CALL_WINDOWS, HOST_EVENTS, IO_WINDOWS, NODE_WINDOWS, SCHED_WINDOWS};
-use ingero_store::tiers::{self, Tier, TierBatch};
+use ingero_store::tier_read;
+use ingero_store::tiers::{Tier, TierBatch};
 
 #[derive(Debug, Clone)]
 pub struct HistoryRequest {
@@ -92,7 +93,7 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
     // gives the data's extent. Bins fit the data, not the asked range:
     // `--since` a month ago over an imported 90-second trace must still
     // give second-scale bins.
-    let coarse = tiers::read(store, Tier::Minute, req.start_us, req.end_us).await?;
+    let coarse = tier_read::read(store, Tier::Minute, req.start_us, req.end_us).await?;
     let Some((lo, hi)) = extent(&coarse, req.start_us, req.end_us)? else {
         return rank_raw(engine, req, cfg).await;
     };
@@ -107,12 +108,24 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
         Some(w) => (req.bin_us() / w).max(1) * w,
         None => req.bin_us(),
     };
-    let batches =
-        if tier == Tier::Minute { coarse } else { tiers::read(store, tier, req.start_us, req.end_us).await? };
     let mut det = Detector::new(cfg);
     let mut overlap = Overlap::default();
     let range = Range { start_us: req.start_us, end_us: req.end_us, job: req.job.as_deref() };
-    replay(&mut det, &mut overlap, &batches, &range, bin_us)?;
+    let mut replay = Replay::new(range, bin_us);
+    if tier == Tier::Minute {
+        replay.push(&coarse)?;
+    } else {
+        drop(coarse);
+        // File by file in time order, the next two decoding meanwhile: the
+        // tier is never whole in memory, and both cores work.
+        let mut pieces = tier_read::stream(store, tier, req.start_us, req.end_us, 2).await?;
+        while let Some(piece) = pieces.next().await {
+            let piece = piece?;
+            replay.push(&piece.batches)?;
+            replay.judge_before(&mut det, &mut overlap, piece.rest_from_us)?;
+        }
+    }
+    replay.finish(&mut det, &mut overlap)?;
     Ok(finish(engine, det, overlap, &req, bin_us).await)
 }
 

@@ -136,14 +136,28 @@ impl Detector {
 
     /// Adds node-window signals (may arrive in several pieces).
     pub fn add(&mut self, key: NodeWindowKey, s: &Signals) {
-        if let Some(h) = s.host.as_ref().filter(|h| self.hosts.get(&key.node) != Some(h)) {
-            self.hosts.insert(key.node.clone(), h.clone());
+        self.add_signals(&key.job, key.node, key.window_start_us, s.clone());
+    }
+
+    /// [`Self::add`] from a caller that owns the signals and lends the job
+    /// (history replay: millions of node-windows, no copies).
+    pub fn add_signals(&mut self, job: &str, node: String, window_start_us: i64, s: Signals) {
+        if let Some(h) = s.host.as_ref().filter(|h| self.hosts.get(&node) != Some(h)) {
+            self.hosts.insert(node.clone(), h.clone());
         }
-        let job = self.jobs.entry(key.job).or_default();
-        if job.evaluated_up_to.is_some_and(|e| key.window_start_us <= e) {
+        if !self.jobs.contains_key(job) {
+            self.jobs.insert(job.to_string(), JobState::default());
+        }
+        let job = self.jobs.get_mut(job).expect("inserted above");
+        if job.evaluated_up_to.is_some_and(|e| window_start_us <= e) {
             return; // too late: that window was already judged
         }
-        job.pending.entry(key.window_start_us).or_default().entry(key.node).or_default().merge(s);
+        match job.pending.entry(window_start_us).or_default().entry(node) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().merge(&s),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(s);
+            }
+        }
     }
 
     /// Judges every pending window that is complete: all recently active
@@ -323,13 +337,19 @@ fn add(d: &mut (f64, Vec<Deviation>, bool), dev: Deviation, cause: bool) {
 }
 
 fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<String, Signals>) {
-    let names: Vec<&String> = nodes.keys().collect();
+    // Looked up once: a 10,000-node job is judged 360 times per history hour.
+    let (names, sigs): (Vec<&String>, Vec<&Signals>) = nodes.iter().unzip();
     let n = names.len();
-    for name in &names {
-        let st = job.nodes.entry((*name).clone()).or_default();
+    let mut measured_windows = Vec::with_capacity(n);
+    for (name, s) in names.iter().zip(&sigs) {
+        if !job.nodes.contains_key(name.as_str()) {
+            job.nodes.insert((*name).clone(), NodeState::default());
+        }
+        let st = job.nodes.get_mut(name.as_str()).expect("inserted above");
         st.last_window = st.last_window.max(w);
         st.windows += 1;
-        st.measured_windows += nodes[*name].measured as u64;
+        st.measured_windows += s.measured as u64;
+        measured_windows.push(st.measured_windows);
     }
     if n < 2 {
         return; // nothing to compare with
@@ -341,11 +361,10 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     // windows are its start-up (library loading, NCCL init, the first
     // barrier: ranks start seconds apart): neither is judged nor part of the
     // reference.
-    let all: Vec<usize> =
-        (0..n).filter(|&i| nodes[names[i]].measured && job.nodes[names[i]].measured_windows > WARMUP_WINDOWS).collect();
+    let all: Vec<usize> = (0..n).filter(|&i| sigs[i].measured && measured_windows[i] > WARMUP_WINDOWS).collect();
     let mut waits_less = vec![false; n];
     for spec in SPECS.iter() {
-        let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(spec.signal)).collect();
+        let values: Vec<f64> = sigs.iter().map(|s| s.get(spec.signal)).collect();
         let r = Reference::new(cfg.loo_below, &values, &all);
         for &i in &all {
             if let Some(d) = deviation(cfg.z_threshold, spec, &values, i, &r) {
@@ -358,7 +377,7 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     // peers. The peers of a straggler wait more too, so compare only against
     // nodes that neither wait less nor have a cause of their own (stragglers
     // leave the reference).
-    let values: Vec<f64> = names.iter().map(|k| nodes[*k].get(Signal::DeviceWaitShare)).collect();
+    let values: Vec<f64> = sigs.iter().map(|s| s.get(Signal::DeviceWaitShare)).collect();
     let reference: Vec<usize> = all.iter().copied().filter(|&i| !waits_less[i] && !devs[i].2).collect();
     let r = Reference::new(cfg.loo_below, &values, &reference);
     for &i in &reference {
@@ -366,7 +385,7 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
             add(&mut devs[i], d, true);
         }
     }
-    let pairs: Vec<(&String, &Signals)> = names.iter().map(|k| (*k, &nodes[*k])).collect();
+    let pairs: Vec<(&String, &Signals)> = names.iter().copied().zip(sigs.iter().copied()).collect();
     let stuck: HashMap<usize, Deviation> =
         culprits(cfg.stuck_after.as_nanos() as f64, &pairs).into_iter().map(|c| (c.node, c.dev)).collect();
     // Waiting less in its syncs than the peers is the straggler's signature;
@@ -374,13 +393,13 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<Strin
     let any_cause = devs.iter().any(|d| d.2);
     // What the peers wait, for the job time a straggler costs: shared by
     // every node in a large job, leave-one-out in a small one (as above).
-    let shares = |j: usize| (values[j], nodes[names[j]].get(Signal::CopyWaitShare));
+    let shares = |j: usize| (values[j], sigs[j].get(Signal::CopyWaitShare));
     let shared = (all.len() >= cfg.loo_below).then(|| medians(&all.iter().map(|&j| shares(j)).collect::<Vec<_>>()));
     for (i, name) in names.iter().enumerate() {
         let (score, list, cause) = &devs[i];
         let deviant = *score > 0.0 && (*cause || !any_cause);
         let st = job.nodes.get_mut(*name).expect("inserted above");
-        let window_s = nodes[*name].window_ns / 1e9;
+        let window_s = sigs[i].window_ns / 1e9;
         let lost_s = match (stuck.contains_key(&i), deviant || st.flagged) {
             (true, _) => window_s,
             (false, true) => {
