@@ -9,14 +9,19 @@ pub fn rfc3339(us: i64) -> String {
         .map_or_else(|| us.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
-/// Median (0 for an empty set); sorts `v` in place.
+/// Median (0 for an empty set); reorders `v`. A selection, not a sort: the
+/// detector takes the median of every node of a job, per signal, per window.
 pub fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
+    let n = v.len();
+    if n == 0 {
         return 0.0;
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    let (lower, mid, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let mid = *mid;
+    match lower.iter().copied().max_by(f64::total_cmp) {
+        Some(below) if n % 2 == 0 => (below + mid) / 2.0,
+        _ => mid,
+    }
 }
 
 #[cfg(test)]
@@ -28,6 +33,8 @@ mod tests {
         assert_eq!(median(&mut []), 0.0);
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut [5.0, -1.0, 9.0, 2.0, 2.0, 7.0]), 3.5);
+        assert_eq!(median(&mut [1.0, 1.0]), 1.0);
         assert_eq!(rfc3339(1_700_000_000_123_456), "2023-11-14T22:13:20Z");
         assert_eq!(rfc3339(i64::MAX), i64::MAX.to_string());
     }

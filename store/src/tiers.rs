@@ -245,6 +245,36 @@ pub struct TierRow<'a> {
     pub in_call_age_ns: Option<u64>,
 }
 
+/// A tier row's signal columns as stored: 104 bytes to copy out in row
+/// order, where [`Signals`] is ~180.
+#[derive(Debug, Clone, Copy)]
+pub struct RawSignals {
+    u: [u64; 12],
+    measured: bool,
+}
+
+impl RawSignals {
+    pub fn signals(&self) -> Signals {
+        let v = |c: usize| self.u[c] as f64;
+        Signals {
+            window_ns: v(0) * 1e3,
+            runq_ns: v(2),
+            offcpu_ns: v(3),
+            offcpu_call_ns: v(4),
+            oncpu_ns: v(5),
+            threads: v(6),
+            copy_ns: v(7),
+            wait_ns: v(8),
+            io_ns: v(9),
+            mem_events: v(10),
+            launches: v(11),
+            measured: self.measured,
+            procs: Vec::new(),
+            host: None,
+        }
+    }
+}
+
 /// Typed column access to a tier batch (checked once, not per row).
 #[derive(Debug)]
 pub struct TierBatch<'a> {
@@ -301,24 +331,13 @@ impl<'a> TierBatch<'a> {
         (self.job.1, self.node.1)
     }
 
+    /// Row `i`'s signal columns.
+    pub fn raw(&self, i: usize) -> RawSignals {
+        RawSignals { u: std::array::from_fn(|c| self.u[c].value(i)), measured: self.measured.value(i) }
+    }
+
     pub fn row(&self, i: usize) -> TierRow<'a> {
-        let v = |c: usize| self.u[c].value(i) as f64;
-        let signals = Signals {
-            window_ns: v(0) * 1e3,
-            runq_ns: v(2),
-            offcpu_ns: v(3),
-            offcpu_call_ns: v(4),
-            oncpu_ns: v(5),
-            threads: v(6),
-            copy_ns: v(7),
-            wait_ns: v(8),
-            io_ns: v(9),
-            mem_events: v(10),
-            launches: v(11),
-            measured: self.measured.value(i),
-            procs: Vec::new(),
-            host: None,
-        };
+        let signals = self.raw(i).signals();
         TierRow {
             job: self.job.1.value(self.job.0[i] as usize),
             node: self.node.1.value(self.node.0[i] as usize),

@@ -122,10 +122,10 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
         while let Some(piece) = pieces.next().await {
             let piece = piece?;
             replay.push(&piece.batches)?;
-            replay.judge_before(&mut det, &mut overlap, piece.rest_from_us)?;
+            replay.judge_before(&mut det, &mut overlap, piece.rest_from_us);
         }
     }
-    replay.finish(&mut det, &mut overlap)?;
+    replay.finish(&mut det, &mut overlap);
     Ok(finish(engine, det, overlap, &req, bin_us).await)
 }
 

@@ -11,7 +11,7 @@ use super::overlap::Overlap;
 use super::signals::Signals;
 use crate::error::Result;
 use arrow::array::{Array, RecordBatch};
-use ingero_store::tiers::TierBatch;
+use ingero_store::tiers::{RawSignals, TierBatch};
 
 /// The (job, node) pairs seen so far, numbered densely.
 #[derive(Default)]
@@ -86,13 +86,10 @@ pub(super) struct Replay<'r> {
     /// Bins before this one are judged.
     next: usize,
     names: Names,
-    /// Rows of each bin not yet judged: (pair, batch, row). Rows are read
-    /// from their batch when their bin is judged: copying every row's
-    /// signals out first was a third of the replay's memory traffic.
-    pending: Vec<Vec<(u32, u32, u32)>>,
-    /// Batches pushed (`None` once every bin they hold is judged), each
-    /// with the last bin it holds rows of.
-    batches: Vec<(Option<RecordBatch>, usize)>,
+    /// Rows of each bin not yet judged, copied out in row order: a bin's
+    /// rows are strided across its batch (rows are sorted by node), so
+    /// reading them bin by bin from the batch missed the cache every row.
+    pending: Vec<Vec<(u32, RawSignals)>>,
 }
 
 impl<'r> Replay<'r> {
@@ -100,7 +97,7 @@ impl<'r> Replay<'r> {
         let first = range.start_us.div_euclid(bin_us);
         let bins = ((range.end_us - 1).div_euclid(bin_us) - first + 1).max(0) as usize;
         let pending = vec![Vec::new(); bins];
-        Replay { range, bin_us, first, bins, next: 0, names: Names::default(), pending, batches: Vec::new() }
+        Replay { range, bin_us, first, bins, next: 0, names: Names::default(), pending }
     }
 
     /// Takes the range's rows of `batches` (any order; a row of a judged
@@ -108,25 +105,33 @@ impl<'r> Replay<'r> {
     pub(super) fn push(&mut self, batches: &[RecordBatch]) -> Result<()> {
         for b in batches {
             let t = TierBatch::new(b)?;
-            let id = self.batches.len() as u32;
-            let mut last = None;
             let pairs = self.names.rows(&t, self.range.job);
-            for (i, pair) in pairs.into_iter().enumerate() {
-                let w = t.window_start(i);
-                let Some(pair) = pair.filter(|_| w >= self.range.start_us && w < self.range.end_us) else { continue };
-                let k = (w.div_euclid(self.bin_us) - self.first) as usize;
-                if k >= self.next {
-                    self.pending[k].push((pair, id, i as u32));
-                    last = last.max(Some(k));
+            let bins: Vec<Option<usize>> = (0..t.len())
+                .map(|i| {
+                    let w = t.window_start(i);
+                    let k = (w.div_euclid(self.bin_us) - self.first) as usize;
+                    (pairs[i].is_some() && w >= self.range.start_us && w < self.range.end_us && k >= self.next)
+                        .then_some(k)
+                })
+                .collect();
+            // Sized first: growing a 10,000-row bin by doubling moved it twice.
+            let lo = bins.iter().flatten().copied().min().unwrap_or(0);
+            let mut counts = vec![0usize; bins.iter().flatten().map(|k| k + 1 - lo).max().unwrap_or(0)];
+            bins.iter().flatten().for_each(|&k| counts[k - lo] += 1);
+            for (k, n) in counts.into_iter().enumerate().filter(|c| c.1 > 0) {
+                self.pending[lo + k].reserve(n);
+            }
+            for (i, k) in bins.into_iter().enumerate() {
+                if let (Some(k), Some(pair)) = (k, pairs[i]) {
+                    self.pending[k].push((pair, t.raw(i)));
                 }
             }
-            self.batches.push((last.map(|_| b.clone()), last.unwrap_or(0)));
         }
         Ok(())
     }
 
     /// Judges, in order, every bin that ends by `until_us`.
-    pub(super) fn judge_before(&mut self, det: &mut Detector, overlap: &mut Overlap, until_us: i64) -> Result<()> {
+    pub(super) fn judge_before(&mut self, det: &mut Detector, overlap: &mut Overlap, until_us: i64) {
         let mut merged: Vec<Option<Signals>> = vec![None; self.names.pairs.len()];
         let mut touched: Vec<u32> = Vec::new();
         let mut by_job: Vec<Vec<&str>> = vec![Vec::new(); self.names.jobs.len()];
@@ -135,15 +140,8 @@ impl<'r> Replay<'r> {
             if bin.saturating_add(self.bin_us) > until_us {
                 break;
             }
-            let rows = std::mem::take(&mut self.pending[self.next]);
-            // Rows arrive batch by batch: one typed view per run of a batch.
-            let mut view: Option<(u32, TierBatch<'_>)> = None;
-            for (pair, b, i) in rows {
-                if view.as_ref().is_none_or(|v| v.0 != b) {
-                    let batch = self.batches[b as usize].0.as_ref().expect("a batch lives while its bins are pending");
-                    view = Some((b, TierBatch::new(batch)?));
-                }
-                let s = view.as_ref().expect("set above").1.row(i as usize).signals;
+            for (pair, raw) in std::mem::take(&mut self.pending[self.next]) {
+                let s = raw.signals();
                 match &mut merged[pair as usize] {
                     Some(e) => {
                         // Rows of one node-bin cover parts of it: their windows add up.
@@ -157,7 +155,6 @@ impl<'r> Replay<'r> {
                     }
                 }
             }
-            drop(view);
             self.next += 1;
             touched.sort_unstable();
             let names = &self.names;
@@ -175,18 +172,13 @@ impl<'r> Replay<'r> {
                 det.add_signals(&names.jobs[j as usize], names.nodes[n as usize].clone(), bin, s);
             }
             det.evaluate(bin, 0);
-            for b in self.batches.iter_mut().filter(|b| b.1 < self.next) {
-                b.0 = None;
-            }
         }
-        Ok(())
     }
 
     /// Judges every bin left, then everything the detector holds.
-    pub(super) fn finish(mut self, det: &mut Detector, overlap: &mut Overlap) -> Result<()> {
-        self.judge_before(det, overlap, i64::MAX)?;
+    pub(super) fn finish(mut self, det: &mut Detector, overlap: &mut Overlap) {
+        self.judge_before(det, overlap, i64::MAX);
         det.drain();
-        Ok(())
     }
 }
 
@@ -245,17 +237,17 @@ mod tests {
         let (mut whole, mut ov) = (Detector::new(cfg.clone()), Overlap::default());
         let mut r = Replay::new(range(), 1_000_000);
         r.push(&batches.iter().map(|b| b.1.clone()).collect::<Vec<_>>()).unwrap();
-        r.finish(&mut whole, &mut ov).unwrap();
+        r.finish(&mut whole, &mut ov);
 
         let (mut piecewise, mut ov) = (Detector::new(cfg), Overlap::default());
         let mut r = Replay::new(range(), 1_000_000);
         for (until, b) in &batches {
             r.push(std::slice::from_ref(b)).unwrap();
-            r.judge_before(&mut piecewise, &mut ov, *until).unwrap();
+            r.judge_before(&mut piecewise, &mut ov, *until);
             // Everything before this piece's end is judged already.
             assert_eq!(r.next as i64, (until - start_us) / 1_000_000);
         }
-        r.finish(&mut piecewise, &mut ov).unwrap();
+        r.finish(&mut piecewise, &mut ov);
 
         let (st, points) = outcome(&whole);
         assert_eq!(points, 6 * 90, "every node-second judged once");

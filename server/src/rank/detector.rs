@@ -14,6 +14,10 @@ pub use super::standing::{Deviation, Standing};
 use super::stuck::culprits;
 use ingero_model::time::rfc3339;
 
+/// Maps by job or node name: aHash, not SipHash (names come from our own
+/// store and agents; a 10,000-node history hour is millions of lookups).
+type ByName<V> = HashMap<String, V, ahash::RandomState>;
+
 #[derive(Debug, Clone)]
 pub struct DetectorConfig {
     /// Robust z-score (MAD units) above which a signal deviates.
@@ -114,15 +118,15 @@ const CURRENT_US: i64 = 5_000_000;
 
 #[derive(Debug, Default)]
 struct JobState {
-    pending: BTreeMap<i64, HashMap<String, Signals>>,
-    nodes: HashMap<String, NodeState>,
+    pending: BTreeMap<i64, ByName<Signals>>,
+    nodes: ByName<NodeState>,
     evaluated_up_to: Option<i64>,
 }
 
 #[derive(Debug, Default)]
 pub struct Detector {
     cfg: DetectorConfig,
-    jobs: HashMap<String, JobState>,
+    jobs: ByName<JobState>,
     /// Newest window when departed nodes were last looked for.
     forgot_at: i64,
     /// Each node's GPUs, as its agent last said (what costs are priced by).
@@ -131,7 +135,7 @@ pub struct Detector {
 
 impl Detector {
     pub fn new(cfg: DetectorConfig) -> Self {
-        Detector { cfg, jobs: HashMap::new(), forgot_at: i64::MIN, hosts: HashMap::new() }
+        Detector { cfg, jobs: ByName::default(), forgot_at: i64::MIN, hosts: HashMap::new() }
     }
 
     /// Adds node-window signals (may arrive in several pieces).
@@ -336,7 +340,7 @@ fn add(d: &mut (f64, Vec<Deviation>, bool), dev: Deviation, cause: bool) {
     d.1.push(dev);
 }
 
-fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &HashMap<String, Signals>) {
+fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &ByName<Signals>) {
     // Looked up once: a 10,000-node job is judged 360 times per history hour.
     let (names, sigs): (Vec<&String>, Vec<&Signals>) = nodes.iter().unzip();
     let n = names.len();
