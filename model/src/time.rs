@@ -19,7 +19,7 @@ pub fn median(v: &mut [f64]) -> f64 {
     let (lower, mid, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
     let mid = *mid;
     match lower.iter().copied().max_by(f64::total_cmp) {
-        Some(below) if n % 2 == 0 => (below + mid) / 2.0,
+        Some(below) if n.is_multiple_of(2) => (below + mid) / 2.0,
         _ => mid,
     }
 }
