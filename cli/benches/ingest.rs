@@ -3,7 +3,8 @@
 //! and bytes on the wire per row against JSON of the same rows.
 //!
 //! `cargo bench -p ingero --bench ingest` (env INGERO_BENCH_NODES,
-//! INGERO_BENCH_BATCHES, INGERO_BENCH_ROWS override the shape).
+//! INGERO_BENCH_BATCHES, INGERO_BENCH_ROWS override the shape;
+//! INGERO_BENCH_FLUSH_ROWS the rows buffered before a flush).
 
 /// glibc malloc returns large buffers to the kernel and faults them back in
 /// zeroed on every batch; mimalloc keeps them (measured in BENCHMARKS.md).
@@ -44,10 +45,12 @@ fn main() {
             json as f64 / arrow as f64
         );
 
+        encode_stages();
+
         let dir = tempfile::tempdir().unwrap();
         let store = StoreUrl::parse(&format!("file://{}", dir.path().join("data").display())).unwrap();
         let mut cfg = ServeConfig::ephemeral(store, Default::default(), dir.path().join("wal"));
-        cfg.commit = CommitConfig { wal_dir: dir.path().join("wal"), flush_rows: 500_000, flush_age: Duration::from_secs(30) };
+        cfg.commit = CommitConfig { wal_dir: dir.path().join("wal"), flush_rows: env("INGERO_BENCH_FLUSH_ROWS", 500_000), flush_age: Duration::from_secs(30) };
         let server = Server::start(cfg).await.unwrap();
         let load = LoadConfig {
             server: server.grpc_url(),
@@ -79,4 +82,50 @@ fn main() {
         }
         server.shutdown().await.unwrap();
     });
+}
+
+/// One flush file of `call_windows` (256 Ki rows from 16 nodes) through each
+/// encoding stage on one thread, median of 5: where a flush's CPU goes.
+fn encode_stages() {
+    let now = chrono::Utc::now().timestamp_micros();
+    let mut batches = Vec::new();
+    for b in 0..ingero_store::parquet::FILE_ROWS.div_ceil(5_000) {
+        let tables = synth_tables(&format!("node-{}", b % 16), now + b as i64 / 16 * 1_000_000, 5_000, b as u64);
+        batches.extend(tables.into_iter().filter(|(t, _)| *t == Table::CallWindows).map(|(_, b)| b));
+    }
+    let median = |f: &mut dyn FnMut()| {
+        let mut t: Vec<Duration> = (0..5)
+            .map(|_| {
+                let s = Instant::now();
+                f();
+                s.elapsed()
+            })
+            .collect();
+        t.sort();
+        t[2]
+    };
+    let parts = ingero_store::parquet::partition(Table::CallWindows, &batches).unwrap();
+    let part = parts.values().next().unwrap().clone();
+    let rows = part.num_rows() as f64;
+    let storage = ingero_store::delta::schema::to_storage(&part).unwrap();
+    let mut bytes = 0;
+    let stages: [(&str, Duration); 4] = [
+        (
+            "partition (order, concat)",
+            median(&mut || drop(ingero_store::parquet::partition(Table::CallWindows, &batches))),
+        ),
+        ("storage types", median(&mut || drop(ingero_store::delta::schema::to_storage(&part)))),
+        (
+            "Delta statistics read from the values (files take the writer's)",
+            median(&mut || drop(ingero_store::delta::stats::of(&storage))),
+        ),
+        (
+            "whole file (all of it, zstd Parquet)",
+            median(&mut || bytes = ingero_store::parquet::encode(&part).unwrap().bytes.len()),
+        ),
+    ];
+    for (stage, t) in stages {
+        println!("encode: {stage}: {:.1} ms, {:.0} ns/row", t.as_secs_f64() * 1e3, t.as_secs_f64() * 1e9 / rows);
+    }
+    println!("encode: {rows} call_windows rows -> {bytes} B ({:.1} B/row)", bytes as f64 / rows);
 }

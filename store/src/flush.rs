@@ -271,18 +271,21 @@ impl Encoded {
     }
 }
 
-/// One data table's files.
+/// One data table's files, encoded one after another.
 fn encode_table(writer: &str, segment: u64, t: Table, batches: &[RecordBatch]) -> Result<Encoded> {
-    let mut files = Vec::new();
-    for (part, batch) in parquet::partition(t, batches)? {
-        let rows = batch.num_rows();
-        for (chunk, offset) in (0..rows).step_by(parquet::FILE_ROWS).enumerate() {
-            let slice = batch.slice(offset, parquet::FILE_ROWS.min(rows - offset));
-            let key = part.file(writer, segment, chunk);
-            files.push(EncodedFile::new(key, parquet::encode(&slice)?));
-        }
-    }
-    Ok(Encoded { name: t.name().to_string(), schema: t.schema(), files })
+    let files: Result<Vec<_>> =
+        chunks(writer, segment, t, batches)?.into_iter().map(|(key, rows)| encode_file(t, key, &rows)).collect();
+    Ok(Encoded { name: t.name().to_string(), schema: t.schema(), files: files? })
+}
+
+/// A table's rows cut into the files they will be: (key, rows) per file.
+fn chunks(writer: &str, segment: u64, t: Table, batches: &[RecordBatch]) -> Result<Vec<(String, Vec<RecordBatch>)>> {
+    Ok(parquet::files(t, batches)?.into_iter().map(|(part, n, rows)| (part.file(writer, segment, n), rows)).collect())
+}
+
+fn encode_file(t: Table, key: String, rows: &[RecordBatch]) -> Result<EncodedFile> {
+    let batch = arrow::compute::concat_batches(&t.schema(), rows)?;
+    Ok(EncodedFile::new(key, parquet::encode(&batch)?))
 }
 
 /// Every signal tier's files.
@@ -299,35 +302,55 @@ fn encode_tiers<'a>(
     Ok(Encoded::tiers(files))
 }
 
-/// Encodes every table and tier of the segment in parallel.
+/// Encodes every table and tier of the segment in parallel, each file of a
+/// table on its own blocking task (a flush is mostly one big table; file by
+/// file it would use one core while the other waits).
 async fn encode(writer: &str, sealed: &Arc<Sealed>) -> Result<Vec<Encoded>> {
-    let mut tasks = Vec::new();
+    let (s, w) = (sealed.clone(), writer.to_string());
+    let tiers = tokio::task::spawn_blocking(move || encode_tiers(&w, s.segment, s.signals.iter().flat_map(|(_, v)| v)));
+    let mut cut = Vec::new();
     for &t in sealed.tables.keys() {
         let (s, w) = (sealed.clone(), writer.to_string());
-        tasks.push(tokio::task::spawn_blocking(move || Ok(vec![encode_table(&w, s.segment, t, &s.tables[&t])?])));
+        cut.push((t, tokio::task::spawn_blocking(move || chunks(&w, s.segment, t, &s.tables[&t]))));
     }
-    let (s, w) = (sealed.clone(), writer.to_string());
-    tasks.push(tokio::task::spawn_blocking(move || encode_tiers(&w, s.segment, s.signals.iter().flat_map(|(_, v)| v))));
+    let mut tables = Vec::new();
+    for (t, task) in cut {
+        let files: Vec<_> = joined(task.await)?
+            .into_iter()
+            .map(|(key, rows)| tokio::task::spawn_blocking(move || encode_file(t, key, &rows)))
+            .collect();
+        tables.push((t, files));
+    }
     let mut out = Vec::new();
-    for t in tasks {
-        out.extend(t.await.map_err(|e| Error::State(format!("encoder panicked: {e}")))??);
+    for (t, files) in tables {
+        let mut done = Vec::with_capacity(files.len());
+        for f in files {
+            done.push(joined(f.await)?);
+        }
+        out.push(Encoded { name: t.name().to_string(), schema: t.schema(), files: done });
     }
+    out.extend(joined(tiers.await)?);
     Ok(out)
+}
+
+fn joined<T>(r: std::result::Result<Result<T>, tokio::task::JoinError>) -> Result<T> {
+    r.map_err(|e| Error::State(format!("encoder panicked: {e}")))?
 }
 
 /// One table (or tier) of the segment again, without the batches `stored` covers.
 async fn reencode(writer: &str, sealed: &Arc<Sealed>, name: &str, stored: &Stored) -> Result<Encoded> {
     let (s, w, name, stored) = (sealed.clone(), writer.to_string(), name.to_string(), stored.clone());
-    tokio::task::spawn_blocking(move || {
-        if let Some(t) = Table::from_name(&name) {
-            let tables = s.tables_without(&stored);
-            return encode_table(&w, s.segment, t, tables.get(&t).map(Vec::as_slice).unwrap_or_default());
-        }
-        let tier = encode_tiers(&w, s.segment, s.signals_without(&stored))?.into_iter().find(|e| e.name == name);
-        Ok(tier.unwrap_or(Encoded { name, schema: tiers::schema(), files: Vec::new() }))
-    })
-    .await
-    .map_err(|e| Error::State(format!("encoder panicked: {e}")))?
+    joined(
+        tokio::task::spawn_blocking(move || {
+            if let Some(t) = Table::from_name(&name) {
+                let tables = s.tables_without(&stored);
+                return encode_table(&w, s.segment, t, tables.get(&t).map(Vec::as_slice).unwrap_or_default());
+            }
+            let tier = encode_tiers(&w, s.segment, s.signals_without(&stored))?.into_iter().find(|e| e.name == name);
+            Ok(tier.unwrap_or(Encoded { name, schema: tiers::schema(), files: Vec::new() }))
+        })
+        .await,
+    )
 }
 
 /// Writes the segment's files and commits them; returns files written.

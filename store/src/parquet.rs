@@ -24,12 +24,54 @@ pub const FILE_ROWS: usize = 256 * 1024;
 const SORT_COLUMNS: [usize; 3] = [0, 10, 7];
 
 /// Splits one table's buffered batches into hour partitions, with rows
-/// grouped by node and in time order.
+/// grouped by node and in time order, one batch per partition.
+pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Partition, RecordBatch>> {
+    let mut out = BTreeMap::new();
+    for (part, list) in ordered(table, batches)? {
+        out.insert(part, concat_batches(&table.schema(), &list)?);
+    }
+    Ok(out)
+}
+
+/// One table's buffered batches cut into the files they become: per file
+/// its partition, its number within the partition and its rows (slices of
+/// the pushed batches, not yet copied: the copy into one batch happens in
+/// the file's own encoding task, in parallel with the others).
+pub fn files(table: Table, batches: &[RecordBatch]) -> Result<Vec<(Partition, usize, Vec<RecordBatch>)>> {
+    let mut out = Vec::new();
+    for (part, list) in ordered(table, batches)? {
+        out.extend(cut(list, FILE_ROWS).into_iter().enumerate().map(|(n, rows)| (part, n, rows)));
+    }
+    Ok(out)
+}
+
+/// Batches in order, cut into groups of `per_file` rows (the last shorter).
+fn cut(list: Vec<RecordBatch>, per_file: usize) -> Vec<Vec<RecordBatch>> {
+    let (mut out, mut cur, mut rows) = (Vec::new(), Vec::new(), 0);
+    for b in list {
+        let mut off = 0;
+        while off < b.num_rows() {
+            let take = (per_file - rows).min(b.num_rows() - off);
+            cur.push(b.slice(off, take));
+            (rows, off) = (rows + take, off + take);
+            if rows == per_file {
+                out.push(std::mem::take(&mut cur));
+                rows = 0;
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Each hour partition's batches, ordered.
 ///
 /// Each pushed batch comes from one node, so ordering whole batches by
 /// (node, first window) makes every node's rows contiguous without a per-row
 /// sort; [`encode`] then sorts only when a batch spans several windows.
-pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Partition, RecordBatch>> {
+fn ordered(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Partition, Vec<RecordBatch>>> {
     let mut order: Vec<(&str, i64, usize)> = batches
         .iter()
         .enumerate()
@@ -37,33 +79,33 @@ pub fn partition(table: Table, batches: &[RecordBatch]) -> Result<BTreeMap<Parti
         .map(|(i, b)| (first_node(b), first_ts(b), i))
         .collect();
     order.sort_unstable();
-    let ordered: Vec<&RecordBatch> = order.iter().map(|&(_, _, i)| &batches[i]).collect();
-    let all = concat_batches(&table.schema(), ordered)?;
-    let mut out = BTreeMap::new();
-    if all.num_rows() == 0 {
-        return Ok(out);
+    let mut out: BTreeMap<Partition, Vec<RecordBatch>> = BTreeMap::new();
+    for (_, _, i) in order {
+        for (hour, b) in by_hour(&batches[i])? {
+            out.entry(Partition { table, hour }).or_default().push(b);
+        }
     }
-    let ts = all
+    Ok(out)
+}
+
+/// A batch's rows per hour of their window (almost always one hour: the
+/// batch itself).
+fn by_hour(batch: &RecordBatch) -> Result<Vec<(i64, RecordBatch)>> {
+    let ts = batch
         .column(common::WINDOW_START)
         .as_any()
         .downcast_ref::<TimestampMicrosecondArray>()
         .ok_or_else(|| Error::State("window_start is not a µs timestamp".into()))?;
     let values = ts.values();
     let first = hour_of(values[0]);
-    // Common case: the whole buffer falls in one hour.
     if values.iter().all(|&v| hour_of(v) == first) {
-        out.insert(Partition { table, hour: first }, all);
-        return Ok(out);
+        return Ok(vec![(first, batch.clone())]);
     }
     let mut rows: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
     for (i, &v) in values.iter().enumerate() {
         rows.entry(hour_of(v)).or_default().push(i as u32);
     }
-    for (hour, idx) in rows {
-        let b = take_record_batch(&all, &UInt32Array::from(idx))?;
-        out.insert(Partition { table, hour }, b);
-    }
-    Ok(out)
+    rows.into_iter().map(|(hour, idx)| Ok((hour, take_record_batch(batch, &UInt32Array::from(idx))?))).collect()
 }
 
 /// An encoded Parquet file with its Delta statistics.
@@ -93,8 +135,8 @@ pub fn encode(batch: &RecordBatch) -> Result<ParquetFile> {
     let mut buf = Vec::with_capacity(sorted.get_array_memory_size() / 4);
     let mut w = ArrowWriter::try_new(&mut buf, sorted.schema(), Some(props))?;
     w.write(&sorted)?;
-    w.close()?;
-    Ok(ParquetFile { bytes: buf, stats: super::delta::stats::of(&sorted) })
+    let md = w.close()?;
+    Ok(ParquetFile { bytes: buf, stats: super::delta::stats::of_file(&sorted, &md) })
 }
 
 fn first_node(b: &RecordBatch) -> &str {
@@ -133,6 +175,24 @@ mod tests {
     use ingero_model::rows::{BatchBuilder, TimestampUs};
     use ingero_model::tables::{CgroupRow, Common};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use std::sync::Arc;
+
+    #[test]
+    fn files_are_cut_at_the_row_limit_in_order() {
+        let b = |from: u32, n: u32| {
+            RecordBatch::try_from_iter([("v", Arc::new(UInt32Array::from_iter_values(from..from + n)) as _)]).unwrap()
+        };
+        let files = cut(vec![b(0, 3), b(3, 5), b(8, 2)], 4);
+        let sizes: Vec<Vec<usize>> = files.iter().map(|f| f.iter().map(RecordBatch::num_rows).collect()).collect();
+        assert_eq!(sizes, vec![vec![3, 1], vec![4], vec![2]]);
+        let values: Vec<u32> = files
+            .iter()
+            .flatten()
+            .flat_map(|b| b.column(0).as_any().downcast_ref::<UInt32Array>().unwrap().values().to_vec())
+            .collect();
+        assert_eq!(values, (0..10).collect::<Vec<_>>());
+        assert!(cut(vec![b(0, 0)], 4).is_empty());
+    }
 
     #[test]
     fn partitions_by_hour_and_sorts_rows() {

@@ -225,8 +225,8 @@ pub fn encode(batch: &RecordBatch) -> Result<super::parquet::ParquetFile> {
     let mut buf = Vec::new();
     let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props))?;
     w.write(&batch)?;
-    w.close()?;
-    Ok(super::parquet::ParquetFile { bytes: buf, stats: super::delta::stats::of(&batch) })
+    let md = w.close()?;
+    Ok(super::parquet::ParquetFile { bytes: buf, stats: super::delta::stats::of_file(&batch, &md) })
 }
 
 /// Where a tier's file for one hour goes; `name` is unique per writer

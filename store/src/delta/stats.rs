@@ -14,7 +14,10 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::{max, max_string, min, min_string};
 use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType};
 use arrow::datatypes::{DataType, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, TimeUnit};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::statistics::Statistics;
 use serde_json::{Map, Value, json};
+use std::collections::HashMap;
 
 /// Characters of a string kept in its minimum (Spark's
 /// `dataSkippingStringPrefixLength`).
@@ -22,10 +25,34 @@ pub const STRING_PREFIX: usize = 32;
 
 /// The `stats` JSON of a file holding `batch` (storage types).
 pub fn of(batch: &RecordBatch) -> String {
+    build(batch, |_, col| bounds(col))
+}
+
+/// The `stats` JSON of `batch` written as the Parquet file `md` describes:
+/// integer, string and timestamp bounds come from the statistics the
+/// Parquet writer computed while encoding (reading every value a second
+/// time was an eighth of a flush's encoding); the rest as [`of`].
+pub fn of_file(batch: &RecordBatch, md: &ParquetMetaData) -> String {
+    let leaves: HashMap<&str, usize> = md
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.path().parts().len() == 1)
+        .map(|(i, c)| (c.path().parts()[0].as_str(), i))
+        .collect();
+    build(batch, |name, col| match leaves.get(name) {
+        Some(&leaf) if file_bounds_apply(col.data_type()) => file_bounds(md, leaf, col.data_type()),
+        _ => bounds(col),
+    })
+}
+
+fn build(batch: &RecordBatch, bounds: impl Fn(&str, &dyn Array) -> (Option<Value>, Option<Value>)) -> String {
     let (mut mins, mut maxs, mut nulls) = (Map::new(), Map::new(), Map::new());
     for (field, col) in batch.schema().fields().iter().zip(batch.columns()) {
         nulls.insert(field.name().clone(), json!(col.null_count()));
-        let (lo, hi) = bounds(col.as_ref());
+        let (lo, hi) = bounds(field.name(), col.as_ref());
         if let Some(v) = lo {
             mins.insert(field.name().clone(), v);
         }
@@ -40,6 +67,71 @@ pub fn of(batch: &RecordBatch) -> String {
         "nullCount": nulls,
     })
     .to_string()
+}
+
+/// Types whose Parquet statistics are the same bounds [`bounds`] computes
+/// (floats are not: Parquet leaves NaN out of its bounds, Delta readers
+/// must not skip a file that holds one).
+fn file_bounds_apply(t: &DataType) -> bool {
+    matches!(t, DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Utf8)
+        || matches!(t, DataType::Timestamp(TimeUnit::Microsecond, Some(_)))
+}
+
+/// A column's bounds over every row group of the file; none where any
+/// row group with values has no statistics.
+fn file_bounds(md: &ParquetMetaData, leaf: usize, t: &DataType) -> (Option<Value>, Option<Value>) {
+    let (mut lo, mut hi): (Option<Bound>, Option<Bound>) = (None, None);
+    for rg in md.row_groups() {
+        let c = rg.column(leaf);
+        let Some(s) = c.statistics() else { return (None, None) };
+        let (Some(l), Some(h)) = (Bound::min(s), Bound::max(s)) else {
+            if s.null_count_opt() == Some(rg.num_rows() as u64) {
+                continue; // only nulls here
+            }
+            return (None, None);
+        };
+        lo = Some(lo.map_or(l.clone(), |v| v.min(l)));
+        hi = Some(hi.map_or(h.clone(), |v| v.max(h)));
+    }
+    match (t, lo, hi) {
+        (DataType::Timestamp(..), Some(Bound::Int(l)), Some(Bound::Int(h))) => {
+            (millis(l.div_euclid(1000)), millis((h + 999).div_euclid(1000)))
+        }
+        (_, Some(Bound::Int(l)), Some(Bound::Int(h))) => (Some(json!(l)), Some(json!(h))),
+        (_, Some(Bound::Str(l, _)), Some(Bound::Str(h, exact))) => {
+            let (Ok(l), Ok(h)) = (std::str::from_utf8(&l), std::str::from_utf8(&h)) else { return (None, None) };
+            (Some(json!(prefix(l))), (exact && h.chars().count() <= STRING_PREFIX).then(|| json!(h)))
+        }
+        _ => (None, None),
+    }
+}
+
+/// One row group's bound of a column: an integer, or bytes and whether
+/// they are the exact value (Parquet truncates long ones).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Bound {
+    Int(i64),
+    Str(Vec<u8>, bool),
+}
+
+impl Bound {
+    fn min(s: &Statistics) -> Option<Bound> {
+        match s {
+            Statistics::Int32(v) => v.min_opt().map(|&x| Bound::Int(x.into())),
+            Statistics::Int64(v) => v.min_opt().map(|&x| Bound::Int(x)),
+            Statistics::ByteArray(v) => v.min_opt().map(|x| Bound::Str(x.data().to_vec(), v.min_is_exact())),
+            _ => None,
+        }
+    }
+
+    fn max(s: &Statistics) -> Option<Bound> {
+        match s {
+            Statistics::Int32(v) => v.max_opt().map(|&x| Bound::Int(x.into())),
+            Statistics::Int64(v) => v.max_opt().map(|&x| Bound::Int(x)),
+            Statistics::ByteArray(v) => v.max_opt().map(|x| Bound::Str(x.data().to_vec(), v.max_is_exact())),
+            _ => None,
+        }
+    }
 }
 
 /// The `stats` JSON of a file whose columns are not summarised (tests).
@@ -165,5 +257,61 @@ mod tests {
         assert_eq!(s["nullCount"]["empty"], 2);
         let only_long = batch(vec![("path", Arc::new(StringArray::from(vec![long.as_str()])) as ArrayRef)]);
         assert_eq!(stats(&only_long)["minValues"]["path"], "é".repeat(STRING_PREFIX));
+    }
+
+    /// The statistics taken from the Parquet writer's metadata are the ones
+    /// computed from the values, over several row groups, nulls, truncated
+    /// long strings, rounding timestamps and a NaN.
+    #[test]
+    fn file_statistics_equal_the_values_own() {
+        use arrow::array::{Int8Array, ListArray};
+        use arrow::datatypes::Int32Type;
+        use parquet::arrow::ArrowWriter;
+        use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+        let long = "é".repeat(STRING_PREFIX + 40);
+        let big = "z".repeat(STRING_PREFIX + 100);
+        let ts = TimestampMicrosecondArray::from(vec![Some(1_700_000_000_123_456), None, Some(-1), Some(5), Some(9)])
+            .with_timezone("UTC");
+        let lists = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+            Some(vec![Some(1)]),
+            None,
+            Some(vec![]),
+            None,
+            None,
+        ]);
+        let b = batch(vec![
+            (
+                "node",
+                Arc::new(StringArray::from(vec![Some("n-2"), None, Some(long.as_str()), Some("n-10"), Some("b")]))
+                    as ArrayRef,
+            ),
+            ("far", Arc::new(StringArray::from(vec![Some("a"), Some(big.as_str()), None, None, Some("c")]))),
+            ("small", Arc::new(Int8Array::from(vec![Some(-3), None, Some(7), Some(1), None]))),
+            ("ns", Arc::new(Int64Array::from(vec![Some(i64::MAX - 1), Some(5), Some(i64::MIN), None, Some(0)]))),
+            ("t", Arc::new(ts)),
+            ("share", Arc::new(Float64Array::from(vec![0.5, -1.25, f64::NAN, 3.0, 1.0]))),
+            ("fine", Arc::new(Float64Array::from(vec![0.5, -1.25, 2.0, 3.0, 1.0]))),
+            ("flag", Arc::new(BooleanArray::from(vec![true, false, true, true, false]))),
+            ("late", Arc::new(Int16Array::from(vec![None, None, None, Some(4), Some(2)]))),
+            ("empty", new_null_array(&DataType::Int32, 5)),
+            ("list", Arc::new(lists)),
+        ]);
+        for rows in [1, 2, 5] {
+            let props = WriterProperties::builder()
+                .set_statistics_enabled(EnabledStatistics::Page)
+                .set_max_row_group_row_count(Some(rows))
+                .build();
+            let mut buf = Vec::new();
+            let mut w = ArrowWriter::try_new(&mut buf, b.schema(), Some(props)).unwrap();
+            w.write(&b).unwrap();
+            let md = w.close().unwrap();
+            let file: Value = serde_json::from_str(&of_file(&b, &md)).unwrap();
+            assert_eq!(file, stats(&b), "row groups of {rows} rows");
+        }
+        let s = stats(&b);
+        assert_eq!(s["minValues"]["node"], "b");
+        assert_eq!(s["maxValues"].get("node"), None, "the long value is the maximum");
+        assert_eq!(s["minValues"]["late"], 2);
     }
 }
