@@ -110,7 +110,7 @@ async fn age(fresh: &Store, aged: &Store, start_us: i64, days: usize) -> usize {
     for (name, schema, _) in ingero_store::upkeep::tables() {
         let snap = Snapshot::load(fresh, name).await.unwrap();
         let Some(sample) = snap.files.values().next() else { continue };
-        let rows = snap.rows() as usize;
+        let rows = snap.rows().expect("a writer's snapshot has every file's numRecords") as usize;
         let per_hour = rows.div_ceil(256 * 1024).max(1);
         let size = (sample.size as usize).max(1) * rows.div_ceil(per_hour) / (rows / snap.files.len()).max(1);
         let stats = sample.stats.clone().unwrap_or_default();

@@ -88,13 +88,36 @@ impl Snapshot {
         self.files.keys().map(|p| format!("{}/{p}", self.table))
     }
 
-    /// Rows in the live files (from each file's `numRecords`, where given).
-    pub fn rows(&self) -> u64 {
+    /// Rows in the live files, from each file's `numRecords`; `None` when a
+    /// file's statistics are missing or were not loaded (a reader's snapshot
+    /// from [`super::log::current`] leaves them out), rather than a count
+    /// that silently skips those files.
+    pub fn rows(&self) -> Option<u64> {
         self.files
             .values()
-            .filter_map(|a| a.stats.as_deref())
-            .filter_map(|s| serde_json::from_str::<serde_json::Value>(s).ok())
-            .filter_map(|v| v["numRecords"].as_u64())
+            .map(|a| {
+                let v: serde_json::Value = serde_json::from_str(a.stats.as_deref()?).ok()?;
+                v["numRecords"].as_u64()
+            })
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_unknown_when_a_file_has_no_statistics() {
+        let mut snap = Snapshot::default();
+        assert_eq!(snap.rows(), Some(0));
+        for (path, rows) in [("a.parquet", 3), ("b.parquet", 4)] {
+            snap.apply(Action::Add(super::super::table::add(path, 1, format!("{{\"numRecords\":{rows}}}"))));
+        }
+        assert_eq!(snap.rows(), Some(7));
+        let mut bare = super::super::table::add("c.parquet", 1, String::new());
+        bare.stats = None; // as a reader's snapshot holds it
+        snap.apply(Action::Add(bare));
+        assert_eq!(snap.rows(), None);
     }
 }
