@@ -162,6 +162,7 @@ struct stall_event {
 #define PROC_OOM 4
 #define PROC_COMM_INIT 5
 #define PROC_DLOPEN 6 /* a CUDA/NCCL library not yet probed is looked up; the thread waits (other: tid) */
+#define PROC_LIB_LOOKUP 7 /* a process's first lookup in a CUDA/NCCL library, where nothing can wait (other: tid) */
 
 /* Process lifecycle and rare events, through the procs ring buffer. */
 struct proc_event {

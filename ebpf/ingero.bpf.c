@@ -7,6 +7,7 @@
  * hold, a racy max. The agent probes the kernel's features and loads the
  * object it can (agent/src/probes/features.rs states each loss). */
 #include "calls.bpf.c"
+#include "libnotify.bpf.c" /* loaded where the hold below is not */
 #ifndef INGERO_COMPAT
 #include "libload.bpf.c" /* before sched: a held thread's wait is not run-queue wait */
 #endif

@@ -24,12 +24,12 @@
  * way to sleep a task, and stopping it with a signal would stop its whole
  * process and show in its parent's wait(). */
 #include "common.bpf.h"
+#include "libname.bpf.h"
 
 #define HOLD_MAX_MS_DEFAULT 1000
 /* bpf_loop runs at most 2^23 steps a call (BPF_MAX_LOOPS), each step
  * about a microsecond; the deadline ends the wait, this only bounds it. */
 #define HOLD_LOOPS 64
-#define NAME_MAX_SCAN 160
 
 /* The file behind a mapping, as the kernel places uprobes on it (the real
  * inode, below any overlay). */
@@ -100,39 +100,6 @@ static __always_inline int paused(void)
 	__u32 *p = bpf_map_lookup_elem(&holds_paused, &zero);
 	return p && *p;
 }
-
-/* Per CPU: the library's path (too big for the stack). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, char[NAME_MAX_SCAN + 16]);
-} lib_name SEC(".maps");
-
-/* True when a component of the path starts libnccl*, libcudart* or libcuda.*
- * (one pass, no state carried between characters: cheap to verify). */
-static __always_inline int traced_name(const char *s)
-{
-	for (int i = 0; i < NAME_MAX_SCAN; i++) {
-		if (s[i] == 0)
-			return 0;
-		if (s[i] != 'l' || s[i + 1] != 'i' || s[i + 2] != 'b' || (i > 0 && s[i - 1] != '/'))
-			continue;
-		const char *t = s + i + 3;
-		if (t[0] == 'n' && t[1] == 'c' && t[2] == 'c' && t[3] == 'l')
-			return 1;
-		if (t[0] == 'c' && t[1] == 'u' && t[2] == 'd' && t[3] == 'a' && (t[4] == 'r' || t[4] == '.'))
-			return 1;
-	}
-	return 0;
-}
-
-/* The public head of glibc's struct link_map (<link.h>). */
-struct link_map_head {
-	__u64 l_addr;
-	__u64 l_name;
-	__u64 l_ld;
-};
 
 static long file_of_vma(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
 {
@@ -228,34 +195,10 @@ static __noinline int hold(struct hold_wait *w, __u64 left, __u64 *spent)
 static __noinline int traced_handle(__u64 handle, struct file_id *id)
 {
 	struct link_map_head lm;
-	if (bpf_probe_read_user(&lm, sizeof(lm), (void *)handle) || !lm.l_name || !lm.l_ld)
-		return 0;
-	__u32 zero = 0;
-	char *buf = bpf_map_lookup_elem(&lib_name, &zero);
-	if (!buf)
-		return 0;
-	__builtin_memset(buf, 0, NAME_MAX_SCAN + 16);
-	if (bpf_probe_read_user_str(buf, NAME_MAX_SCAN, (void *)lm.l_name) <= 0 || !traced_name(buf))
+	if (!traced_link_map(handle, &lm))
 		return 0;
 	bpf_find_vma(bpf_get_current_task_btf(), lm.l_ld, file_of_vma, id, 0);
 	return 1;
-}
-
-/* pid_in_ns() in a frame of its own. */
-static __noinline __u32 dlsym_pid(struct pid *p, struct config *c)
-{
-	return pid_in_ns(p, c);
-}
-
-/* current_ids(), each step in a small frame. */
-static __noinline __u64 dlsym_ids(struct config *c)
-{
-	if (!c->pidns_ino)
-		return bpf_get_current_pid_tgid();
-	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	__u32 tid = dlsym_pid(BPF_CORE_READ(t, thread_pid), c);
-	__u32 tgid = dlsym_pid(BPF_CORE_READ(t, group_leader, thread_pid), c);
-	return tid && tgid ? ((__u64)tgid << 32) | tid : 0;
 }
 
 /* Sleepable: a non-sleepable program runs under rcu_read_lock, and placing
@@ -278,7 +221,7 @@ int dlsym_entry(struct pt_regs *ctx)
 	struct hold_wait w = {};
 	if (!traced_handle(handle, &w.id))
 		return 0;
-	w.ids = dlsym_ids(c);
+	w.ids = lookup_ids(c);
 	if (!w.ids)
 		return 0;
 	__u32 tgid = w.ids >> 32;

@@ -16,7 +16,9 @@ use crate::attribution::Attributor;
 use crate::detacher::Detacher;
 use crate::error::Result;
 use crate::host::HostFacts;
-use crate::probes::abi::{Counters, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK, ProcEvent};
+use crate::probes::abi::{
+    Counters, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_LIB_LOOKUP, ProcEvent,
+};
 use crate::probes::drain::{self, Rings};
 use crate::probes::grace::Grace;
 use crate::probes::libs;
@@ -337,6 +339,12 @@ impl ProbeLoop {
                 let took = t.elapsed();
                 tracing::debug!(pid = e.tgid, tid = e.other, held_us = took.as_micros() as u64, "library lookup held");
                 self.hold_outlasted(took);
+                return;
+            }
+            PROC_LIB_LOOKUP => {
+                // Nothing waits (a kernel without the hold): probe now, not
+                // at the next rescan; the calls made meanwhile are lost.
+                self.scan(&[e.tgid]);
                 return;
             }
             PROC_EXEC | PROC_FORK => {

@@ -26,6 +26,7 @@ pub(crate) const PROC_FORK: u32 = c::PROC_FORK as u32;
 pub(crate) const PROC_OOM: u32 = c::PROC_OOM as u32;
 pub(crate) const PROC_COMM_INIT: u32 = c::PROC_COMM_INIT as u32;
 pub(crate) const PROC_DLOPEN: u32 = c::PROC_DLOPEN as u32;
+pub(crate) const PROC_LIB_LOOKUP: u32 = c::PROC_LIB_LOOKUP as u32;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

@@ -55,6 +55,8 @@ pub struct Probes {
     resolved: HashMap<u32, HashMap<(u64, u64), FileId>>,
     /// The library-lookup hold program loaded (the kernel supports it).
     dlopen_hold: bool,
+    /// The lookup notice (ebpf/libnotify.bpf.c) loaded: used where no hold is.
+    lookup_notice: bool,
     /// What the kernel can do, and so which object is loaded.
     pub features: Features,
     /// What one trap costs a probed call here (ns), measured at load.
@@ -120,6 +122,8 @@ impl Probes {
                 false
             }
         };
+        // Also beside the hold: what `--no-dlopen-hold` probes glibc's lookups with.
+        let lookup_notice = load_notice(&mut ebpf);
         attach_tracepoints(&mut ebpf, &btf)?;
         let trap_ns = super::trap_cost::measure_or_warn(&mut ebpf);
         // Pids in every event are those of the agent's own namespace (a kind
@@ -131,6 +135,7 @@ impl Probes {
             attached: Attachments::default(),
             resolved: HashMap::new(),
             dlopen_hold,
+            lookup_notice,
             features,
             trap_ns,
         };
@@ -372,10 +377,11 @@ impl Probes {
         links: &mut Links,
     ) -> Result<Vec<&'static str>> {
         if lib == Lib::Libc {
-            if !self.dlopen_hold || self.config.hold_dlopen == 0 {
-                return Ok(vec![]);
-            }
-            return self.attach_dlopen(path, links);
+            return match (self.dlopen_hold && self.config.hold_dlopen != 0, self.lookup_notice) {
+                (true, _) => self.attach_dlopen(path, "dlsym_entry", links),
+                (false, true) => self.attach_dlopen(path, "dlsym_notify", links),
+                (false, false) => Ok(vec![]),
+            };
         }
         let mut done = Vec::new();
         let wanted: Vec<&str> = ops::all().iter().filter(|o| o.lib == lib).map(|o| o.symbol).collect();
@@ -423,10 +429,11 @@ impl Probes {
 }
 
 impl Probes {
-    /// glibc's `dlsym` and `dlvsym`, entry only (see ebpf/libload.bpf.c):
-    /// never a return probe on the loader's functions, which read their own
-    /// return address to pick the caller's RUNPATH.
-    fn attach_dlopen(&mut self, path: &Path, links: &mut Links) -> Result<Vec<&'static str>> {
+    /// glibc's `dlsym` and `dlvsym`, entry only, with the hold or the
+    /// notice (ebpf/libload.bpf.c, libnotify.bpf.c): never a return probe
+    /// on the loader's functions, which read their own return address to
+    /// pick the caller's RUNPATH.
+    fn attach_dlopen(&mut self, path: &Path, program: &str, links: &mut Links) -> Result<Vec<&'static str>> {
         let mut done = Vec::new();
         let offsets = super::offsets::resolve(path, &["dlsym", "dlvsym"])
             .map_err(|e| Error::Open { what: format!("{} (symbols)", path.display()), cause: e })?;
@@ -434,9 +441,9 @@ impl Probes {
             // A libc without them (before glibc 2.34 they live in libdl).
             let Some(&offset) = offsets.get(symbol) else { continue };
             let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: None };
-            let entry = prog(&mut self.ebpf, "dlsym_entry").and_then(as_uprobe)?;
+            let entry = prog(&mut self.ebpf, program).and_then(as_uprobe)?;
             if let Ok(id) = entry.attach(point, path, UProbeScope::AllProcesses) {
-                links.push(("dlsym_entry".into(), id));
+                links.push((program.into(), id));
                 done.push(symbol);
             }
         }
@@ -457,7 +464,19 @@ fn kernel_file_key(dev: u64, ino: u64) -> [u8; 16] {
     key
 }
 
-const NO_HOLD: &str = "no library hold on this kernel: a library dlopen'd and called at once misses its first calls";
+const NO_HOLD: &str = "no library hold on this kernel: a library dlopen'd and called at once misses its first calls (until the agent, woken at the library's first lookup, has probed it)";
+
+/// Where nothing can be held: a CUDA/NCCL library's first lookup in a
+/// process wakes the agent (ebpf/libnotify.bpf.c) instead of its next rescan.
+fn load_notice(ebpf: &mut Ebpf) -> bool {
+    let loaded = prog(ebpf, "dlsym_notify")
+        .and_then(as_uprobe)
+        .and_then(|p| p.load().map_err(Error::program("loading dlsym_notify")));
+    if let Err(e) = &loaded {
+        tracing::warn!(error = %e, "no library lookup notice: a library dlopen'd at run time is found at the next rescan");
+    }
+    loaded.is_ok()
+}
 
 /// The hold at a new library's first lookup (ebpf/libload.bpf.c): only where
 /// the kernel has what it needs (`Features::library_hold`).

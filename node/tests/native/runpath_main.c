@@ -2,7 +2,9 @@
 /* usage: runpath_main LOADER (NAME [SYMBOL N])...
  * Waits for a byte on stdin (the test moves it into a cgroup first), loads
  * LOADER by path, then asks it to load each NAME through its RUNPATH and
- * call SYMBOL N times ("-" for none). Exit 0 only if every load worked. */
+ * call SYMBOL N times ("-" for none). Exit 0 only if every load worked.
+ * With RUNPATH_MAIN_LINGER set it keeps its libraries mapped until a
+ * second byte (or end of input) on stdin. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,10 @@ int main(int argc, char **argv)
 		if (rc)
 			return 10 + rc;
 		printf("loaded %s\n", argv[i]);
+	}
+	if (getenv("RUNPATH_MAIN_LINGER")) {
+		fflush(stdout);
+		(void)read(0, &b, 1);
 	}
 	return 0;
 }
