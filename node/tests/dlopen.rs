@@ -12,12 +12,6 @@ use std::time::{Duration, Instant};
 use fixtures::*;
 use ingero_model::Table;
 
-fn tmp(tag: &str) -> (tempfile::TempDir, Cgroup) {
-    let dir = tempfile::tempdir().unwrap();
-    let cg = Cgroup::new(&format!("ingero-test-{tag}-{}", std::process::id()));
-    (dir, cg)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_library_dlopened_and_called_at_once_is_traced_from_its_first_call() {
     if !can_trace() {

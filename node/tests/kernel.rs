@@ -7,12 +7,6 @@ mod fixtures;
 use fixtures::*;
 use ingero_model::Table;
 
-fn tmp(tag: &str) -> (tempfile::TempDir, Cgroup) {
-    let dir = tempfile::tempdir().unwrap();
-    let cg = Cgroup::new(&format!("ingero-test-{tag}-{}", std::process::id()));
-    (dir, cg)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exact_counts_durations_and_errors_across_libraries_and_paths() {
     if !can_trace() {

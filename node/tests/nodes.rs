@@ -15,12 +15,6 @@ use arrow::datatypes::{Int64Type, UInt32Type, UInt64Type};
 use fixtures::*;
 use ingero_model::Table;
 
-fn tmp(tag: &str) -> (tempfile::TempDir, Cgroup) {
-    let dir = tempfile::tempdir().unwrap();
-    let cg = Cgroup::new(&format!("ingero-test-{tag}-{}", std::process::id()));
-    (dir, cg)
-}
-
 /// An overlayfs mount, unmounted on drop.
 struct Overlay(PathBuf);
 

@@ -469,11 +469,19 @@ const NO_HOLD: &str = "no library hold on this kernel: a library dlopen'd and ca
 /// Where nothing can be held: a CUDA/NCCL library's first lookup in a
 /// process wakes the agent (ebpf/libnotify.bpf.c) instead of its next rescan.
 fn load_notice(ebpf: &mut Ebpf) -> bool {
-    let loaded = prog(ebpf, "dlsym_notify")
-        .and_then(as_uprobe)
-        .and_then(|p| p.load().map_err(Error::program("loading dlsym_notify")));
+    load_or_warn(
+        ebpf,
+        "dlsym_notify",
+        "no library lookup notice: a library dlopen'd at run time is found at the next rescan",
+    )
+}
+
+/// Loads one uprobe program; where the kernel refuses it, says what is lost.
+fn load_or_warn(ebpf: &mut Ebpf, name: &str, lost: &str) -> bool {
+    let loaded =
+        prog(ebpf, name).and_then(as_uprobe).and_then(|p| p.load().map_err(Error::program(format!("loading {name}"))));
     if let Err(e) = &loaded {
-        tracing::warn!(error = %e, "no library lookup notice: a library dlopen'd at run time is found at the next rescan");
+        tracing::warn!(error = %e, "{lost}");
     }
     loaded.is_ok()
 }
@@ -485,13 +493,7 @@ fn load_hold(ebpf: &mut Ebpf, features: &Features) -> bool {
         tracing::warn!("{NO_HOLD}");
         return false;
     }
-    let loaded = prog(ebpf, "dlsym_entry")
-        .and_then(as_uprobe)
-        .and_then(|p| p.load().map_err(Error::program("loading dlsym_entry")));
-    if let Err(e) = &loaded {
-        tracing::warn!(error = %e, "no library hold: a library dlopen'd and called at once misses its first calls");
-    }
-    loaded.is_ok()
+    load_or_warn(ebpf, "dlsym_entry", "no library hold: a library dlopen'd and called at once misses its first calls")
 }
 
 /// The compat object's programs read their op's cookie from `op_cookies`.
