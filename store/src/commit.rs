@@ -70,7 +70,7 @@ enum FlushJob {
 }
 
 #[derive(Default)]
-struct Buffer {
+pub(crate) struct Buffer {
     tables: BTreeMap<Table, Vec<RecordBatch>>,
     origins: BTreeMap<Table, Vec<Origin>>,
     pushes: Vec<Origin>,
@@ -81,7 +81,7 @@ struct Buffer {
 }
 
 impl Buffer {
-    fn add(&mut self, node: &str, seq: u64, tables: Vec<(Table, Vec<RecordBatch>)>, signals: BatchSignals) {
+    pub(crate) fn add(&mut self, node: &str, seq: u64, tables: Vec<(Table, Vec<RecordBatch>)>, signals: BatchSignals) {
         let mut rows = 0;
         let node: Arc<str> = node.into();
         for (t, batches) in tables {
@@ -97,7 +97,7 @@ impl Buffer {
         self.since.get_or_insert_with(Instant::now);
     }
 
-    fn seal(self, segment: u64) -> Sealed {
+    pub(crate) fn seal(self, segment: u64) -> Sealed {
         let Buffer { tables, origins, pushes, rows, nodes, signals, .. } = self;
         Sealed { segment, tables, origins, pushes, rows, nodes, signals }
     }

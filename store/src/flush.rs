@@ -1,21 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-//! A sealed WAL segment → Parquet files → one Delta commit per table, then
-//! the `ingest_batches` commit that records the segment and each node's
-//! highest sequence. Every commit carries this writer's segment as a
-//! transaction version, so a segment replayed after a crash skips the
-//! tables it already reached and is never stored twice.
+//! A sealed WAL segment → its intent → Parquet files → one Delta commit per
+//! table, then the `ingest_batches` commit that records the segment and
+//! each node's highest sequence (the segment's completion). Every commit
+//! carries this writer's segment as a transaction version, so a segment
+//! replayed after a crash skips the tables it already reached and is never
+//! stored twice.
 //!
-//! Every commit also carries, per node of the segment, the highest batch
-//! sequence it stores (`node:<name>`). A node that moved between replicas
-//! while batches were in flight can have them in two writers' segments (a
-//! replica cut off but alive, or one restarted and replaying its WAL,
-//! commits late); agents send everything not yet committed to the replica
-//! they move to, so the writer that commits second drops, table by table,
-//! the node's batches at or below what the table already holds. Commits
-//! are serialized by put-if-absent, so the check and the commit see the
-//! same version.
+//! A node that moved between replicas while batches were in flight can have
+//! them in two writers' segments (a replica cut off but alive, or one
+//! restarted and replaying its WAL, commits late); agents send everything
+//! not yet committed to the replica they move to, so the writer that
+//! commits second drops, table by table, the node's batches at or below
+//! what the table already holds — learnt from the completed high-waters and
+//! other writers' intents (`crate::intent`), so data commits carry no
+//! per-node versions. Commits are serialized by put-if-absent, so the check
+//! and the commit see the same version.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
@@ -27,7 +28,7 @@ use super::delta::action::{Add, Txn};
 use super::delta::{Snapshot, TableLog, table};
 use super::layout::{hour_dir, hour_of};
 use super::state::{BATCHES_TABLE, batches_schema, node_app, writer_app};
-use super::{parquet, tiers};
+use super::{intent, parquet, tiers};
 use crate::error::{Error, Result};
 
 /// What one node contributed to a segment.
@@ -86,15 +87,15 @@ pub(crate) type Stored = BTreeMap<String, u64>;
 
 impl Sealed {
     /// The nodes of this segment whose batches a table already holds in
-    /// part: node → the table's highest sequence of that node.
-    fn stored_in(&self, snapshot: &Snapshot) -> Stored {
-        self.nodes
-            .iter()
-            .filter_map(|(n, r)| {
-                let v = *snapshot.txns.get(&node_app(n))?;
-                (v >= 0 && v as u64 >= r.first).then(|| (n.clone(), v as u64))
-            })
-            .collect()
+    /// part, from per-node high-waters: node → the table's highest sequence.
+    fn stored_of(&self, hw: &BTreeMap<String, u64>) -> Stored {
+        self.nodes.iter().filter_map(|(n, r)| hw.get(n).filter(|&&v| v >= r.first).map(|&v| (n.clone(), v))).collect()
+    }
+
+    /// What `ingest_batches` lists as stored (completed segments only).
+    fn completed_in(&self, batches: &Snapshot) -> Stored {
+        let hw = self.nodes.keys().filter_map(|n| Some((n.clone(), (*batches.txns.get(&node_app(n))?).max(0) as u64)));
+        self.stored_of(&hw.collect())
     }
 
     /// The tables without the batches `stored` covers.
@@ -123,17 +124,12 @@ impl Sealed {
         out
     }
 
-    /// This segment's `node:<name>` versions for table `name`: only the
-    /// nodes with rows in it (a sparse table — host events, stalls, stacks —
-    /// would otherwise carry every node's version in every commit; a push
-    /// without rows there has nothing there to store twice, and a re-sent
-    /// push is the same push). Tiers and `ingest_batches`: every node.
-    fn node_txns(&self, name: &str) -> impl Iterator<Item = Txn> + '_ {
-        let with_rows: Option<BTreeSet<&str>> =
-            Table::from_name(name).map(|t| self.origins.get(&t).into_iter().flatten().map(|o| &*o.node).collect());
+    /// The completion's `node:<name>` versions: the nodes whose high-water
+    /// this segment raises (a late writer's lower ones would be no news).
+    fn node_txns<'a>(&'a self, batches: &'a Snapshot) -> impl Iterator<Item = Txn> + 'a {
         self.nodes
             .iter()
-            .filter(move |(n, _)| with_rows.as_ref().is_none_or(|w| w.contains(n.as_str())))
+            .filter(|(n, r)| batches.txns.get(&node_app(n)).is_none_or(|&v| (r.last as i64) > v))
             .map(|(n, r)| Txn { app_id: node_app(n), version: r.last as i64, last_updated: None })
     }
 }
@@ -143,11 +139,12 @@ impl Sealed {
 pub struct Logs {
     pub writer: String,
     logs: BTreeMap<String, TableLog>,
+    intents: intent::Intents,
 }
 
 impl Logs {
     pub fn new(writer: String) -> Logs {
-        Logs { writer, logs: BTreeMap::new() }
+        Logs { writer, logs: BTreeMap::new(), intents: Default::default() }
     }
 
     /// Writes a table's files, then commits them unless `guard` holds; when
@@ -162,14 +159,16 @@ impl Logs {
         info: &serde_json::Value,
     ) -> Result<u64> {
         let writer = self.writer.clone();
-        let log = self.get(store, &t.name, &t.schema).await?;
+        self.get(store, &t.name, &t.schema).await?;
+        let Logs { logs, intents, .. } = self;
+        let log = logs.get_mut(&t.name).expect("opened above");
         let (mut left_out, mut on_store, mut written) = (Stored::new(), false, 0);
         loop {
             log.prepare(store).await?;
             if log.snapshot.txns.get(&guard.app_id).is_some_and(|&v| v >= guard.version) {
                 return Ok(written); // committed before a crash
             }
-            let stored = sealed.stored_in(&log.snapshot);
+            let stored = sealed.stored_of(&intents.stored(store, &writer, &log.snapshot, &sealed.nodes).await?);
             if stored != left_out {
                 tracing::info!(table = %t.name, segment = sealed.segment, nodes = ?stored,
                     "another writer stored some of these batches first; leaving them out");
@@ -183,8 +182,7 @@ impl Logs {
                 (on_store, written) = (true, written + t.files.len() as u64);
             }
             let adds = t.files.iter().map(|f| f.add(&t.name)).collect();
-            let txns = std::iter::once(guard.clone()).chain(sealed.node_txns(&t.name)).collect();
-            if log.try_commit(store, adds, txns, info.clone()).await?.is_some() {
+            if log.try_commit(store, adds, vec![guard.clone()], info.clone()).await?.is_some() {
                 return Ok(written);
             }
         }
@@ -357,6 +355,8 @@ async fn reencode(writer: &str, sealed: &Arc<Sealed>, name: &str, stored: &Store
 pub(crate) async fn commit(store: &Store, logs: &mut Logs, sealed: Arc<Sealed>) -> Result<u64> {
     let guard = Txn { app_id: writer_app(&logs.writer), version: sealed.segment as i64, last_updated: None };
     let info = serde_json::json!({"writer": logs.writer, "segment": sealed.segment});
+    // Before any table names the segment: others read what it holds from here.
+    intent::write(store, &logs.writer, sealed.segment, &sealed.nodes).await?;
     let mut written = 0;
     for t in encode(&logs.writer, &sealed).await? {
         written += logs.commit_table(store, &sealed, t, &guard, &info).await?;
@@ -397,7 +397,7 @@ async fn commit_batches(
         if log.snapshot.txns.get(&guard.app_id).is_some_and(|&v| v >= guard.version) {
             return Ok(written);
         }
-        let ranges = sealed.ranges_without(&sealed.stored_in(&log.snapshot));
+        let ranges = sealed.ranges_without(&sealed.completed_in(&log.snapshot));
         let mut adds = Vec::new();
         if !ranges.is_empty() {
             let now = chrono::Utc::now().timestamp_micros();
@@ -410,7 +410,7 @@ async fn commit_batches(
             store.put_durable(&format!("{BATCHES_TABLE}/{rel}"), file.bytes.into()).await?;
             written = 1;
         }
-        let txns = std::iter::once(guard.clone()).chain(sealed.node_txns(BATCHES_TABLE)).collect();
+        let txns = std::iter::once(guard.clone()).chain(sealed.node_txns(&log.snapshot)).collect();
         if log.try_commit(store, adds, txns, info.clone()).await?.is_some() {
             return Ok(written);
         }
@@ -436,3 +436,7 @@ fn batches_rows(writer: &str, segment: u64, ranges: &BTreeMap<String, NodeRange>
         ],
     )?)
 }
+
+#[cfg(test)]
+#[path = "flush_tests.rs"]
+mod tests;

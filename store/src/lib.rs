@@ -15,6 +15,7 @@ pub mod error;
 mod fixtures;
 pub mod flush;
 pub mod handle;
+pub(crate) mod intent;
 pub(crate) mod layout;
 pub mod metrics;
 pub mod parquet;

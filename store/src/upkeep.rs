@@ -52,6 +52,9 @@ pub async fn run(store: &Store, retention: Duration, data: &Retention, mine: imp
         total.deleted_files += v.deleted_files;
         total.deleted_log_files += l.deleted_log_files;
     }
+    if mine(BATCHES_TABLE) {
+        total.deleted_intents = super::intent::cleanup(store).await?;
+    }
     Ok(total)
 }
 
