@@ -13,7 +13,7 @@
 //! commits second drops, table by table, the node's batches at or below
 //! what the table already holds — learnt from the completed high-waters and
 //! other writers' intents (`crate::intent`), so data commits carry no
-//! per-node versions. Commits are serialized by put-if-absent, so the check
+//! per-node versions once a node has settled at a writer. Commits are serialized by put-if-absent, so the check
 //! and the commit see the same version.
 
 use std::collections::BTreeMap;
@@ -132,7 +132,26 @@ impl Sealed {
             .filter(|(n, r)| batches.txns.get(&node_app(n)).is_none_or(|&v| (r.last as i64) > v))
             .map(|(n, r)| Txn { app_id: node_app(n), version: r.last as i64, last_updated: None })
     }
+
+    /// Table `name`'s `node:<name>` versions: only nodes still arriving here
+    /// (see [`ARRIVING`]) with rows in it.
+    fn arriving_txns<'a>(&'a self, name: &str, logs: &'a Logs) -> impl Iterator<Item = Txn> + 'a {
+        let with_rows: Option<std::collections::BTreeSet<&str>> =
+            Table::from_name(name).map(|t| self.origins.get(&t).into_iter().flatten().map(|o| &*o.node).collect());
+        self.nodes
+            .iter()
+            .filter(move |(n, _)| logs.arrived.get(n.as_str()).is_none_or(|&c| c < ARRIVING))
+            .filter(move |(n, _)| with_rows.as_ref().is_none_or(|w| w.contains(n.as_str())))
+            .map(|(n, r)| Txn { app_id: node_app(n), version: r.last as i64, last_updated: None })
+    }
 }
+
+/// A node's first segments at a writer also carry its version in every
+/// table: replicas of an ingero before intents read only a table's own node
+/// versions, and the batches they may commit late are the ones the node sent
+/// them before it moved here — re-sent, so in its first segments here (a
+/// rolling upgrade moves nodes exactly so).
+const ARRIVING: u8 = 2;
 
 /// The Delta logs this writer commits to, opened on first use.
 #[derive(Debug)]
@@ -140,11 +159,20 @@ pub struct Logs {
     pub writer: String,
     logs: BTreeMap<String, TableLog>,
     intents: intent::Intents,
+    /// Per node, segments committed here since start (up to [`ARRIVING`]).
+    arrived: std::collections::HashMap<String, u8>,
 }
 
 impl Logs {
     pub fn new(writer: String) -> Logs {
-        Logs { writer, logs: BTreeMap::new(), intents: Default::default() }
+        Logs { writer, logs: BTreeMap::new(), intents: Default::default(), arrived: Default::default() }
+    }
+
+    fn settle(&mut self, sealed: &Sealed) {
+        for n in sealed.nodes.keys() {
+            let c = self.arrived.entry(n.clone()).or_default();
+            *c = (*c + 1).min(ARRIVING);
+        }
     }
 
     /// Writes a table's files, then commits them unless `guard` holds; when
@@ -160,6 +188,7 @@ impl Logs {
     ) -> Result<u64> {
         let writer = self.writer.clone();
         self.get(store, &t.name, &t.schema).await?;
+        let txns: Vec<Txn> = std::iter::once(guard.clone()).chain(sealed.arriving_txns(&t.name, self)).collect();
         let Logs { logs, intents, .. } = self;
         let log = logs.get_mut(&t.name).expect("opened above");
         let (mut left_out, mut on_store, mut written) = (Stored::new(), false, 0);
@@ -182,7 +211,7 @@ impl Logs {
                 (on_store, written) = (true, written + t.files.len() as u64);
             }
             let adds = t.files.iter().map(|f| f.add(&t.name)).collect();
-            if log.try_commit(store, adds, vec![guard.clone()], info.clone()).await?.is_some() {
+            if log.try_commit(store, adds, txns.clone(), info.clone()).await?.is_some() {
                 return Ok(written);
             }
         }
@@ -362,6 +391,7 @@ pub(crate) async fn commit(store: &Store, logs: &mut Logs, sealed: Arc<Sealed>) 
         written += logs.commit_table(store, &sealed, t, &guard, &info).await?;
     }
     written += commit_batches(store, logs, &sealed, &guard, info).await?;
+    logs.settle(&sealed);
     Ok(written)
 }
 

@@ -39,6 +39,10 @@ async fn a_writer_mid_segment_is_seen_through_its_intent() {
     let (dir, store) = temp_store();
     let (a, b) = (segment("gpu-0", 1, 1..=4), segment("gpu-0", 1, 1..=6));
     let (mut la, mut lb) = (Logs::new("aaaa".into()), Logs::new("bbbb".into()));
+    // Both writers have had the node a while (no compatibility versions).
+    for l in [&mut la, &mut lb] {
+        l.arrived.insert("gpu-0".into(), ARRIVING);
+    }
     let guard = Txn { app_id: writer_app("aaaa"), version: 1, last_updated: None };
     let info = serde_json::json!({});
     intent::write(&store, "aaaa", 1, &a.nodes).await.unwrap();
@@ -83,4 +87,25 @@ async fn a_writer_mid_segment_is_seen_through_its_intent() {
         .map(|e| e.file_name().into_string().unwrap())
         .collect();
     assert_eq!(left, [format!("{:020}.json", 2)], "the segment not completed keeps its intent");
+}
+
+/// A node's first two segments at a writer carry its version in every table
+/// it has rows in (for replicas of an ingero before intents); later ones only
+/// the writer's segment.
+#[tokio::test]
+async fn only_a_nodes_first_segments_here_carry_its_version_in_data_tables() {
+    let (dir, store) = temp_store();
+    let mut logs = Logs::new("cccc".into());
+    for seg in 1..=3u64 {
+        commit(&store, &mut logs, segment("gpu-0", seg, seg..=seg)).await.unwrap();
+    }
+    let log = dir.path().join("call_windows/_delta_log");
+    let mut per_commit = Vec::new();
+    for v in 1..=3 {
+        let body = std::fs::read_to_string(log.join(format!("{v:020}.json"))).unwrap();
+        per_commit.push(body.lines().filter(|l| l.contains(r#""appId":"node:gpu-0""#)).count());
+    }
+    assert_eq!(per_commit, [1, 1, 0], "node versions per call_windows commit");
+    let s = Snapshot::load(&store, BATCHES_TABLE).await.unwrap();
+    assert_eq!(s.txns.get("node:gpu-0"), Some(&3));
 }

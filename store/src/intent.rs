@@ -5,10 +5,11 @@
 //! Before a writer commits any table of a WAL segment it writes the
 //! segment's intent — per node, the first and last batch sequence — to
 //! `_ingero/intents/<writer>/<segment>.json`. Data tables then carry one
-//! `txn`, the writer's segment; the per-node high-waters are committed once
-//! per segment, to `ingest_batches`, after every table (the segment's
-//! completion). At 10,000 nodes that is one node `txn` per node per flush
-//! instead of one per node per table per flush.
+//! `txn`, the writer's segment (and, for a node's first segments at a
+//! writer, the node's: `flush::ARRIVING`); the per-node high-waters are
+//! committed once per segment, to `ingest_batches`, after every table (the
+//! segment's completion). At 10,000 nodes that is one node `txn` per node
+//! per flush instead of one per node per table per flush.
 //!
 //! A writer about to commit table T learns what T holds of a node from:
 //! the completed high-waters (`ingest_batches`), the intents of segments
