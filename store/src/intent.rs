@@ -105,14 +105,11 @@ impl Intents {
         let mut batches = super::delta::log::current(store, BATCHES_TABLE).await?;
         let pending: Vec<(String, u64)> = in_flight(me, table, &batches).map(|(w, s)| (w.to_string(), s)).collect();
         for (writer, segment) in &pending {
-            let lasts = match self.get(store, writer, *segment).await? {
-                Some(l) => l,
-                None => {
-                    // Completed (and its intent removed) since `batches` was
-                    // read, or written by an ingero before intents.
-                    batches = super::delta::log::current(store, BATCHES_TABLE).await?;
-                    continue;
-                }
+            let Some(lasts) = self.get(store, writer, *segment).await? else {
+                // Completed (and its intent removed) since `batches` was
+                // read, or written by an ingero before intents.
+                batches = super::delta::log::current(store, BATCHES_TABLE).await?;
+                continue;
             };
             for (node, &last) in lasts.iter() {
                 raise(node, last);
