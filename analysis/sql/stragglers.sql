@@ -8,12 +8,12 @@
 -- node, since, until: null while it lasts, peak score and its cause) with
 -- the nodes flagged at the range's end first, most deviant first: the
 -- ranking and the episodes `ingero stragglers --since … --resolution 10s
--- --format json` gives, for jobs with at least 8 judged nodes in a bin
--- (ingero compares the nodes of smaller jobs with each other, leave-one-out,
--- which this query does not). Hung ranks (stuck) are not covered.
+-- --format json` gives. Hung ranks (stuck) are not covered: they need each
+-- process's call in flight, which the signal tiers do not keep.
 --
 -- The detector: per 10-s bin and job, each signal of each node against the
--- job's median and scaled MAD (robust z); a node deviates in a bin when a
+-- job's median and scaled MAD (robust z) — in a bin with fewer than 8 judged
+-- nodes, against the *other* nodes' (leave-one-out); a node deviates in a bin when a
 -- signal's z >= 4 in its bad direction and by at least the signal's least
 -- effect; a node's first 2 measured bins are its start-up; a node that only
 -- waits less than its peers is the straggler unless another node of the job
@@ -55,7 +55,7 @@ specs AS (
                         ('device_wait_share', -1.0, 0.08, FALSE, 6)) AS s (signal, dir, min_effect, cause, ord)
 ),
 vals AS (
-  SELECT j.job, j.node, j.bin, s.signal, s.dir, s.min_effect, s.cause, s.ord,
+  SELECT j.job, j.node, j.bin, j.judged_nodes, s.signal, s.dir, s.min_effect, s.cause, s.ord,
          CASE s.signal
            WHEN 'runq_share' THEN j.runq_ns / GREATEST(j.runq_ns + j.off_ns + j.on_ns, 1)
            WHEN 'offcpu_share' THEN GREATEST(j.off_ns - j.off_call_ns, 0) / GREATEST(j.runq_ns + j.off_ns + j.on_ns, 1)
@@ -65,21 +65,36 @@ vals AS (
            ELSE j.wait_ns / GREATEST(j.window_ns, 1)
          END AS v
   FROM judged j CROSS JOIN specs s
-  WHERE j.judged_nodes >= 8
 ),
+-- The reference of each node: the job's median and MAD in a bin of 8 or
+-- more judged nodes, the other nodes' in a smaller one (leave-one-out).
 med1 AS (
-  SELECT job, bin, signal, MEDIAN(v) AS m FROM vals GROUP BY job, bin, signal
+  SELECT job, bin, signal, MEDIAN(v) AS m FROM vals WHERE judged_nodes >= 8 GROUP BY job, bin, signal
 ),
-ref1 AS (
+shared1 AS (
   SELECT v.job, v.bin, v.signal, m.m, 1.4826 * MEDIAN(ABS(v.v - m.m)) AS mad
   FROM vals v JOIN med1 m ON v.job = m.job AND v.bin = m.bin AND v.signal = m.signal
   GROUP BY v.job, v.bin, v.signal, m.m
+),
+loo_med1 AS (
+  SELECT v.job, v.node, v.bin, v.signal, MEDIAN(o.v) AS m
+  FROM vals v JOIN vals o ON o.job = v.job AND o.bin = v.bin AND o.signal = v.signal AND o.node <> v.node
+  WHERE v.judged_nodes < 8
+  GROUP BY v.job, v.node, v.bin, v.signal
+),
+ref1 AS (
+  SELECT v.job, v.node, v.bin, v.signal, r.m, r.mad
+  FROM vals v JOIN shared1 r ON v.job = r.job AND v.bin = r.bin AND v.signal = r.signal
+  UNION ALL
+  SELECT l.job, l.node, l.bin, l.signal, l.m, 1.4826 * MEDIAN(ABS(o.v - l.m)) AS mad
+  FROM loo_med1 l JOIN vals o ON o.job = l.job AND o.bin = l.bin AND o.signal = l.signal AND o.node <> l.node
+  GROUP BY l.job, l.node, l.bin, l.signal, l.m
 ),
 dev1 AS (
   SELECT v.job, v.node, v.bin, v.signal, v.cause, v.ord,
          v.dir * (v.v - r.m) / GREATEST(r.mad, v.min_effect / 4.0, 0.1 * ABS(r.m)) AS z,
          v.dir * (v.v - r.m) >= v.min_effect AS big_enough
-  FROM vals v JOIN ref1 r ON v.job = r.job AND v.bin = r.bin AND v.signal = r.signal
+  FROM vals v JOIN ref1 r ON v.job = r.job AND v.node = r.node AND v.bin = r.bin AND v.signal = r.signal
 ),
 first_pass AS (
   SELECT job, node, bin,
@@ -91,24 +106,39 @@ first_pass AS (
 -- A slow link: waiting *more* on the device and peers than the nodes that
 -- neither wait less nor have a cause of their own.
 vals2 AS (
-  SELECT j.job, j.node, j.bin, j.wait_ns / GREATEST(j.window_ns, 1) AS v
+  SELECT j.job, j.node, j.bin, j.wait_ns / GREATEST(j.window_ns, 1) AS v,
+         COUNT(*) OVER (PARTITION BY j.job, j.bin) AS n
   FROM judged j
   LEFT JOIN first_pass f ON j.job = f.job AND j.node = f.node AND j.bin = f.bin
   WHERE f.node IS NULL
 ),
-ref2 AS (
+med2 AS (
+  SELECT job, bin, MEDIAN(v) AS m FROM vals2 WHERE n >= 8 GROUP BY job, bin
+),
+shared2 AS (
   SELECT v.job, v.bin, m.m, 1.4826 * MEDIAN(ABS(v.v - m.m)) AS mad
-  FROM vals2 v
-  JOIN (SELECT job, bin, MEDIAN(v) AS m, COUNT(*) AS n FROM vals2 GROUP BY job, bin) m
-    ON v.job = m.job AND v.bin = m.bin
-  WHERE m.n >= 8
+  FROM vals2 v JOIN med2 m ON v.job = m.job AND v.bin = m.bin
   GROUP BY v.job, v.bin, m.m
+),
+loo_med2 AS (
+  SELECT v.job, v.node, v.bin, MEDIAN(o.v) AS m
+  FROM vals2 v JOIN vals2 o ON o.job = v.job AND o.bin = v.bin AND o.node <> v.node
+  WHERE v.n < 8
+  GROUP BY v.job, v.node, v.bin
+),
+ref2 AS (
+  SELECT v.job, v.node, v.bin, r.m, r.mad
+  FROM vals2 v JOIN shared2 r ON v.job = r.job AND v.bin = r.bin
+  UNION ALL
+  SELECT l.job, l.node, l.bin, l.m, 1.4826 * MEDIAN(ABS(o.v - l.m)) AS mad
+  FROM loo_med2 l JOIN vals2 o ON o.job = l.job AND o.bin = l.bin AND o.node <> l.node
+  GROUP BY l.job, l.node, l.bin, l.m
 ),
 dev2 AS (
   SELECT v.job, v.node, v.bin, 'device_wait_share_high' AS signal, TRUE AS cause, 7 AS ord,
          (v.v - r.m) / GREATEST(r.mad, 0.08 / 4.0, 0.1 * ABS(r.m)) AS z,
          v.v - r.m >= 0.08 AS big_enough
-  FROM vals2 v JOIN ref2 r ON v.job = r.job AND v.bin = r.bin
+  FROM vals2 v JOIN ref2 r ON v.job = r.job AND v.node = r.node AND v.bin = r.bin
 ),
 devs AS (
   SELECT job, node, bin, signal, cause, ord, ROUND(z, 1) AS z FROM dev1 WHERE z >= 4.0 AND big_enough
