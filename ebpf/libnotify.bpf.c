@@ -75,7 +75,10 @@ SEC("uprobe")
 int dlsym_notify(struct pt_regs *ctx)
 {
 	struct config *c = cfg();
-	if (!c || !in_scope(c))
+	/* While the hold is on, dlsym_entry (on the same functions) wakes the
+	 * agent; this takes over once the agent turns the hold off at run time
+	 * (probe_loop.rs, hold_outlasted). */
+	if (!c || c->hold_dlopen || !in_scope(c))
 		return 0;
 	__u64 handle = PT_REGS_PARM1(ctx);
 	/* RTLD_DEFAULT (0) and RTLD_NEXT (-1) name no library. */

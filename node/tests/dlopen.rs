@@ -102,3 +102,58 @@ async fn late_lookup(hold: bool) -> (u64, String) {
     eprintln!("hold {hold}: {c:?}");
     (c.get("cudaLaunchKernel").map_or(0, |x| x.0), log)
 }
+
+/// Where the agent turns the hold off at run time (every hold outlasting
+/// its probing: here forced by a 1-ms bound), a library loaded afterwards is
+/// still probed at its first lookup: the notice takes over from the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_hold_is_turned_off_a_late_library_is_still_probed_at_its_lookup() {
+    if !can_trace() || !kernel_has_library_hold() {
+        return; // no hold to turn off (the test above covers the notice alone)
+    }
+    let (dir, cg) = tmp("hold-off");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let mut args = store_args(dir.path(), &cg);
+    args.retain(|a| !a.starts_with("--rescan=") && !a.starts_with("--dlopen-hold-max="));
+    args.extend(["--rescan=1h".into(), "--dlopen-hold-max=1ms".into()]);
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    // Each process maps a runtime never probed (a copy of its own), so each
+    // lookup is held, and each probing outlasts the 1-ms bound.
+    let copy = |i: usize| {
+        let d = dir.path().join(format!("copy-{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        for f in ["libcudart.so.12", "libcuda.so.1"] {
+            std::fs::copy(lib.with_file_name(f), d.join(f)).unwrap();
+        }
+        d.join("libcudart.so.12")
+    };
+    let log = dir.path().join("agent.log");
+    for i in 0..12 {
+        if hold_turned_off(&std::fs::read_to_string(&log).unwrap_or_default()) {
+            break;
+        }
+        // Alive until probed: a process gone before the agent reads its maps
+        // would leave nothing to probe.
+        let mut w = Workload::start(&wl, &copy(i), &["open", "call:cudaLaunchKernel:1:0", "wait"], &cg);
+        let probed = format!("library={} probes=", dir.path().join(format!("copy-{i}/libcudart.so.12")).display());
+        agent.wait_log(&probed, Duration::from_secs(60));
+        w.child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
+        w.wait();
+    }
+    agent.wait_log("library hold turned off", Duration::from_secs(30));
+    let late = copy(99);
+    let mut w = Workload::start(
+        &wl,
+        &late,
+        &["sleep:2000", "open", "call:cudaLaunchKernel:1:0", "wait", "call:cudaLaunchKernel:500:0", "sleep:300"],
+        &cg,
+    );
+    let pid = w.pid();
+    // Rescans an hour apart and no exec event in scope: only the lookup.
+    agent.wait_log(&format!("library={} probes=", late.display()), Duration::from_secs(60));
+    w.child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
+    w.wait();
+    let log = agent.stop();
+    let n = calls_of(&rows(dir.path(), Table::CallWindows).await, pid).get("cudaLaunchKernel").map_or(0, |x| x.0);
+    assert!((500..=501).contains(&n), "{n}\n{log}");
+}

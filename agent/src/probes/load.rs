@@ -377,11 +377,20 @@ impl Probes {
         links: &mut Links,
     ) -> Result<Vec<&'static str>> {
         if lib == Lib::Libc {
-            return match (self.dlopen_hold && self.config.hold_dlopen != 0, self.lookup_notice) {
-                (true, _) => self.attach_dlopen(path, "dlsym_entry", links),
-                (false, true) => self.attach_dlopen(path, "dlsym_notify", links),
-                (false, false) => Ok(vec![]),
-            };
+            // Both where the hold is on: the notice stands aside while it
+            // is, and takes over if the hold is turned off at run time.
+            let mut done = Vec::new();
+            if self.dlopen_hold && self.config.hold_dlopen != 0 {
+                done = self.attach_dlopen(path, "dlsym_entry", links)?;
+            }
+            if self.lookup_notice {
+                for s in self.attach_dlopen(path, "dlsym_notify", links)? {
+                    if !done.contains(&s) {
+                        done.push(s);
+                    }
+                }
+            }
+            return Ok(done);
         }
         let mut done = Vec::new();
         let wanted: Vec<&str> = ops::all().iter().filter(|o| o.lib == lib).map(|o| o.symbol).collect();
