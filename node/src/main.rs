@@ -99,8 +99,9 @@ struct RunArgs {
     /// default that thread alone waits in the kernel for the agent, for as long as the probes take and at
     /// most 1 s, once per library file, so the first calls of a library loaded at run time (vLLM's NCCL) are
     /// traced. Only dlsym's entry is probed: nothing the loader sees changes (no return probes). Without
-    /// the hold (this flag, or a kernel before 5.19) the lookup only wakes the agent: the library is probed
-    /// within milliseconds, and the calls made before are missed.
+    /// the hold (this flag, a kernel before 5.19, or one where 3 holds in a row outlast their probing: the
+    /// agent then turns it off) the lookup only wakes the agent: the library is probed within milliseconds,
+    /// and the calls made before are missed.
     #[arg(long, env = "INGERO_NO_DLOPEN_HOLD")]
     no_dlopen_hold: bool,
     /// The most a process is held at such lookups, all of them together (at most 10s; exec starts it
