@@ -66,35 +66,27 @@ vals AS (
          END AS v
   FROM judged j CROSS JOIN specs s
 ),
--- The reference of each node: the job's median and MAD in a bin of 8 or
--- more judged nodes, the other nodes' in a smaller one (leave-one-out).
-med1 AS (
-  SELECT job, bin, signal, MEDIAN(v) AS m FROM vals WHERE judged_nodes >= 8 GROUP BY job, bin, signal
-),
-shared1 AS (
-  SELECT v.job, v.bin, v.signal, m.m, 1.4826 * MEDIAN(ABS(v.v - m.m)) AS mad
-  FROM vals v JOIN med1 m ON v.job = m.job AND v.bin = m.bin AND v.signal = m.signal
-  GROUP BY v.job, v.bin, v.signal, m.m
-),
-loo_med1 AS (
-  SELECT v.job, v.node, v.bin, v.signal, MEDIAN(o.v) AS m
-  FROM vals v JOIN vals o ON o.job = v.job AND o.bin = v.bin AND o.signal = v.signal AND o.node <> v.node
-  WHERE v.judged_nodes < 8
-  GROUP BY v.job, v.node, v.bin, v.signal
-),
+-- Each node's signal against its reference: the job's median and MAD in a
+-- bin of 8 or more judged nodes, the other nodes' in a smaller one
+-- (leave-one-out: each node paired with its peers). Window medians, not
+-- joins back to vals, keep the plan small for engines that inline CTEs.
 ref1 AS (
-  SELECT v.job, v.node, v.bin, v.signal, r.m, r.mad
-  FROM vals v JOIN shared1 r ON v.job = r.job AND v.bin = r.bin AND v.signal = r.signal
+  SELECT job, node, bin, signal, dir, min_effect, cause, ord, v, m,
+         1.4826 * MEDIAN(ABS(v - m)) OVER (PARTITION BY job, bin, signal) AS mad
+  FROM (SELECT v.*, MEDIAN(v) OVER (PARTITION BY job, bin, signal) AS m FROM vals v WHERE judged_nodes >= 8) t
   UNION ALL
-  SELECT l.job, l.node, l.bin, l.signal, l.m, 1.4826 * MEDIAN(ABS(o.v - l.m)) AS mad
-  FROM loo_med1 l JOIN vals o ON o.job = l.job AND o.bin = l.bin AND o.signal = l.signal AND o.node <> l.node
-  GROUP BY l.job, l.node, l.bin, l.signal, l.m
+  SELECT job, node, bin, signal, dir, min_effect, cause, ord, v, m, 1.4826 * MEDIAN(ABS(ov - m)) AS mad
+  FROM (SELECT v.job, v.node, v.bin, v.signal, v.dir, v.min_effect, v.cause, v.ord, v.v, o.v AS ov,
+               MEDIAN(o.v) OVER (PARTITION BY v.job, v.node, v.bin, v.signal) AS m
+        FROM vals v JOIN vals o ON o.job = v.job AND o.bin = v.bin AND o.signal = v.signal AND o.node <> v.node
+        WHERE v.judged_nodes < 8) p
+  GROUP BY job, node, bin, signal, dir, min_effect, cause, ord, v, m
 ),
 dev1 AS (
-  SELECT v.job, v.node, v.bin, v.signal, v.cause, v.ord,
-         v.dir * (v.v - r.m) / GREATEST(r.mad, v.min_effect / 4.0, 0.1 * ABS(r.m)) AS z,
-         v.dir * (v.v - r.m) >= v.min_effect AS big_enough
-  FROM vals v JOIN ref1 r ON v.job = r.job AND v.node = r.node AND v.bin = r.bin AND v.signal = r.signal
+  SELECT job, node, bin, signal, cause, ord,
+         dir * (v - m) / GREATEST(mad, min_effect / 4.0, 0.1 * ABS(m)) AS z,
+         dir * (v - m) >= min_effect AS big_enough
+  FROM ref1
 ),
 first_pass AS (
   SELECT job, node, bin,
@@ -112,33 +104,21 @@ vals2 AS (
   LEFT JOIN first_pass f ON j.job = f.job AND j.node = f.node AND j.bin = f.bin
   WHERE f.node IS NULL
 ),
-med2 AS (
-  SELECT job, bin, MEDIAN(v) AS m FROM vals2 WHERE n >= 8 GROUP BY job, bin
-),
-shared2 AS (
-  SELECT v.job, v.bin, m.m, 1.4826 * MEDIAN(ABS(v.v - m.m)) AS mad
-  FROM vals2 v JOIN med2 m ON v.job = m.job AND v.bin = m.bin
-  GROUP BY v.job, v.bin, m.m
-),
-loo_med2 AS (
-  SELECT v.job, v.node, v.bin, MEDIAN(o.v) AS m
-  FROM vals2 v JOIN vals2 o ON o.job = v.job AND o.bin = v.bin AND o.node <> v.node
-  WHERE v.n < 8
-  GROUP BY v.job, v.node, v.bin
-),
 ref2 AS (
-  SELECT v.job, v.node, v.bin, r.m, r.mad
-  FROM vals2 v JOIN shared2 r ON v.job = r.job AND v.bin = r.bin
+  SELECT job, node, bin, v, m, 1.4826 * MEDIAN(ABS(v - m)) OVER (PARTITION BY job, bin) AS mad
+  FROM (SELECT v.*, MEDIAN(v) OVER (PARTITION BY job, bin) AS m FROM vals2 v WHERE n >= 8) t
   UNION ALL
-  SELECT l.job, l.node, l.bin, l.m, 1.4826 * MEDIAN(ABS(o.v - l.m)) AS mad
-  FROM loo_med2 l JOIN vals2 o ON o.job = l.job AND o.bin = l.bin AND o.node <> l.node
-  GROUP BY l.job, l.node, l.bin, l.m
+  SELECT job, node, bin, v, m, 1.4826 * MEDIAN(ABS(ov - m)) AS mad
+  FROM (SELECT v.job, v.node, v.bin, v.v, o.v AS ov, MEDIAN(o.v) OVER (PARTITION BY v.job, v.node, v.bin) AS m
+        FROM vals2 v JOIN vals2 o ON o.job = v.job AND o.bin = v.bin AND o.node <> v.node
+        WHERE v.n < 8) p
+  GROUP BY job, node, bin, v, m
 ),
 dev2 AS (
-  SELECT v.job, v.node, v.bin, 'device_wait_share_high' AS signal, TRUE AS cause, 7 AS ord,
-         (v.v - r.m) / GREATEST(r.mad, 0.08 / 4.0, 0.1 * ABS(r.m)) AS z,
-         v.v - r.m >= 0.08 AS big_enough
-  FROM vals2 v JOIN ref2 r ON v.job = r.job AND v.node = r.node AND v.bin = r.bin
+  SELECT job, node, bin, 'device_wait_share_high' AS signal, TRUE AS cause, 7 AS ord,
+         (v - m) / GREATEST(mad, 0.08 / 4.0, 0.1 * ABS(m)) AS z,
+         v - m >= 0.08 AS big_enough
+  FROM ref2
 ),
 devs AS (
   SELECT job, node, bin, signal, cause, ord, ROUND(z, 1) AS z FROM dev1 WHERE z >= 4.0 AND big_enough
