@@ -13,8 +13,9 @@
 //! commits second drops, table by table, the node's batches at or below
 //! what the table already holds — learnt from the completed high-waters and
 //! other writers' intents (`crate::intent`), so data commits carry no
-//! per-node versions once a node has settled at a writer. Commits are serialized by put-if-absent, so the check
-//! and the commit see the same version.
+//! per-node versions once a node has settled at a writer. Commits are
+//! serialized by put-if-absent, so the check and the commit see the same
+//! version.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
