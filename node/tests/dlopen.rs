@@ -7,6 +7,7 @@
 mod fixtures;
 
 use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fixtures::*;
@@ -84,19 +85,8 @@ async fn late_lookup(hold: bool) -> (u64, String) {
         args.push("--no-dlopen-hold".into());
     }
     let agent = Agent::start(&args, &dir.path().join("agent.log"));
-    let mut w = Workload::start(
-        &wl,
-        &lib,
-        &["sleep:2000", "open", "call:cudaLaunchKernel:1:0", "wait", "call:cudaLaunchKernel:500:0", "sleep:300"],
-        &cg,
-    );
-    let pid = w.pid();
-    let t = Instant::now();
-    // Emulation (scripts/vm) is 10-50x slower; an hour's rescan never comes.
-    agent.wait_log(&format!("library={} probes=", lib.display()), Duration::from_secs(60));
-    eprintln!("hold {hold}: probed {:?} after the workload started (its lookup at 2 s)", t.elapsed());
-    w.child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
-    w.wait();
+    let (pid, probed) = late_loader(&agent, &wl, &lib, &cg);
+    eprintln!("hold {hold}: probed {probed:?} after the workload started (its lookup at 2 s)");
     let log = agent.stop();
     let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
     eprintln!("hold {hold}: {c:?}");
@@ -141,19 +131,28 @@ async fn after_the_hold_is_turned_off_a_late_library_is_still_probed_at_its_look
         w.wait();
     }
     agent.wait_log("library hold turned off", Duration::from_secs(30));
-    let late = copy(99);
-    let mut w = Workload::start(
-        &wl,
-        &late,
-        &["sleep:2000", "open", "call:cudaLaunchKernel:1:0", "wait", "call:cudaLaunchKernel:500:0", "sleep:300"],
-        &cg,
-    );
-    let pid = w.pid();
-    // Rescans an hour apart and no exec event in scope: only the lookup.
-    agent.wait_log(&format!("library={} probes=", late.display()), Duration::from_secs(60));
-    w.child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
-    w.wait();
+    let (pid, _) = late_loader(&agent, &wl, &copy(99), &cg);
     let log = agent.stop();
     let n = calls_of(&rows(dir.path(), Table::CallWindows).await, pid).get("cudaLaunchKernel").map_or(0, |x| x.0);
     assert!((500..=501).contains(&n), "{n}\n{log}");
+}
+
+/// A process that dlopens `lib` 2 s after it starts and makes 1 launch, then
+/// (once the agent says it probed the file) 500 more: with rescans an hour
+/// apart and no exec event in scope, only the lookup can tell the agent.
+/// Returns its pid and when, after its start, the file was probed.
+fn late_loader(agent: &Agent, wl: &Path, lib: &Path, cg: &Cgroup) -> (u32, Duration) {
+    let mut w = Workload::start(
+        wl,
+        lib,
+        &["sleep:2000", "open", "call:cudaLaunchKernel:1:0", "wait", "call:cudaLaunchKernel:500:0", "sleep:300"],
+        cg,
+    );
+    let (pid, t) = (w.pid(), Instant::now());
+    // Emulation (scripts/vm) is 10-50x slower; an hour's rescan never comes.
+    agent.wait_log(&format!("library={} probes=", lib.display()), Duration::from_secs(60));
+    let probed = t.elapsed();
+    w.child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
+    w.wait();
+    (pid, probed)
 }

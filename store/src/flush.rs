@@ -95,8 +95,7 @@ impl Sealed {
 
     /// What `ingest_batches` lists as stored (completed segments only).
     fn completed_in(&self, batches: &Snapshot) -> Stored {
-        let hw = self.nodes.keys().filter_map(|n| Some((n.clone(), (*batches.txns.get(&node_app(n))?).max(0) as u64)));
-        self.stored_of(&hw.collect())
+        self.stored_of(&super::state::node_versions(&batches.txns).map(|(n, v)| (n.to_string(), v)).collect())
     }
 
     /// The tables without the batches `stored` covers.

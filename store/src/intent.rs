@@ -33,11 +33,10 @@ use object_store::ObjectStoreExt;
 use super::Store;
 use super::delta::Snapshot;
 use super::flush::NodeRange;
-use super::state::BATCHES_TABLE;
+use super::state::{BATCHES_TABLE, node_versions, writer_app, writer_of};
 use crate::error::{Error, Result};
 
 const PREFIX: &str = "_ingero/intents";
-const WRITER_APP: &str = "ingero-writer-";
 
 /// How long a completed segment's intent stays: far longer than a writer
 /// takes between reading `ingest_batches` and reading the intent.
@@ -96,11 +95,9 @@ impl Intents {
                 *e = (*e).max(v);
             }
         };
-        // Written by ingero before intents (one version per node per commit).
-        for (app, &v) in &table.txns {
-            if let Some(node) = app.strip_prefix("node:") {
-                raise(node, v.max(0) as u64);
-            }
+        // Written by ingero before intents, and for nodes still arriving at a writer.
+        for (node, v) in node_versions(&table.txns) {
+            raise(node, v);
         }
         let mut batches = super::delta::log::current(store, BATCHES_TABLE).await?;
         let pending: Vec<(String, u64)> = in_flight(me, table, &batches).map(|(w, s)| (w.to_string(), s)).collect();
@@ -115,10 +112,8 @@ impl Intents {
                 raise(node, last);
             }
         }
-        for (app, &v) in &batches.txns {
-            if let Some(node) = app.strip_prefix("node:") {
-                raise(node, v.max(0) as u64);
-            }
+        for (node, v) in node_versions(&batches.txns) {
+            raise(node, v);
         }
         Ok(hw)
     }
@@ -152,7 +147,7 @@ fn parse(body: &[u8]) -> Result<BTreeMap<String, u64>> {
 /// as completed: a writer's segment committed to some tables, not yet all.
 fn in_flight<'a>(me: &'a str, table: &'a Snapshot, batches: &'a Snapshot) -> impl Iterator<Item = (&'a str, u64)> + 'a {
     table.txns.iter().filter_map(move |(app, &v)| {
-        let writer = app.strip_prefix(WRITER_APP)?;
+        let writer = writer_of(app)?;
         let done = batches.txns.get(app).copied().unwrap_or(-1);
         (writer != me && v > done && v >= 0).then_some((writer, v as u64))
     })
@@ -167,7 +162,7 @@ pub(crate) async fn cleanup(store: &Store) -> Result<u64> {
     let mut deleted = 0;
     for m in listed {
         let Some((writer, segment)) = parse_key(m.location.as_ref()) else { continue };
-        let done = batches.txns.get(&format!("{WRITER_APP}{writer}")).copied().unwrap_or(-1);
+        let done = batches.txns.get(&writer_app(writer)).copied().unwrap_or(-1);
         if m.last_modified < cutoff && i64::try_from(segment).is_ok_and(|s| s <= done) {
             store.object_store.delete(&m.location).await?;
             deleted += 1;

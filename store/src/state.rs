@@ -42,14 +42,27 @@ pub fn batches_schema() -> SchemaRef {
     .clone()
 }
 
+const WRITER_APP: &str = "ingero-writer-";
+const NODE_APP: &str = "node:";
+
 /// Transaction app id of a writer (its WAL's segments are its versions).
 pub fn writer_app(writer: &str) -> String {
-    format!("ingero-writer-{writer}")
+    format!("{WRITER_APP}{writer}")
+}
+
+/// The writer a transaction app id names, if it names one.
+pub(crate) fn writer_of(app: &str) -> Option<&str> {
+    app.strip_prefix(WRITER_APP)
 }
 
 /// Transaction app id of a node (its batch sequences are its versions).
 pub fn node_app(node: &str) -> String {
-    format!("node:{node}")
+    format!("{NODE_APP}{node}")
+}
+
+/// The nodes' versions among a table's transactions: (node, highest sequence).
+pub(crate) fn node_versions(txns: &std::collections::HashMap<String, i64>) -> impl Iterator<Item = (&str, u64)> {
+    txns.iter().filter_map(|(app, &v)| Some((app.strip_prefix(NODE_APP)?, v.max(0) as u64)))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,11 +84,7 @@ impl CommitState {
             )));
         }
         let committed_segment = snap.txns.get(&writer_app(writer)).map_or(0, |&v| v.max(0) as u64);
-        let high_water = snap
-            .txns
-            .iter()
-            .filter_map(|(app, &v)| Some((app.strip_prefix("node:")?.to_string(), v.max(0) as u64)))
-            .collect();
+        let high_water = node_versions(&snap.txns).map(|(n, v)| (n.to_string(), v)).collect();
         Ok(CommitState { committed_segment, high_water })
     }
 
@@ -130,11 +139,9 @@ impl SharedHighWater {
         self.checked = Some(std::time::Instant::now());
         match super::delta::log::current(&self.store, BATCHES_TABLE).await {
             Ok(snap) => {
-                for (app, &v) in &snap.txns {
-                    if let Some(node) = app.strip_prefix("node:") {
-                        let hw = high_water.entry(node.to_string()).or_insert(0);
-                        *hw = (*hw).max(v.max(0) as u64);
-                    }
+                for (node, v) in node_versions(&snap.txns) {
+                    let hw = high_water.entry(node.to_string()).or_insert(0);
+                    *hw = (*hw).max(v);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "cannot read other writers' high-waters; using this writer's"),
