@@ -45,6 +45,9 @@ pub struct InjectionResult {
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct SimReport {
     pub nodes: usize,
+    /// Start of the first window (µs since the epoch): the run's windows
+    /// are `[start_us, start_us + windows s)`, however long pushing took.
+    pub start_us: i64,
     pub windows: u64,
     pub batches: u64,
     pub injections: Vec<InjectionResult>,
@@ -88,7 +91,7 @@ pub async fn run(cfg: &SimConfig, mut progress: impl FnMut(&str)) -> Result<SimR
     let mut fleet = Fleet::new(cfg, &replicas);
     let (flags, poller) = poll_flags(replicas.iter().map(|(_, ch)| QueryClient::new(ch.clone())).collect());
     let windows = cfg.duration.as_secs().max(1);
-    let mut report = SimReport { nodes: cfg.nodes, ..Default::default() };
+    let mut report = SimReport { nodes: cfg.nodes, start_us: fleet.start_us, ..Default::default() };
     for w in 0..windows {
         // The window [w, w+1) is shipped when it closes, as an agent would.
         tokio::time::sleep_until((fleet.start + Duration::from_secs(w + 1)).into()).await;

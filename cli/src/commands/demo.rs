@@ -81,9 +81,10 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
         ingero_sim::faults::Target::All => 0,
     };
     let target = Target::Pod { namespace: "ml".into(), name: format!("llama-pretrain-worker-{rank}") };
-    let now = chrono::Utc::now().timestamp_micros();
-    let start = now - a.duration.as_micros() as i64 - 5_000_000;
-    let rep = report::build(&engine, &target, start, now + 1, Default::default()).await?;
+    // The simulated windows' own range: pushing may lag the clock (a big
+    // fleet on a slow build), and the report is about those windows.
+    let (start, end) = (result.start_us, result.start_us + result.windows as i64 * 1_000_000);
+    let rep = report::build(&engine, &target, start, end, Default::default()).await?;
     println!("\n{}", report::text::render(&rep));
     std::fs::write(&a.html, report::html::render(&rep))
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", a.html.display()))?;

@@ -110,6 +110,18 @@ struct NodeState {
 /// (window start, score that window, flagged after it).
 pub type TracePoint = (i64, f32, bool);
 
+/// A window's pieces as they arrive, and when the detector first saw it.
+#[derive(Debug, Default)]
+struct Pending {
+    nodes: ByName<Signals>,
+    /// `now_us` of the first [`Detector::evaluate`] that found the window:
+    /// its grace counts from here as well as from its end, so a window that
+    /// reaches this replica late (a backlog, a lagging fleet, an agent clock
+    /// behind ours) is still given the whole grace to gather its nodes
+    /// instead of being judged on its first piece.
+    first_seen_us: Option<i64>,
+}
+
 /// A node's first windows with data are start-up, not judged.
 const WARMUP_WINDOWS: u64 = 2;
 /// A job whose newest window here is this much older than a new one is
@@ -118,7 +130,7 @@ const CURRENT_US: i64 = 5_000_000;
 
 #[derive(Debug, Default)]
 struct JobState {
-    pending: BTreeMap<i64, ByName<Signals>>,
+    pending: BTreeMap<i64, Pending>,
     nodes: ByName<NodeState>,
     evaluated_up_to: Option<i64>,
 }
@@ -156,7 +168,7 @@ impl Detector {
         if job.evaluated_up_to.is_some_and(|e| window_start_us <= e) {
             return; // too late: that window was already judged
         }
-        match job.pending.entry(window_start_us).or_default().entry(node) {
+        match job.pending.entry(window_start_us).or_default().nodes.entry(node) {
             std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().merge(&s),
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(s);
@@ -165,7 +177,8 @@ impl Detector {
     }
 
     /// Judges every pending window that is complete: all recently active
-    /// nodes reported it, or `now_us` is past its end plus `grace_us`.
+    /// nodes reported it, or `now_us` is `grace_us` past both its end and
+    /// the first call that found it pending.
     /// Returns the number of windows judged.
     pub fn evaluate(&mut self, now_us: i64, grace_us: i64) -> usize {
         let cfg = self.cfg.clone();
@@ -175,16 +188,17 @@ impl Detector {
             let z = cfg.z_for(name);
             let job_cfg = (z != cfg.z_threshold).then(|| DetectorConfig { z_threshold: z, ..cfg.clone() });
             let cfg = job_cfg.as_ref().unwrap_or(&cfg);
-            while let Some((&w, nodes)) = job.pending.iter().next() {
+            while let Some((&w, p)) = job.pending.iter_mut().next() {
                 let active = job.nodes.values().filter(|n| n.last_window >= w - 10_000_000).count();
-                let win_len = nodes.values().map(|s| s.window_ns).fold(0.0, f64::max) as i64 / 1000;
-                let complete = nodes.len() >= active.max(1) && active > 0;
-                let expired = now_us >= w + win_len + grace_us;
+                let win_len = p.nodes.values().map(|s| s.window_ns).fold(0.0, f64::max) as i64 / 1000;
+                let complete = p.nodes.len() >= active.max(1) && active > 0;
+                let seen = *p.first_seen_us.get_or_insert(now_us);
+                let expired = now_us >= (w + win_len).max(seen) + grace_us;
                 let later = job.pending.len() > 2; // two newer windows exist: don't wait longer
                 if !(complete || expired || later) {
                     break;
                 }
-                let nodes = job.pending.remove(&w).unwrap_or_default();
+                let nodes = job.pending.remove(&w).map(|p| p.nodes).unwrap_or_default();
                 judge(cfg, job, w, &nodes);
                 job.evaluated_up_to = Some(w);
                 judged += 1;

@@ -230,3 +230,31 @@ fn a_job_rebuilt_from_its_recent_windows_stands_where_its_old_owner_stood() {
     assert!(new.is_current("j", 12_000_000) && !new.is_current("j", 17_000_001));
     assert!(fresh.standings(None, 0.0).iter().all(|s| !s.flagged), "{:?}", fresh.standings(None, 0.0));
 }
+
+#[test]
+fn a_window_that_arrives_late_still_gets_its_grace_to_gather_its_nodes() {
+    // The fleet's windows reach this replica 10 s after they end (a backlog,
+    // or agents' clocks behind ours); each arrives in two halves, 0.5 s apart,
+    // with the grace 1.5 s. Judged on its first half, node-5 (in the second)
+    // would never be seen deviating.
+    let mut d = Detector::new(DetectorConfig::default());
+    let (grace, lag) = (1_500_000, 10_000_000);
+    let key = |i: usize, w: i64| NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w };
+    for n in 0..12 {
+        let w = n * 1_000_000;
+        let arrived = w + 1_000_000 + lag;
+        for half in [0..6, 6..12] {
+            let now = arrived + if half.start == 0 { 0 } else { 500_000 };
+            for i in half {
+                let hot = n >= 2 && i == 8;
+                d.add(key(i, w), &if hot { sig(0.41, 0.05) } else { sig(0.03 + 0.001 * i as f64, 0.30) });
+            }
+            d.evaluate(now, grace);
+        }
+    }
+    d.drain();
+    let s = d.standings(None, 0.0);
+    let hot = s.iter().find(|x| x.node == "node-8").expect("node-8 ranked");
+    assert!(hot.flagged, "the late node was judged out: {s:?}");
+    assert!(s.iter().filter(|x| x.flagged).count() == 1, "{s:?}");
+}
