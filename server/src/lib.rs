@@ -308,6 +308,7 @@ async fn maintain(store: Store, every: std::time::Duration, how: Upkeep, set: Op
                     written = u.written_files,
                     vacuumed = u.deleted_files,
                     log_files_deleted = u.deleted_log_files,
+                    high_waters_folded = u.folded_nodes,
                     intents_deleted = u.deleted_intents,
                     "table upkeep"
                 );

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! A sealed WAL segment → its intent → Parquet files → one Delta commit per
-//! table, then the `ingest_batches` commit that records the segment and
-//! each node's highest sequence (the segment's completion). Every commit
+//! table, then the `ingest_batches` commit that records the segment (its
+//! completion; each node's highest sequence is in the intent until
+//! maintenance folds it into a node version, `crate::fold`). Every commit
 //! carries this writer's segment as a transaction version, so a segment
 //! replayed after a crash skips the tables it already reached and is never
 //! stored twice.
@@ -26,10 +27,10 @@ use ingero_model::signals::{BatchSignals, NodeWindowKey, Signals};
 
 use super::Store;
 use super::delta::action::{Add, Txn};
-use super::delta::{Snapshot, TableLog, table};
+use super::delta::{TableLog, table};
 use super::layout::{hour_dir, hour_of};
 use super::state::{BATCHES_TABLE, batches_schema, node_app, writer_app};
-use super::{intent, parquet, tiers};
+use super::{fold, intent, parquet, tiers};
 use crate::error::{Error, Result};
 
 /// What one node contributed to a segment.
@@ -93,11 +94,6 @@ impl Sealed {
         self.nodes.iter().filter_map(|(n, r)| hw.get(n).filter(|&&v| v >= r.first).map(|&v| (n.clone(), v))).collect()
     }
 
-    /// What `ingest_batches` lists as stored (completed segments only).
-    fn completed_in(&self, batches: &Snapshot) -> Stored {
-        self.stored_of(&super::state::node_versions(&batches.txns).map(|(n, v)| (n.to_string(), v)).collect())
-    }
-
     /// The tables without the batches `stored` covers.
     fn tables_without(&self, stored: &Stored) -> BTreeMap<Table, Vec<RecordBatch>> {
         let keep = |o: &Origin| o.kept(stored);
@@ -124,15 +120,6 @@ impl Sealed {
         out
     }
 
-    /// The completion's `node:<name>` versions: the nodes whose high-water
-    /// this segment raises (a late writer's lower ones would be no news).
-    fn node_txns<'a>(&'a self, batches: &'a Snapshot) -> impl Iterator<Item = Txn> + 'a {
-        self.nodes
-            .iter()
-            .filter(|(n, r)| batches.txns.get(&node_app(n)).is_none_or(|&v| (r.last as i64) > v))
-            .map(|(n, r)| Txn { app_id: node_app(n), version: r.last as i64, last_updated: None })
-    }
-
     /// Table `name`'s `node:<name>` versions: only nodes still arriving here
     /// (see [`ARRIVING`]) with rows in it.
     fn arriving_txns<'a>(&'a self, name: &str, logs: &'a Logs) -> impl Iterator<Item = Txn> + 'a {
@@ -142,8 +129,12 @@ impl Sealed {
             .iter()
             .filter(move |(n, _)| logs.arrived.get(n.as_str()).is_none_or(|&c| c < ARRIVING))
             .filter(move |(n, _)| with_rows.as_ref().is_none_or(|w| w.contains(n.as_str())))
-            .map(|(n, r)| Txn { app_id: node_app(n), version: r.last as i64, last_updated: None })
+            .map(|(n, r)| node_txn(n, r.last))
     }
+}
+
+fn node_txn(node: &str, last: u64) -> Txn {
+    Txn { app_id: node_app(node), version: last as i64, last_updated: None }
 }
 
 /// A node's first segments at a writer also carry its version in every
@@ -420,14 +411,23 @@ async fn commit_batches(
     info: serde_json::Value,
 ) -> Result<u64> {
     let writer = logs.writer.clone();
-    let log = logs.get(store, BATCHES_TABLE, &batches_schema()).await?;
+    logs.get(store, BATCHES_TABLE, &batches_schema()).await?;
+    // Node versions only for nodes still arriving here (the others' are
+    // folded in by maintenance, `crate::fold`), and only where they raise;
+    // every node's while a replica of an ingero before folds is about.
+    let arriving: Vec<Txn> = sealed.arriving_txns(BATCHES_TABLE, logs).collect();
+    let all: Vec<Txn> = sealed.nodes.iter().map(|(n, r)| node_txn(n, r.last)).collect();
+    let folds = Txn { app_id: fold::folds_app(&writer), version: 1, last_updated: None };
+    let Logs { logs, intents, .. } = logs;
+    let log = logs.get_mut(BATCHES_TABLE).expect("opened above");
     let mut written = 0;
     loop {
         log.prepare(store).await?;
         if log.snapshot.txns.get(&guard.app_id).is_some_and(|&v| v >= guard.version) {
             return Ok(written);
         }
-        let ranges = sealed.ranges_without(&sealed.completed_in(&log.snapshot));
+        let completed = intents.completed.high_waters(store, &log.snapshot).await?;
+        let ranges = sealed.ranges_without(&sealed.stored_of(&completed));
         let mut adds = Vec::new();
         if !ranges.is_empty() {
             let now = chrono::Utc::now().timestamp_micros();
@@ -440,8 +440,20 @@ async fn commit_batches(
             store.put_durable(&format!("{BATCHES_TABLE}/{rel}"), file.bytes.into()).await?;
             written = 1;
         }
-        let txns = std::iter::once(guard.clone()).chain(sealed.node_txns(&log.snapshot)).collect();
+        let old = fold::old_writer_active(&log.snapshot, chrono::Utc::now().timestamp_millis());
+        let raises = |t: &&Txn| log.snapshot.txns.get(&t.app_id).is_none_or(|&v| t.version > v);
+        let nodes = if old { &all } else { &arriving };
+        let txns = [guard.clone(), folds.clone()].into_iter().chain(nodes.iter().filter(raises).cloned()).collect();
         if log.try_commit(store, adds, txns, info.clone()).await?.is_some() {
+            let backlog = fold::backlog(&log.snapshot, &writer);
+            if backlog >= fold::SELF_FOLD {
+                // Maintenance is off (or failing): fold here, so that readers
+                // never list and read more than a bounded number of intents.
+                tracing::info!(backlog, "folding node high-waters (no maintenance has for a while)");
+                if let Err(e) = fold::fold(store).await {
+                    tracing::warn!(error = %e, "folding node high-waters failed; next segment tries again");
+                }
+            }
             return Ok(written);
         }
     }

@@ -7,7 +7,9 @@ use ingero_sim::loadgen::synth_tables;
 
 use super::*;
 use crate::commit::Buffer;
+use crate::delta::Snapshot;
 use crate::fixtures::temp_store;
+use crate::fold::{self, Completed};
 use crate::read::{read_named, read_table};
 
 const ROWS: usize = 8;
@@ -68,10 +70,18 @@ async fn a_writer_mid_segment_is_seen_through_its_intent() {
         assert_eq!(s.txns.len(), 2, "{t}: one version per writer: {:?}", s.txns);
     }
     let s = Snapshot::load(&store, BATCHES_TABLE).await.unwrap();
-    assert_eq!(s.txns.get("node:gpu-0"), Some(&6), "the completion holds the node's high-water");
+    assert_eq!(s.txns.get("node:gpu-0"), None, "a completion names the segment only");
+    let hw = Completed::default().high_waters(&store, &s).await.unwrap();
+    assert_eq!(hw.get("gpu-0"), Some(&6), "the completed intents hold the node's high-water");
 
-    // Maintenance removes intents of segments completed over an hour ago,
-    // and keeps one not completed however old.
+    // Maintenance folds it into a node version, then removes the intents
+    // of segments folded over an hour ago, and keeps one not completed
+    // however old.
+    assert_eq!(fold::fold(&store).await.unwrap(), 1);
+    let s = Snapshot::load(&store, BATCHES_TABLE).await.unwrap();
+    assert_eq!(s.txns.get("node:gpu-0"), Some(&6), "the fold holds the node's high-water");
+    assert_eq!(fold::folded(&s), [("aaaa".to_string(), 1), ("bbbb".to_string(), 1)].into());
+    assert_eq!(fold::fold(&store).await.unwrap(), 0, "nothing left to fold");
     intent::write(&store, "aaaa", 2, &segment("gpu-0", 2, 7..=7).nodes).await.unwrap();
     let intents = dir.path().join("_ingero/intents");
     for w in ["aaaa", "bbbb"] {
@@ -107,5 +117,81 @@ async fn only_a_nodes_first_segments_here_carry_its_version_in_data_tables() {
     }
     assert_eq!(per_commit, [1, 1, 0], "node versions per call_windows commit");
     let s = Snapshot::load(&store, BATCHES_TABLE).await.unwrap();
+    assert_eq!(s.txns.get("node:gpu-0"), Some(&2), "arriving segments' completions carry it");
+    let mut reader = Completed::default();
+    assert_eq!(reader.high_waters(&store, &s).await.unwrap().get("gpu-0"), Some(&3));
+    fold::fold(&store).await.unwrap();
+    let s = Snapshot::load(&store, BATCHES_TABLE).await.unwrap();
     assert_eq!(s.txns.get("node:gpu-0"), Some(&3));
+    assert_eq!(reader.high_waters(&store, &s).await.unwrap().get("gpu-0"), Some(&3), "a reader across a fold");
+}
+
+/// Completions of many nodes carry no node version once the nodes have
+/// settled; one fold carries one per node. Without maintenance, a writer
+/// whose unfolded segments pile up folds them itself.
+#[tokio::test]
+async fn node_versions_are_committed_once_per_fold_not_once_per_segment() {
+    let (dir, store) = temp_store();
+    let mut logs = Logs::new("dddd".into());
+    let nodes: Vec<String> = (0..20).map(|i| format!("gpu-{i}")).collect();
+    for n in &nodes {
+        logs.arrived.insert(n.clone(), ARRIVING);
+    }
+    let many = |seg: u64| {
+        let mut buf = Buffer::default();
+        for n in &nodes {
+            let tables = synth_tables(n, T0 + seg as i64 * 1_000_000, 2, seg);
+            let tables: Vec<_> = tables.into_iter().map(|(t, b)| (t, vec![b])).collect();
+            let signals = ingero_model::signals::of_tables(&tables);
+            buf.add(n, seg, tables, signals);
+        }
+        Arc::new(buf.seal(seg))
+    };
+    for seg in 1..=5 {
+        commit(&store, &mut logs, many(seg)).await.unwrap();
+    }
+    let node_txns = |v: u64| {
+        let body = std::fs::read_to_string(dir.path().join(format!("ingest_batches/_delta_log/{v:020}.json"))).unwrap();
+        body.lines().filter(|l| l.contains(r#""appId":"node:"#)).count()
+    };
+    assert_eq!((1..=5).map(node_txns).collect::<Vec<_>>(), [0; 5], "completions");
+    assert_eq!(fold::fold(&store).await.unwrap(), 20);
+    assert_eq!(node_txns(6), 20, "the fold: one per node");
+
+    // Segment numbers jump (a long run without maintenance): the writer folds.
+    commit(&store, &mut logs, many(5 + fold::SELF_FOLD)).await.unwrap();
+    let s = Snapshot::load(&store, BATCHES_TABLE).await.unwrap();
+    assert_eq!(fold::folded(&s).get("dddd"), Some(&(5 + fold::SELF_FOLD)));
+    assert_eq!(s.txns.get("node:gpu-7"), Some(&(5 + fold::SELF_FOLD as i64)));
+}
+
+/// While a replica of an ingero before folds has completed a segment within
+/// the hour (its completions carry node versions but no `ingero-folds-`),
+/// completions carry every node's version again: that replica reads a
+/// node's high-water nowhere else.
+#[tokio::test]
+async fn completions_carry_node_versions_while_an_older_replica_is_about() {
+    let (dir, store) = temp_store();
+    let mut logs = Logs::new("eeee".into());
+    logs.arrived.insert("gpu-0".into(), ARRIVING);
+    commit(&store, &mut logs, segment("gpu-0", 1, 1..=1)).await.unwrap();
+    let log = dir.path().join("ingest_batches/_delta_log");
+    let old_completion = |v: u64, ago_ms: i64| {
+        let ms = chrono::Utc::now().timestamp_millis() - ago_ms;
+        let body = format!(
+            "{{\"commitInfo\":{{\"timestamp\":{ms}}}}}\n\
+             {{\"txn\":{{\"appId\":\"ingero-writer-0ld\",\"version\":9,\"lastUpdated\":{ms}}}}}\n"
+        );
+        std::fs::write(log.join(format!("{v:020}.json")), body).unwrap();
+    };
+    let carries = |v: u64| {
+        let body = std::fs::read_to_string(log.join(format!("{v:020}.json"))).unwrap();
+        body.contains(r#""appId":"node:gpu-0""#)
+    };
+    old_completion(2, 2 * 3_600_000);
+    commit(&store, &mut logs, segment("gpu-0", 2, 2..=2)).await.unwrap();
+    assert!(!carries(3), "an older replica last seen two hours ago");
+    old_completion(4, 60_000);
+    commit(&store, &mut logs, segment("gpu-0", 3, 3..=3)).await.unwrap();
+    assert!(carries(5), "an older replica seen a minute ago");
 }

@@ -6,40 +6,43 @@
 //! segment's intent — per node, the first and last batch sequence — to
 //! `_ingero/intents/<writer>/<segment>.json`. Data tables then carry one
 //! `txn`, the writer's segment (and, for a node's first segments at a
-//! writer, the node's: `flush::ARRIVING`); the per-node high-waters are
-//! committed once per segment, to `ingest_batches`, after every table (the
-//! segment's completion). At 10,000 nodes that is one node `txn` per node
-//! per flush instead of one per node per table per flush.
+//! writer, the node's: `flush::ARRIVING`); after every table the segment's
+//! completion names it in `ingest_batches`, and the node high-waters stay in
+//! the intent until maintenance folds them into node versions
+//! (`crate::fold`). At 10,000 nodes that is one node `txn` per node per
+//! maintenance run instead of one per node per table per flush.
 //!
 //! A writer about to commit table T learns what T holds of a node from:
-//! the completed high-waters (`ingest_batches`), the intents of segments
-//! another writer committed to T but has not completed yet (a writer
-//! flushes its segments one after another, so that is at most its segment
-//! T names), and T's own node versions (written by versions of ingero before
-//! intents). Read in that order — T, then `ingest_batches`, then intents —
-//! every segment T holds is either completed or has its intent on the store:
-//! the intent was written before the segment's first table commit and is
-//! deleted by maintenance only an hour after its completion. An intent
-//! states the segment's whole ranges, which can only overstate what a late
-//! writer stored of a node; what it left out the other writer stored.
+//! the completed high-waters (`crate::fold::Completed`), the intents of
+//! segments another writer committed to T but has not completed yet (a
+//! writer flushes its segments one after another, so that is at most its
+//! segment T names), and T's own node versions (written by versions of
+//! ingero before intents). Read in that order — T, then `ingest_batches`,
+//! then intents — every segment T holds is either completed or has its
+//! intent on the store: the intent was written before the segment's first
+//! table commit and is deleted by maintenance only once folded and an hour
+//! old. An intent states the segment's whole ranges, which can only
+//! overstate what a late writer stored of a node; what it left out the other
+//! writer stored.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
 use super::Store;
 use super::delta::Snapshot;
 use super::flush::NodeRange;
-use super::state::{BATCHES_TABLE, node_versions, writer_app, writer_of};
+use super::fold::Completed;
+use super::state::{BATCHES_TABLE, node_versions, writer_of};
 use crate::error::{Error, Result};
 
 const PREFIX: &str = "_ingero/intents";
 
-/// How long a completed segment's intent stays: far longer than a writer
-/// takes between reading `ingest_batches` and reading the intent.
+/// How long a folded segment's intent stays at least: far longer than a
+/// writer takes between reading `ingest_batches` and reading the intent.
 pub(crate) const KEEP: Duration = Duration::from_secs(3600);
 
 fn key(writer: &str, segment: u64) -> String {
@@ -47,7 +50,7 @@ fn key(writer: &str, segment: u64) -> String {
 }
 
 /// Per node, the last sequence of the segment.
-type Lasts = Arc<BTreeMap<String, u64>>;
+pub(crate) type Lasts = Arc<BTreeMap<String, u64>>;
 
 /// Writes a segment's intent (durably: it must outlive a crash before the
 /// segment's first table commit is visible to others).
@@ -76,6 +79,9 @@ fn json(e: serde_json::Error) -> Error {
 #[derive(Debug, Default)]
 pub(crate) struct Intents {
     read: HashMap<(String, u64), Option<Lasts>>,
+    /// The completed segments' high-waters (`ingest_batches`' rows are
+    /// computed against them).
+    pub(crate) completed: Completed,
 }
 
 impl Intents {
@@ -103,8 +109,8 @@ impl Intents {
         let pending: Vec<(String, u64)> = in_flight(me, table, &batches).map(|(w, s)| (w.to_string(), s)).collect();
         for (writer, segment) in &pending {
             let Some(lasts) = self.get(store, writer, *segment).await? else {
-                // Completed (and its intent removed) since `batches` was
-                // read, or written by an ingero before intents.
+                // Completed (and its intent folded and removed) since
+                // `batches` was read, or written by an ingero before intents.
                 batches = super::delta::log::current(store, BATCHES_TABLE).await?;
                 continue;
             };
@@ -112,9 +118,12 @@ impl Intents {
                 raise(node, last);
             }
         }
-        for (node, v) in node_versions(&batches.txns) {
-            raise(node, v);
+        for (node, v) in self.completed.high_waters(store, &batches).await? {
+            raise(&node, v);
         }
+        // Only segments still in flight are worth keeping (at 10,000 nodes
+        // an intent is ~0.5 MB in memory; one per flush of every replica).
+        self.read.retain(|k, _| pending.contains(k));
         Ok(hw)
     }
 
@@ -153,17 +162,40 @@ fn in_flight<'a>(me: &'a str, table: &'a Snapshot, batches: &'a Snapshot) -> imp
     })
 }
 
-/// Deletes the intents of segments completed more than [`KEEP`] ago;
-/// returns how many.
+/// The intents of `writer`'s segments in `(after, upto]` (a segment with no
+/// node has none), each with its segment.
+pub(crate) async fn listed(store: &Store, writer: &str, after: u64, upto: u64) -> Result<Vec<(u64, Lasts)>> {
+    // Keys sort as their segments (zero-padded): list only those after.
+    let (prefix, offset) = (store.key(&format!("{PREFIX}/{writer}")), store.key(&key(writer, after)));
+    let listed: Vec<object_store::ObjectMeta> =
+        store.object_store.list_with_offset(Some(&prefix), &offset).try_collect().await?;
+    let wanted = listed.into_iter().filter_map(|m| {
+        let (_, s) = parse_key(m.location.as_ref())?;
+        (s > after && s <= upto).then_some((s, m.location))
+    });
+    let read = futures::stream::iter(wanted.map(|(s, key)| async move {
+        match store.object_store.get(&key).await {
+            Ok(r) => Ok(Some((s, Arc::new(parse(&r.bytes().await?)?)))),
+            // Folded and removed since it was listed.
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Error::from(e)),
+        }
+    }));
+    let got: Vec<Option<(u64, Lasts)>> = read.buffered(8).try_collect().await?;
+    Ok(got.into_iter().flatten().collect())
+}
+
+/// Deletes the intents of segments folded into `ingest_batches`
+/// (`crate::fold`) and completed more than [`KEEP`] ago; returns how many.
 pub(crate) async fn cleanup(store: &Store) -> Result<u64> {
     let batches = super::delta::log::current(store, BATCHES_TABLE).await?;
+    let folded = super::fold::folded(&batches);
     let cutoff = chrono::Utc::now() - KEEP;
     let listed: Vec<object_store::ObjectMeta> = store.object_store.list(Some(&store.key(PREFIX))).try_collect().await?;
     let mut deleted = 0;
     for m in listed {
         let Some((writer, segment)) = parse_key(m.location.as_ref()) else { continue };
-        let done = batches.txns.get(&writer_app(writer)).copied().unwrap_or(-1);
-        if m.last_modified < cutoff && i64::try_from(segment).is_ok_and(|s| s <= done) {
+        if m.last_modified < cutoff && folded.get(writer).is_some_and(|&f| segment <= f) {
             store.object_store.delete(&m.location).await?;
             deleted += 1;
         }

@@ -14,6 +14,7 @@ pub mod error;
 #[cfg(test)]
 mod fixtures;
 pub mod flush;
+pub(crate) mod fold;
 pub mod handle;
 pub(crate) mod intent;
 pub(crate) mod layout;

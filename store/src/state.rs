@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //! What the store already holds, for exactly-once ingest: the last WAL
-//! segment this writer committed and the highest batch sequence stored per
-//! node. Both are Delta transaction versions (`txn` actions) of the
-//! `ingest_batches` table, committed after a segment's data, so they never
-//! claim rows that are not there and every writer sharing the store sees
-//! what the others stored.
+//! segment this writer committed — a Delta transaction version (`txn`) of
+//! the `ingest_batches` table, committed after the segment's data — and the
+//! highest batch sequence stored per node, from the completed segments'
+//! intents and the node versions they are folded into (`crate::fold`). So
+//! neither claims rows that are not there, and every writer sharing the
+//! store sees what the others stored.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -84,7 +85,7 @@ impl CommitState {
             )));
         }
         let committed_segment = snap.txns.get(&writer_app(writer)).map_or(0, |&v| v.max(0) as u64);
-        let high_water = node_versions(&snap.txns).map(|(n, v)| (n.to_string(), v)).collect();
+        let high_water = super::fold::Completed::default().high_waters(store, &snap).await?;
         Ok(CommitState { committed_segment, high_water })
     }
 
@@ -109,6 +110,7 @@ pub(crate) struct SharedHighWater {
     /// Nodes that have pushed here (a merge also learns of others' nodes,
     /// so knowing a node's high-water does not mean it was seen here).
     seen: std::collections::HashSet<String>,
+    completed: super::fold::Completed,
 }
 
 impl SharedHighWater {
@@ -116,10 +118,10 @@ impl SharedHighWater {
     const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
     pub(crate) fn new(store: Store) -> SharedHighWater {
-        SharedHighWater { store, checked: None, seen: Default::default() }
+        SharedHighWater { store, checked: None, seen: Default::default(), completed: Default::default() }
     }
 
-    /// Merges the store's node versions in when a node is new here or the
+    /// Merges the store's completed high-waters in when a node is new here or the
     /// last look is older than [`Self::EVERY`]. A failed read keeps what is known.
     pub(crate) async fn merge<'a>(
         &mut self,
@@ -137,10 +139,14 @@ impl SharedHighWater {
             return;
         }
         self.checked = Some(std::time::Instant::now());
-        match super::delta::log::current(&self.store, BATCHES_TABLE).await {
-            Ok(snap) => {
-                for (node, v) in node_versions(&snap.txns) {
-                    let hw = high_water.entry(node.to_string()).or_insert(0);
+        let read = async {
+            let snap = super::delta::log::current(&self.store, BATCHES_TABLE).await?;
+            self.completed.high_waters(&self.store, &snap).await
+        };
+        match read.await {
+            Ok(stored) => {
+                for (node, v) in stored {
+                    let hw = high_water.entry(node).or_insert(0);
                     *hw = (*hw).max(v);
                 }
             }

@@ -53,6 +53,7 @@ pub async fn run(store: &Store, retention: Duration, data: &Retention, mine: imp
         total.deleted_log_files += l.deleted_log_files;
     }
     if mine(BATCHES_TABLE) {
+        total.folded_nodes = super::fold::fold(store).await?;
         total.deleted_intents = super::intent::cleanup(store).await?;
     }
     Ok(total)

@@ -35,7 +35,9 @@ pub struct Upkeep {
     pub deleted_files: usize,
     /// Commits and checkpoints a newer checkpoint covers, past the log retention.
     pub deleted_log_files: usize,
-    /// Segment intents of segments completed over an hour ago (`crate::intent`).
+    /// Node high-waters folded into `ingest_batches` (`crate::fold`).
+    pub folded_nodes: u64,
+    /// Intents of segments folded, completed over an hour ago (`crate::intent`).
     pub deleted_intents: u64,
     /// Removed by data retention (files, rows, bytes), deleted later by vacuum.
     pub expired: crate::retention::Expired,
