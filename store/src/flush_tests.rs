@@ -73,6 +73,7 @@ async fn a_writer_mid_segment_is_seen_through_its_intent() {
     assert_eq!(s.txns.get("node:gpu-0"), None, "a completion names the segment only");
     let hw = Completed::default().high_waters(&store, &s).await.unwrap();
     assert_eq!(hw.get("gpu-0"), Some(&6), "the completed intents hold the node's high-water");
+    let before_fold = s;
 
     // Maintenance folds it into a node version, then removes the intents
     // of segments folded over an hour ago, and keeps one not completed
@@ -97,6 +98,10 @@ async fn a_writer_mid_segment_is_seen_through_its_intent() {
         .map(|e| e.file_name().into_string().unwrap())
         .collect();
     assert_eq!(left, [format!("{:020}.json", 2)], "the segment not completed keeps its intent");
+    // A reader holding the log from before the fold finds the intents gone
+    // and the fold's versions in their place.
+    let hw = Completed::default().high_waters(&store, &before_fold).await.unwrap();
+    assert_eq!(hw.get("gpu-0"), Some(&6), "read across a fold and a cleanup");
 }
 
 /// A node's first two segments at a writer carry its version in every table

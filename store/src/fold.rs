@@ -108,18 +108,20 @@ impl Completed {
             }
             self.read_to.insert(w.to_string(), completed);
         }
-        let mut hw: BTreeMap<String, u64> = self.lasts.iter().map(|(n, &v)| (n.clone(), v)).collect();
-        let mut raise = |snap: &Snapshot| {
-            for (n, v) in node_versions(&snap.txns) {
-                let e = hw.entry(n.to_string()).or_default();
-                *e = (*e).max(v);
-            }
-        };
-        raise(batches);
         if read_any {
             // An intent a fold covered may have been deleted while it was
-            // listed: that fold is in the log now.
-            raise(&*super::delta::log::current(store, BATCHES_TABLE).await?);
+            // listed: that fold is in the log now. Kept, as every value
+            // here: a completed high-water stays true.
+            let now = super::delta::log::current(store, BATCHES_TABLE).await?;
+            for (n, v) in node_versions(&now.txns) {
+                let e = self.lasts.entry(n.to_string()).or_default();
+                *e = (*e).max(v);
+            }
+        }
+        let mut hw: BTreeMap<String, u64> = self.lasts.iter().map(|(n, &v)| (n.clone(), v)).collect();
+        for (n, v) in node_versions(&batches.txns) {
+            let e = hw.entry(n.to_string()).or_default();
+            *e = (*e).max(v);
         }
         Ok(hw)
     }
