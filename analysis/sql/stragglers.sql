@@ -8,8 +8,9 @@
 -- node, since, until: null while it lasts, peak score and its cause) with
 -- the nodes flagged at the range's end first, most deviant first: the
 -- ranking and the episodes `ingero stragglers --since … --resolution 10s
--- --format json` gives. Hung ranks (stuck) are not covered: they need each
--- process's call in flight, which the signal tiers do not keep.
+-- --format json` gives. Hung ranks (stuck) are not covered: ingero reads
+-- each process's call in flight from progress_windows where the tier's
+-- in_call_age_ns reaches --stuck-after; this query reads the tier alone.
 --
 -- The detector: per 10-s bin and job, each signal of each node against the
 -- job's median and scaled MAD (robust z) — in a bin with fewer than 8 judged

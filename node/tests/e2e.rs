@@ -292,6 +292,11 @@ async fn a_hung_rank_flags_its_node_stuck_and_says_what_it_does() {
     let text = cli(&args, &cluster.s3);
     eprintln!("{text}");
     assert!(text.contains("Hung rank"), "{text}");
+    // The fleet ranking over the store names it too.
+    let args = ["stragglers", "--store", &cluster.store, "--since", "10m", "--stuck-after", "4s", "--format", "json"];
+    let history: Value = serde_json::from_str(&cli(&args, &cluster.s3)).unwrap();
+    let top = &history["stragglers"][0];
+    assert_eq!((top["node"].as_str(), top["stuck"].as_bool()), (Some("node-b"), Some(true)), "{history:#}");
     drop(ranks);
     for a in cluster.agents {
         a.stop();

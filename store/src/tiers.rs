@@ -331,6 +331,11 @@ impl<'a> TierBatch<'a> {
         (self.job.1, self.node.1)
     }
 
+    /// Row `i`'s oldest CUDA/NCCL call in flight at a window's end (ns).
+    pub fn in_call_age(&self, i: usize) -> Option<u64> {
+        self.age.is_valid(i).then(|| self.age.value(i))
+    }
+
     /// Row `i`'s signal columns.
     pub fn raw(&self, i: usize) -> RawSignals {
         RawSignals { u: std::array::from_fn(|c| self.u[c].value(i)), measured: self.measured.value(i) }
@@ -343,7 +348,7 @@ impl<'a> TierBatch<'a> {
             node: self.node.1.value(self.node.0[i] as usize),
             window_start_us: self.ts.value(i),
             signals,
-            in_call_age_ns: self.age.is_valid(i).then(|| self.age.value(i)),
+            in_call_age_ns: self.in_call_age(i),
         }
     }
 }

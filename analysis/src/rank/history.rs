@@ -108,12 +108,14 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
         Some(w) => (req.bin_us() / w).max(1) * w,
         None => req.bin_us(),
     };
+    let stuck_after = cfg.stuck_after.as_nanos().min(u64::MAX as u128) as u64;
     let mut det = Detector::new(cfg);
     let mut overlap = Overlap::default();
     let range = Range { start_us: req.start_us, end_us: req.end_us, job: req.job.as_deref() };
-    let mut replay = Replay::new(range, bin_us);
+    let mut replay = Replay::new(range, bin_us).watching_hangs(stuck_after);
     if tier == Tier::Minute {
         replay.push(&coarse)?;
+        read_hung(engine, &mut replay, bin_us).await?;
     } else {
         drop(coarse);
         // File by file in time order, the next two decoding meanwhile: the
@@ -122,11 +124,22 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
         while let Some(piece) = pieces.next().await {
             let piece = piece?;
             replay.push(&piece.batches)?;
+            read_hung(engine, &mut replay, bin_us).await?;
             replay.judge_before(&mut det, &mut overlap, piece.rest_from_us);
         }
     }
     replay.finish(&mut det, &mut overlap);
     Ok(finish(engine, det, overlap, &req, bin_us).await)
+}
+
+/// The processes of the job-bins the replay noted a long call in, before
+/// it judges them (hung ranks, `super::hung`).
+async fn read_hung(engine: &QueryEngine, replay: &mut Replay<'_>, bin_us: i64) -> Result<()> {
+    let wanted = replay.take_wanted();
+    if !wanted.is_empty() {
+        replay.attach(super::hung::procs(engine, &wanted, bin_us).await?);
+    }
+    Ok(())
 }
 
 /// The ranking of a replayed range: standings, unranked jobs, the timeline

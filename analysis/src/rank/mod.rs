@@ -6,5 +6,6 @@ pub use ingero_server::rank::*;
 
 pub mod history;
 pub(crate) mod hosts;
+mod hung;
 pub(crate) mod overlap;
 mod replay;

@@ -6,7 +6,10 @@
 //! Job and node names are interned once per batch dictionary: hashing two
 //! strings per row was a third of the ranking.
 
+use std::collections::{BTreeSet, HashSet};
+
 use super::detector::Detector;
+use super::hung::Procs;
 use super::overlap::Overlap;
 use super::signals::Signals;
 use crate::error::Result;
@@ -90,6 +93,17 @@ pub(super) struct Replay<'r> {
     /// rows are strided across its batch (rows are sorted by node), so
     /// reading them bin by bin from the batch missed the cache every row.
     pending: Vec<Vec<(u32, RawSignals)>>,
+    hangs: Hangs,
+}
+
+/// Job-bins in which a call had been in flight `after_ns` (hung-rank
+/// candidates, `super::hung`), and the processes read for them.
+struct Hangs {
+    after_ns: u64,
+    /// (job id, bin start) to read, not read yet.
+    wanted: BTreeSet<(u32, i64)>,
+    asked: HashSet<(u32, i64)>,
+    procs: Procs,
 }
 
 impl<'r> Replay<'r> {
@@ -97,7 +111,27 @@ impl<'r> Replay<'r> {
         let first = range.start_us.div_euclid(bin_us);
         let bins = ((range.end_us - 1).div_euclid(bin_us) - first + 1).max(0) as usize;
         let pending = vec![Vec::new(); bins];
-        Replay { range, bin_us, first, bins, next: 0, names: Names::default(), pending }
+        let hangs = Hangs { after_ns: u64::MAX, wanted: BTreeSet::new(), asked: HashSet::new(), procs: Procs::new() };
+        Replay { range, bin_us, first, bins, next: 0, names: Names::default(), pending, hangs }
+    }
+
+    /// Notes the job-bins in which a call had been in flight `after_ns`
+    /// ([`Self::take_wanted`]).
+    pub(super) fn watching_hangs(mut self, after_ns: u64) -> Self {
+        self.hangs.after_ns = after_ns;
+        self
+    }
+
+    /// The (job, bin start) pairs noted since the last call.
+    pub(super) fn take_wanted(&mut self) -> BTreeSet<(String, i64)> {
+        let h = &mut self.hangs;
+        h.asked.extend(h.wanted.iter().copied());
+        std::mem::take(&mut h.wanted).into_iter().map(|(j, bin)| (self.names.jobs[j as usize].clone(), bin)).collect()
+    }
+
+    /// Processes to judge with their node's signals in their bin.
+    pub(super) fn attach(&mut self, procs: Procs) {
+        self.hangs.procs.extend(procs);
     }
 
     /// Takes the range's rows of `batches` (any order; a row of a judged
@@ -124,6 +158,12 @@ impl<'r> Replay<'r> {
             for (i, k) in bins.into_iter().enumerate() {
                 if let (Some(k), Some(pair)) = (k, pairs[i]) {
                     self.pending[k].push((pair, t.raw(i)));
+                    if t.in_call_age(i).is_some_and(|a| a >= self.hangs.after_ns) {
+                        let key = (self.names.pairs[pair as usize].0, (self.first + k as i64) * self.bin_us);
+                        if !self.hangs.asked.contains(&key) {
+                            self.hangs.wanted.insert(key);
+                        }
+                    }
                 }
             }
         }
@@ -168,8 +208,14 @@ impl<'r> Replay<'r> {
             }
             for p in touched.drain(..) {
                 let (j, n) = names.pairs[p as usize];
-                let s = merged[p as usize].take().expect("touched pairs hold signals");
-                det.add_signals(&names.jobs[j as usize], names.nodes[n as usize].clone(), bin, s);
+                let mut s = merged[p as usize].take().expect("touched pairs hold signals");
+                let (job, node) = (&names.jobs[j as usize], &names.nodes[n as usize]);
+                if !self.hangs.procs.is_empty()
+                    && let Some(procs) = self.hangs.procs.remove(&(job.clone(), node.clone(), bin))
+                {
+                    s.procs = procs;
+                }
+                det.add_signals(job, node.clone(), bin, s);
             }
             det.evaluate(bin, 0);
         }

@@ -30,8 +30,7 @@ pub(crate) async fn chain(
 ) -> Result<Option<Chain>> {
     let Some(job) = d.jobs.first() else { return Ok(None) };
     let sql = format!(
-        "SELECT node, CAST(window_start AS BIGINT) AS t, pid, rank, comm, threads_in_call, oldest_op, oldest_age_ns, \
-         last_call_age_ns, proc_state FROM {PROGRESS_WINDOWS} WHERE job = {} AND {}",
+        "SELECT node, CAST(window_start AS BIGINT) AS t, {PROC_COLUMNS} FROM {PROGRESS_WINDOWS} WHERE job = {} AND {}",
         quote(job),
         time_predicate("window_start", start_us, end_us)
     );
@@ -58,12 +57,25 @@ pub(crate) async fn chain(
 
 fn rows(b: &RecordBatch, windows: &mut BTreeMap<i64, BTreeMap<String, Signals>>) -> Result<()> {
     let (node, t) = (b.strings("node")?, b.primitives::<Int64Type>("t")?);
+    for (i, p) in procs_of(b)?.into_iter().enumerate() {
+        windows.entry(t.value(i)).or_default().entry(node.value(i).to_string()).or_default().procs.push(p);
+    }
+    Ok(())
+}
+
+/// The SQL columns [`procs_of`] reads from `progress_windows`.
+pub(crate) const PROC_COLUMNS: &str =
+    "pid, rank, comm, threads_in_call, oldest_op, oldest_age_ns, last_call_age_ns, proc_state";
+
+/// Each row's process as it stood at the end of its window (the columns of
+/// [`PROC_COLUMNS`]).
+pub(crate) fn procs_of(b: &RecordBatch) -> Result<Vec<ProcProgress>> {
     let (pid, rank) = (b.primitives::<UInt32Type>("pid")?, b.primitives::<Int32Type>("rank")?);
     let (comm, in_call) = (b.strings("comm")?, b.primitives::<UInt32Type>("threads_in_call")?);
     let (op, age) = (b.strings("oldest_op")?, b.primitives::<UInt64Type>("oldest_age_ns")?);
     let (last, state) = (b.primitives::<UInt64Type>("last_call_age_ns")?, b.strings("proc_state")?);
-    for i in 0..b.num_rows() {
-        let p = ProcProgress {
+    Ok((0..b.num_rows())
+        .map(|i| ProcProgress {
             pid: pid.value(i),
             rank: rank.is_valid(i).then(|| rank.value(i)),
             comm: comm.value(i).to_string(),
@@ -72,10 +84,8 @@ fn rows(b: &RecordBatch, windows: &mut BTreeMap<i64, BTreeMap<String, Signals>>)
             age_ns: age.is_valid(i).then(|| age.value(i)),
             last_call_age_ns: last.is_valid(i).then(|| last.value(i)),
             state: state.is_valid(i).then(|| state.value(i).to_string()),
-        };
-        windows.entry(t.value(i)).or_default().entry(node.value(i).to_string()).or_default().procs.push(p);
-    }
-    Ok(())
+        })
+        .collect())
 }
 
 fn hung_rank(job: &str, node: &str, c: &Culprit, since_us: i64, windows: usize) -> Chain {

@@ -17,6 +17,7 @@ mod delta;
 mod evaluate;
 mod export;
 mod history;
+mod hung;
 mod import;
 mod import_current;
 mod ingest;
