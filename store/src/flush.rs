@@ -26,11 +26,11 @@ use ingero_model::Table;
 use ingero_model::signals::{BatchSignals, NodeWindowKey, Signals};
 
 use super::Store;
+use super::batches::{BATCHES_TABLE, batches_schema, node_app, writer_app};
 use super::delta::action::{Add, Txn};
 use super::delta::{TableLog, table};
 use super::layout::{hour_dir, hour_of};
-use super::state::{BATCHES_TABLE, batches_schema, node_app, writer_app};
-use super::{fold, intent, parquet, tiers};
+use super::{fold, held, intent, parquet, tiers};
 use crate::error::{Error, Result};
 
 /// What one node contributed to a segment.
@@ -149,7 +149,7 @@ const ARRIVING: u8 = 2;
 pub struct Logs {
     pub writer: String,
     logs: BTreeMap<String, TableLog>,
-    intents: intent::Intents,
+    intents: held::Intents,
     /// Per node, segments committed here since start (up to [`ARRIVING`]).
     arrived: std::collections::HashMap<String, u8>,
 }
@@ -376,7 +376,8 @@ pub(crate) async fn commit(store: &Store, logs: &mut Logs, sealed: Arc<Sealed>) 
     let guard = Txn { app_id: writer_app(&logs.writer), version: sealed.segment as i64, last_updated: None };
     let info = serde_json::json!({"writer": logs.writer, "segment": sealed.segment});
     // Before any table names the segment: others read what it holds from here.
-    intent::write(store, &logs.writer, sealed.segment, &sealed.nodes).await?;
+    let ranges = sealed.nodes.iter().map(|(n, r)| (n.as_str(), [r.first, r.last])).collect();
+    intent::write(store, &logs.writer, sealed.segment, &ranges).await?;
     let mut written = 0;
     for t in encode(&logs.writer, &sealed).await? {
         written += logs.commit_table(store, &sealed, t, &guard, &info).await?;

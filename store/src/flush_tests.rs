@@ -47,7 +47,7 @@ async fn a_writer_mid_segment_is_seen_through_its_intent() {
     }
     let guard = Txn { app_id: writer_app("aaaa"), version: 1, last_updated: None };
     let info = serde_json::json!({});
-    intent::write(&store, "aaaa", 1, &a.nodes).await.unwrap();
+    intent::write(&store, "aaaa", 1, &BTreeMap::from([("gpu-0", [1, 4])])).await.unwrap();
     let calls = encode("aaaa", &a).await.unwrap().into_iter().find(|e| e.name == "call_windows").unwrap();
     la.commit_table(&store, &a, calls, &guard, &info).await.unwrap();
 
@@ -83,7 +83,7 @@ async fn a_writer_mid_segment_is_seen_through_its_intent() {
     assert_eq!(s.txns.get("node:gpu-0"), Some(&6), "the fold holds the node's high-water");
     assert_eq!(fold::folded(&s), [("aaaa".to_string(), 1), ("bbbb".to_string(), 1)].into());
     assert_eq!(fold::fold(&store).await.unwrap(), 0, "nothing left to fold");
-    intent::write(&store, "aaaa", 2, &segment("gpu-0", 2, 7..=7).nodes).await.unwrap();
+    intent::write(&store, "aaaa", 2, &BTreeMap::from([("gpu-0", [7, 7])])).await.unwrap();
     let intents = dir.path().join("_ingero/intents");
     for w in ["aaaa", "bbbb"] {
         for e in std::fs::read_dir(intents.join(w)).unwrap().flatten() {
@@ -91,7 +91,7 @@ async fn a_writer_mid_segment_is_seen_through_its_intent() {
             f.set_modified(std::time::SystemTime::now() - 2 * intent::KEEP).unwrap();
         }
     }
-    assert_eq!(intent::cleanup(&store).await.unwrap(), 2);
+    assert_eq!(fold::cleanup(&store).await.unwrap(), 2);
     let left: Vec<_> = std::fs::read_dir(intents.join("aaaa"))
         .unwrap()
         .flatten()

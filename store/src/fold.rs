@@ -20,9 +20,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::Store;
+use super::batches::{BATCHES_TABLE, batches_schema, node_app, node_versions, writer_of};
 use super::delta::action::Txn;
 use super::delta::{Snapshot, TableLog};
-use super::state::{BATCHES_TABLE, batches_schema, node_app, node_versions, writer_of};
 use super::{intent, intent::Lasts};
 use crate::error::Result;
 
@@ -164,8 +164,14 @@ pub(crate) async fn fold(store: &Store) -> Result<u64> {
     }
 }
 
-/// The folded segments of each writer in `batches` (what
-/// [`intent::cleanup`] may delete).
+/// The folded segments of each writer in `batches`.
 pub(crate) fn folded(batches: &Snapshot) -> HashMap<String, u64> {
     segments(batches).into_iter().map(|(w, (f, _))| (w.to_string(), f)).collect()
+}
+
+/// Deletes the intents of folded segments written more than
+/// [`intent::KEEP`] ago; returns how many.
+pub(crate) async fn cleanup(store: &Store) -> Result<u64> {
+    let batches = super::delta::log::current(store, BATCHES_TABLE).await?;
+    intent::delete_folded(store, &folded(&batches)).await
 }

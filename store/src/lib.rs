@@ -7,6 +7,7 @@
 //! replay decodes pushes) and below serving and analysis: it links no query
 //! engine, ranking or reports (`scripts/check-layers.sh`).
 
+pub mod batches;
 pub mod bulk;
 pub mod commit;
 pub mod delta;
@@ -16,6 +17,7 @@ mod fixtures;
 pub mod flush;
 pub(crate) mod fold;
 pub mod handle;
+pub(crate) mod held;
 pub(crate) mod intent;
 pub(crate) mod layout;
 pub mod metrics;

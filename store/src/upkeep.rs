@@ -8,11 +8,11 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use ingero_model::Table;
 
+use super::batches::{BATCHES_TABLE, batches_schema};
 use super::delta::log::current;
 use super::delta::maintain::{self, Upkeep};
 use super::delta::props;
 use super::retention::{self, Retention};
-use super::state::{BATCHES_TABLE, batches_schema};
 use super::tiers::{self, Tier};
 use super::{Store, parquet};
 use crate::error::Result;
@@ -54,7 +54,7 @@ pub async fn run(store: &Store, retention: Duration, data: &Retention, mine: imp
     }
     if mine(BATCHES_TABLE) {
         total.folded_nodes = super::fold::fold(store).await?;
-        total.deleted_intents = super::intent::cleanup(store).await?;
+        total.deleted_intents = super::fold::cleanup(store).await?;
     }
     Ok(total)
 }
