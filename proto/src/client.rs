@@ -26,9 +26,15 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
     /// Give up after this long without an acknowledgement (the caller spools).
     pub give_up_after: Duration,
-    /// Per-attempt deadline.
+    /// Per-attempt deadline for an answer, on top of the time the request
+    /// takes to upload at [`SLOWEST_LINK`] ([`RetryPolicy::deadline`]).
     pub attempt_timeout: Duration,
 }
+
+/// The slowest node-to-aggregator link an attempt's deadline allows for
+/// (bytes/s; 100 Mbit/s): a spooled backlog of 64 MiB must not be cut off
+/// every attempt for taking longer to upload than a window takes to answer.
+pub const SLOWEST_LINK: u64 = 12_500_000;
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -46,6 +52,12 @@ impl Default for RetryPolicy {
 pub type Backoff = backon::ExponentialBackoff;
 
 impl RetryPolicy {
+    /// The deadline of one attempt to send `bytes`: the answer's deadline
+    /// plus the upload at [`SLOWEST_LINK`].
+    pub fn deadline(&self, bytes: usize) -> Duration {
+        self.attempt_timeout + Duration::from_micros(bytes as u64 * 1_000_000 / SLOWEST_LINK)
+    }
+
     /// One attempt per push; the caller decides when to try again.
     pub fn single_attempt() -> Self {
         RetryPolicy { give_up_after: Duration::ZERO, ..Default::default() }
@@ -165,14 +177,15 @@ impl IngestClient {
         let started = tokio::time::Instant::now();
         let mut waits = self.policy.backoff();
         let mut attempts = 0;
+        let deadline = self.policy.deadline(prost::Message::encoded_len(req));
         loop {
             attempts += 1;
             let mut r = tonic::Request::new(req.clone());
-            r.set_timeout(self.policy.attempt_timeout);
+            r.set_timeout(deadline);
             if let Some(a) = &self.authorization {
                 r.metadata_mut().insert("authorization", a.clone());
             }
-            let err = match tokio::time::timeout(self.policy.attempt_timeout, self.raw.push(r)).await {
+            let err = match tokio::time::timeout(deadline, self.raw.push(r)).await {
                 Ok(Ok(resp)) => return Ok(resp.into_inner()),
                 Ok(Err(status)) if !is_retryable(status.code()) => return Err(SendError::Rejected(status)),
                 Ok(Err(status)) => status,
@@ -235,6 +248,36 @@ pub(crate) mod tests {
         }
         let again: Vec<Duration> = p.backoff().take(12).collect();
         assert_ne!(waits, again, "two agents must not wait in lockstep");
+    }
+
+    /// A frozen aggregator (the kernel accepts, nobody answers): an attempt
+    /// gives up at its deadline, which grows with what it has to upload.
+    #[tokio::test]
+    async fn an_attempt_waits_longer_for_a_bigger_request() {
+        let frozen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", frozen.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let held: Vec<_> = frozen.incoming().collect();
+            drop(held);
+        });
+        let p = RetryPolicy { attempt_timeout: Duration::from_millis(300), ..RetryPolicy::single_attempt() };
+        let payload = prost::bytes::Bytes::from(vec![0u8; SLOWEST_LINK as usize]);
+        let big = PushRequest {
+            tables: vec![TableBatch { table: "call_windows".into(), arrow_ipc: payload }],
+            ..empty_request()
+        };
+        let slow = Duration::from_millis(1300);
+        assert!(p.deadline(prost::Message::encoded_len(&big)) >= slow, "a second of upload allowed for");
+        let mut c = IngestClient::new(&url, "node-a", p).unwrap();
+        let timed = async |c: &mut IngestClient, r: &PushRequest| {
+            let t = std::time::Instant::now();
+            assert!(matches!(c.push(r).await, Err(SendError::Unavailable { .. })));
+            t.elapsed()
+        };
+        let small = timed(&mut c, &empty_request()).await;
+        let large = timed(&mut c, &big).await;
+        assert!(large >= slow, "the big request was cut off after {large:?}");
+        assert!(small < slow, "the empty request waited {small:?}");
     }
 
     #[tokio::test]

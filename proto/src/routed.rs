@@ -30,7 +30,9 @@ const RETURN_AFTER: Duration = Duration::from_secs(15);
 /// budget (`give_up_after`) is spent.
 pub const FAILOVER_AFTER: Duration = Duration::from_secs(2);
 
-/// With several replicas, the longest one attempt waits for an answer: a
+/// With several replicas, the longest one attempt waits for an answer once
+/// its request is uploaded (`RetryPolicy::deadline` adds the upload at the
+/// slowest link allowed for, so a spooled backlog is not cut off): a
 /// replica that is up acknowledges a batch once its write-ahead log has it
 /// (milliseconds); one that is frozen (stopped, swapping, a stalled disk)
 /// accepts the connection and never answers, and waiting the single-server
