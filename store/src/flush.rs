@@ -427,7 +427,8 @@ async fn commit_batches(
         if log.snapshot.txns.get(&guard.app_id).is_some_and(|&v| v >= guard.version) {
             return Ok(written);
         }
-        let completed = intents.completed.high_waters(store, &log.snapshot).await?;
+        let completed =
+            intents.completed.high_waters_of(store, &log.snapshot, |n| sealed.nodes.contains_key(n)).await?;
         let ranges = sealed.ranges_without(&sealed.stored_of(&completed));
         let mut adds = Vec::new();
         if !ranges.is_empty() {

@@ -23,7 +23,7 @@ use super::Store;
 use super::batches::{BATCHES_TABLE, batches_schema, node_app, node_versions, writer_of};
 use super::delta::action::Txn;
 use super::delta::{Snapshot, TableLog};
-use super::{intent, intent::Lasts};
+use super::intent;
 use crate::error::Result;
 
 const FOLDED_APP: &str = "ingero-folded-";
@@ -93,6 +93,17 @@ impl Completed {
     /// Per node, at least the highest sequence of the segments `batches`
     /// lists as completed.
     pub(crate) async fn high_waters(&mut self, store: &Store, batches: &Snapshot) -> Result<BTreeMap<String, u64>> {
+        self.high_waters_of(store, batches, |_| true).await
+    }
+
+    /// [`Self::high_waters`] of the nodes `keep` selects only (a segment's
+    /// nodes: not a copy of the fleet's per table commit).
+    pub(crate) async fn high_waters_of(
+        &mut self,
+        store: &Store,
+        batches: &Snapshot,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<BTreeMap<String, u64>> {
         let mut read_any = false;
         for (w, (folded, completed)) in segments(batches) {
             let from = self.read_to.get(w).copied().unwrap_or(0).max(folded);
@@ -118,8 +129,9 @@ impl Completed {
                 *e = (*e).max(v);
             }
         }
-        let mut hw: BTreeMap<String, u64> = self.lasts.iter().map(|(n, &v)| (n.clone(), v)).collect();
-        for (n, v) in node_versions(&batches.txns) {
+        let mut hw: BTreeMap<String, u64> =
+            self.lasts.iter().filter(|(n, _)| keep(n)).map(|(n, &v)| (n.clone(), v)).collect();
+        for (n, v) in node_versions(&batches.txns).filter(|(n, _)| keep(n)) {
             let e = hw.entry(n.to_string()).or_default();
             *e = (*e).max(v);
         }
@@ -134,22 +146,17 @@ pub(crate) async fn fold(store: &Store) -> Result<u64> {
     loop {
         log.prepare(store).await?;
         let snap = &log.snapshot;
-        let mut lasts: BTreeMap<String, u64> = BTreeMap::new();
-        let mut txns = Vec::new();
-        for (w, (folded, completed)) in segments(snap) {
-            if completed <= folded {
-                continue;
-            }
-            let read = intent::listed(store, w, folded, completed).await?;
-            for (n, &last) in read.iter().flat_map(|(_, l): &(u64, Lasts)| l.iter()) {
-                let e = lasts.entry(n.clone()).or_default();
-                *e = (*e).max(last);
-            }
-            txns.push(Txn { app_id: folded_app(w), version: completed as i64, last_updated: None });
-        }
+        let mut txns: Vec<Txn> = segments(snap)
+            .into_iter()
+            .filter(|(_, (folded, completed))| completed > folded)
+            .map(|(w, (_, completed))| Txn { app_id: folded_app(w), version: completed as i64, last_updated: None })
+            .collect();
         if txns.is_empty() {
             return Ok(0);
         }
+        // What a fresh reader gets: the node versions and every completed
+        // segment's intent above its writer's folded one.
+        let lasts = Completed::default().high_waters(store, snap).await?;
         let raised: Vec<Txn> = lasts
             .into_iter()
             .filter(|(n, last)| snap.txns.get(&node_app(n)).is_none_or(|&v| (*last as i64) > v))

@@ -67,7 +67,7 @@ impl Intents {
                 raise(node, last);
             }
         }
-        for (node, v) in self.completed.high_waters(store, &batches).await? {
+        for (node, v) in self.completed.high_waters_of(store, &batches, |n| wanted.contains_key(n)).await? {
             raise(&node, v);
         }
         // Only segments still in flight are worth keeping (at 10,000 nodes
