@@ -2,15 +2,15 @@
 -- ingero's fleet history ranking as plain SQL, for engines that read the
 -- Delta tables directly (DuckDB, Spark SQL; Trino: see README.md).
 --
--- Input: a relation named signal_windows_10s holding the 10-second signal
--- tier of the range to rank (make it a view over the Delta table filtered
+-- Input: two relations, signal_windows_10s (the 10-second signal tier) and
+-- progress_windows (each process's call in flight, per agent window), each
+-- holding the range to rank (make them views over the Delta tables filtered
 -- to the range). Output: one row per straggler episode in the range (job,
 -- node, since, until: null while it lasts, peak score and its cause) with
 -- the nodes flagged at the range's end first, most deviant first: the
 -- ranking and the episodes `ingero stragglers --since … --resolution 10s
--- --format json` gives. Hung ranks (stuck) are not covered: ingero reads
--- each process's call in flight from progress_windows where the tier's
--- in_call_age_ns reaches --stuck-after; this query reads the tier alone.
+-- --format json` gives, hung ranks (cause `stuck`) included. The one
+-- setting is `--stuck-after` (30 s): `stuck_after` below.
 --
 -- The detector: per 10-s bin and job, each signal of each node against the
 -- job's median and scaled MAD (robust z) — in a bin with fewer than 8 judged
@@ -20,7 +20,15 @@
 -- waits less than its peers is the straggler unless another node of the job
 -- has a cause of its own; 4 deviant bins in a row flag a node (since the
 -- first of them), 5 calm bins in a row clear it.
-WITH bins AS (
+--
+-- Hung ranks: in a bin where a call had been in flight --stuck-after (the
+-- tier's in_call_age_ns), each process as it stood at the bin's end; the
+-- op most of them have waited in that long; a node some of whose processes
+-- do not wait there, while another node's all do, holds the rank they wait
+-- for: stuck, flagged at once (score 1000) until progress resumes, and
+-- whatever deviated before the hang does not count after it.
+WITH stuck_after AS (SELECT CAST(30000000000 AS DOUBLE) AS ns),
+bins AS (
   SELECT job, node, window_start AS bin,
          SUM(CAST(window_us AS DOUBLE)) * 1000 AS window_ns,
          SUM(CAST(runq_wait_ns AS DOUBLE)) AS runq_ns,
@@ -31,7 +39,8 @@ WITH bins AS (
          SUM(CAST(device_wait_ns AS DOUBLE)) AS wait_ns,
          SUM(CAST(io_ns AS DOUBLE)) AS io_ns,
          SUM(CAST(mem_events AS DOUBLE)) AS mem_events,
-         BOOL_OR(measured) AS measured
+         BOOL_OR(measured) AS measured,
+         MAX(CAST(in_call_age_ns AS DOUBLE)) AS in_call_age
   FROM signal_windows_10s
   GROUP BY job, node, window_start
 ),
@@ -137,20 +146,62 @@ deviant AS (
   FROM (SELECT s.*, MAX(has_cause) OVER (PARTITION BY job, bin) AS any_cause FROM scored s) t
   WHERE has_cause = 1 OR any_cause = 0
 ),
--- Every bin each node was judged in (a bin with one node is not), deviant
--- or calm, numbered in order.
-states AS (
-  SELECT c.job, c.node, c.bin, d.score, d.node IS NOT NULL AS is_deviant,
-         ROW_NUMBER() OVER (PARTITION BY c.job, c.node ORDER BY c.bin) AS k
-  FROM counted c
-  LEFT JOIN deviant d ON c.job = d.job AND c.node = d.node AND c.bin = d.bin
-  WHERE c.nodes_in_bin >= 2
+-- Hung ranks: the job-bins where a call had been in flight that long, and
+-- each process of their nodes as it stood at the bin's end (its newest row).
+hot AS (
+  SELECT DISTINCT c.job, c.bin FROM counted c, stuck_after a
+  WHERE c.nodes_in_bin >= 2 AND c.in_call_age >= a.ns
 ),
--- Runs of deviant or of calm bins (gaps and islands).
+procs AS (
+  SELECT t.job, t.node, t.bin, t.op, t.age
+  FROM (SELECT h.job, p.node, h.bin, p.oldest_op AS op, CAST(p.oldest_age_ns AS DOUBLE) AS age,
+               ROW_NUMBER() OVER (PARTITION BY h.job, p.node, h.bin, p.pid ORDER BY p.window_start DESC) AS r
+        FROM progress_windows p
+        JOIN hot h ON COALESCE(p.job, '(unlabelled)') = h.job
+         AND p.window_start >= h.bin AND p.window_start < h.bin + INTERVAL '10' SECOND) t
+  JOIN counted c ON c.job = t.job AND c.node = t.node AND c.bin = t.bin
+  WHERE t.r = 1
+),
+-- The op most processes have waited in that long (a tie: the op named last).
+waited AS (
+  SELECT job, bin, op
+  FROM (SELECT p.job, p.bin, p.op, ROW_NUMBER() OVER (PARTITION BY p.job, p.bin ORDER BY COUNT(*) DESC, p.op DESC) AS r
+        FROM procs p, stuck_after a WHERE p.op IS NOT NULL AND p.age >= a.ns
+        GROUP BY p.job, p.bin, p.op) t
+  WHERE r = 1
+),
+node_waits AS (
+  SELECT p.job, p.node, p.bin, MIN(CASE WHEN p.op = w.op AND p.age >= a.ns THEN 1 ELSE 0 END) = 1 AS waiting
+  FROM procs p JOIN waited w ON w.job = p.job AND w.bin = p.bin CROSS JOIN stuck_after a
+  GROUP BY p.job, p.node, p.bin
+),
+-- The nodes holding a rank the others wait for.
+stuck AS (
+  SELECT job, node, bin
+  FROM (SELECT n.*, MAX(CASE WHEN waiting THEN 1 ELSE 0 END) OVER (PARTITION BY job, bin) AS any_waiting
+        FROM node_waits n) t
+  WHERE NOT waiting AND any_waiting = 1
+),
+-- Every bin each node was judged in (a bin with one node is not), stuck,
+-- deviant or calm, numbered in order; a hang starts a new segment.
+states AS (
+  SELECT s.*, SUM(CASE WHEN is_stuck THEN 1 ELSE 0 END)
+                OVER (PARTITION BY job, node ORDER BY k ROWS UNBOUNDED PRECEDING) AS seg
+  FROM (SELECT c.job, c.node, c.bin, h.node IS NOT NULL AS is_stuck,
+               h.node IS NULL AND d.node IS NOT NULL AS is_deviant,
+               CASE WHEN h.node IS NOT NULL THEN 1000.0 ELSE d.score END AS score,
+               ROW_NUMBER() OVER (PARTITION BY c.job, c.node ORDER BY c.bin) AS k
+        FROM counted c
+        LEFT JOIN deviant d ON c.job = d.job AND c.node = d.node AND c.bin = d.bin
+        LEFT JOIN stuck h ON c.job = h.job AND c.node = h.node AND c.bin = h.bin
+        WHERE c.nodes_in_bin >= 2) s
+),
+-- Runs of deviant or of calm bins within a segment (gaps and islands).
 runs AS (
-  SELECT job, node, is_deviant, MIN(bin) AS run_start, COUNT(*) AS len, MIN(k) AS first_k
-  FROM (SELECT s.*, k - ROW_NUMBER() OVER (PARTITION BY job, node, is_deviant ORDER BY bin) AS island FROM states s) t
-  GROUP BY job, node, is_deviant, island
+  SELECT job, node, seg, is_deviant, MIN(bin) AS run_start, COUNT(*) AS len, MIN(k) AS first_k
+  FROM (SELECT s.*, k - ROW_NUMBER() OVER (PARTITION BY job, node, seg, is_deviant ORDER BY bin) AS island
+        FROM states s WHERE NOT is_stuck) t
+  GROUP BY job, node, seg, is_deviant, island
 ),
 -- A deviant run of 4 flags a node at its 4th bin (since the run's first,
 -- unless the node is flagged already); a calm run of 5 clears it at its 5th.
@@ -159,14 +210,15 @@ events AS (
   UNION ALL
   SELECT job, node, first_k + 4 AS at_k, run_start, FALSE AS opens FROM runs WHERE NOT is_deviant AND len >= 5
 ),
--- Whether the node is flagged in each bin: the last event up to it opened.
+-- Whether the node is flagged in each bin: stuck, or the last event of its
+-- segment up to it opened (a segment starts unflagged: progress resumed).
 marked AS (
-  SELECT s.*, e.opens, e.run_start AS opened_run,
-         COUNT(e.at_k) OVER (PARTITION BY s.job, s.node ORDER BY s.k ROWS UNBOUNDED PRECEDING) AS grp
+  SELECT s.*, e.opens, CASE WHEN s.is_stuck THEN s.bin ELSE e.run_start END AS opened_run,
+         COUNT(e.at_k) OVER (PARTITION BY s.job, s.node, s.seg ORDER BY s.k ROWS UNBOUNDED PRECEDING) AS grp
   FROM states s LEFT JOIN events e ON e.job = s.job AND e.node = s.node AND e.at_k = s.k
 ),
 flags AS (
-  SELECT m.*, MAX(CASE WHEN opens THEN 1 ELSE 0 END) OVER (PARTITION BY job, node, grp) = 1 AS flagged
+  SELECT m.*, is_stuck OR MAX(CASE WHEN opens THEN 1 ELSE 0 END) OVER (PARTITION BY job, node, seg, grp) = 1 AS flagged
   FROM marked m
 ),
 -- Episodes: numbered where a node becomes flagged.
@@ -183,12 +235,12 @@ tops AS (
   FROM devs
 ),
 -- The episode's peak: its highest bin score while flagged (the later bin on
--- a tie), and that bin's top signal is its cause.
+-- a tie), and that bin's top signal is its cause (`stuck` while hung).
 peaks AS (
-  SELECT n.job, n.node, n.episode, n.score, t.signal,
+  SELECT n.job, n.node, n.episode, n.score, CASE WHEN n.is_stuck THEN 'stuck' ELSE t.signal END AS signal,
          ROW_NUMBER() OVER (PARTITION BY n.job, n.node, n.episode ORDER BY n.score DESC, n.k DESC) AS r
-  FROM numbered n JOIN tops t ON t.job = n.job AND t.node = n.node AND t.bin = n.bin AND t.r = 1
-  WHERE n.flagged AND n.is_deviant
+  FROM numbered n LEFT JOIN tops t ON t.job = n.job AND t.node = n.node AND t.bin = n.bin AND t.r = 1
+  WHERE n.flagged AND (n.is_deviant OR n.is_stuck)
 ),
 episodes AS (
   SELECT job, node, episode,
@@ -202,7 +254,7 @@ ends AS (
   FROM episodes e JOIN numbered n ON n.job = e.job AND n.node = e.node AND n.k = e.last_k + 1
 ),
 -- What the node stands at in its last bin: flagged or not, and its score
--- (that of its last deviant bin).
+-- (that of its last deviant or stuck bin).
 last_bin AS (
   SELECT job, node, flagged
   FROM (SELECT job, node, flagged, ROW_NUMBER() OVER (PARTITION BY job, node ORDER BY k DESC) AS r FROM numbered) t
@@ -210,7 +262,8 @@ last_bin AS (
 ),
 last_deviant AS (
   SELECT job, node, score
-  FROM (SELECT job, node, score, ROW_NUMBER() OVER (PARTITION BY job, node ORDER BY bin DESC) AS r FROM deviant) t
+  FROM (SELECT job, node, score, ROW_NUMBER() OVER (PARTITION BY job, node ORDER BY bin DESC) AS r
+        FROM states WHERE is_deviant OR is_stuck) t
   WHERE r = 1
 ),
 latest AS (

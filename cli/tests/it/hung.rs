@@ -3,87 +3,20 @@
 //! its node `stuck`, as the live detector does, at the agents' windows and
 //! at coarser bins; a job that only waits briefly is not.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
+use crate::fixtures::{Hang, T0};
 use ingero_analysis::query::QueryEngine;
 use ingero_analysis::rank::history::{self, HistoryRequest};
-use ingero_model::Table;
-use ingero_model::rows::{BatchBuilder, TimestampUs};
-use ingero_model::tables::{Common, ProgressRow};
 use ingero_server::rank::detector::DetectorConfig;
-use ingero_sim::loadgen::synth_tables;
-use ingero_store::{Store, StoreUrl, flush};
+use ingero_store::Store;
 
-/// An hour boundary (2025-11-24T16:00:00Z).
-const T0: i64 = 1_764_000_000_000_000;
 const SECS: i64 = 60;
 const HANG_AT: i64 = 20;
-const NODES: usize = 6;
-const CULPRIT: usize = 3;
 
-/// Node `n`'s one training process at the end of window `w`: in a short
-/// sync until the hang; then waiting in it for good, but for the culprit,
-/// which sits in host code with no call in flight.
-fn progress(n: usize, w: i64, hang: bool) -> RecordBatch {
-    let common = Common {
-        node: format!("node-{n}"),
-        namespace: Some("ml".into()),
-        pod: Some("trainer-0".into()),
-        container: Some("pytorch".into()),
-        job: Some("llama-ft".into()),
-        rank: Some(0),
-        world_size: Some(1),
-        pid: 1000,
-        comm: "python3".into(),
-        cgroup_id: 5000,
-        window_start_us: TimestampUs(T0 + w * 1_000_000),
-        window_us: 1_000_000,
-    };
-    let hung_for = (hang && w >= HANG_AT).then(|| (w - HANG_AT + 1) as u64 * 1_000_000_000);
-    let waiting = ProgressRow {
-        threads_in_call: 1,
-        oldest_library: Some("cudart"),
-        oldest_op: Some("cudaStreamSynchronize"),
-        oldest_tid: Some(1000),
-        oldest_age_ns: Some(hung_for.unwrap_or(4_000_000)),
-        last_call_age_ns: Some(0),
-        proc_state: Some("S"),
-    };
-    let row = match hung_for {
-        Some(age) if n == CULPRIT => ProgressRow {
-            threads_in_call: 0,
-            oldest_library: None,
-            oldest_op: None,
-            oldest_tid: None,
-            oldest_age_ns: None,
-            last_call_age_ns: Some(age),
-            ..waiting
-        },
-        _ => waiting,
-    };
-    let mut b = BatchBuilder::new(Table::ProgressWindows);
-    b.append(&common, &row).unwrap();
-    b.finish().unwrap()
-}
-
-/// A store of one `NODES`-node job over `SECS` windows, every node alike
-/// (one segment per window, as the aggregator writes them).
 async fn store(dir: &std::path::Path, hang: bool) -> Store {
-    let url = StoreUrl::parse(&format!("file://{}", dir.display())).unwrap();
-    let store = Store::open(&url, &Default::default()).unwrap();
-    for w in 0..SECS {
-        let mut tables: BTreeMap<Table, Vec<RecordBatch>> = BTreeMap::new();
-        for n in 0..NODES {
-            for (t, b) in synth_tables(&format!("node-{n}"), T0 + w * 1_000_000, 8, 7) {
-                tables.entry(t).or_default().push(b);
-            }
-            tables.entry(Table::ProgressWindows).or_default().push(progress(n, w, hang));
-        }
-        flush::write_segment(&store, "hung-test", w as u64 + 1, tables).await.unwrap();
-    }
-    store
+    let hangs = hang.then_some(HANG_AT..SECS).into_iter().collect();
+    Hang { nodes: 6, windows: SECS, hangs, culprit: 3 }.write(dir, 1).await
 }
 
 async fn rank(store: &Store, resolution: Option<Duration>) -> ingero_analysis::rank::Ranking {

@@ -5,6 +5,7 @@
 //! path: the same nodes flagged, since the same bins, with the same causes
 //! and peak scores, and the same closed episodes, as `ingero stragglers`.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::fixtures::*;
@@ -16,12 +17,17 @@ fn run(args: &[String]) -> std::process::Output {
     Command::new(BIN).args(args).output().unwrap()
 }
 
+/// Whether python3 has deltalake and duckdb (fails in CI when not).
+fn has_engines() -> bool {
+    let py = Command::new("python3").args(["-c", "import deltalake, duckdb"]).status();
+    require("python3 with deltalake and duckdb (pip)", py.is_ok_and(|s| s.success()))
+}
+
 /// `ingero simulate --backfill` of an hour with these nodes, jobs and
 /// faults, then the ranking and episodes from `ingero stragglers` and from
 /// the SQL file on DuckDB (`None`: no deltalake/duckdb outside CI).
 async fn both(nodes: usize, jobs: usize, faults: &[&str]) -> Option<(Value, Value)> {
-    let py = Command::new("python3").args(["-c", "import deltalake, duckdb"]).status();
-    if !require("python3 with deltalake and duckdb (pip)", py.is_ok_and(|s| s.success())) {
+    if !has_engines() {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -39,8 +45,12 @@ async fn both(nodes: usize, jobs: usize, faults: &[&str]) -> Option<(Value, Valu
     let o = tokio::task::spawn_blocking(move || run(&args)).await.unwrap();
     assert!(o.status.success(), "backfill failed: {}", String::from_utf8_lossy(&o.stderr));
     server.shutdown().await.unwrap();
+    Some(rank_both(&dir.path().join("data")))
+}
 
-    let data = dir.path().join("data");
+/// The ranking and episodes of the store at `data`, from `ingero
+/// stragglers` (default settings) and from the SQL file on DuckDB.
+fn rank_both(data: &Path) -> (Value, Value) {
     let args: Vec<String> = [
         "stragglers",
         &format!("--store=file://{}", data.display()),
@@ -60,7 +70,7 @@ async fn both(nodes: usize, jobs: usize, faults: &[&str]) -> Option<(Value, Valu
     assert!(o.status.success(), "sql_ranking.py: {}", String::from_utf8_lossy(&o.stderr));
     let theirs: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(theirs["files"].as_u64().unwrap() > 0);
-    Some((ours, theirs))
+    (ours, theirs)
 }
 
 /// The nodes flagged at the range's end (node, since, score), in order.
@@ -154,4 +164,28 @@ async fn small_jobs_are_ranked_leave_one_out_in_sql_as_in_ingero() {
     let (ranking, eps) = agree(&ours, &theirs);
     assert_eq!(flagged(&ranking), ["node-4", "node-9"], "{ours}");
     assert!(eps.iter().any(|e| e.0 == "node-5" && e.2.is_some()), "node-5 recovered: {ours}");
+}
+
+/// A job of 6 nodes whose ranks hang twice, written through the store's
+/// segment path: for 90 s, then progress resumes; again from 200 s to the
+/// end. The SQL names the culprit's node `stuck` (score 1000) from the bin
+/// in which its peers had waited the default 30 s, closes the first episode
+/// in the bin progress resumed, and ranks the node flagged at the end, as
+/// `ingero stragglers` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_ranks_are_ranked_in_plain_sql_as_in_ingero() {
+    if !has_engines() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    Hang { nodes: 6, windows: 300, hangs: vec![60..150, 200..300], culprit: 3 }.write(dir.path(), 10).await;
+    let (ours, theirs) = rank_both(dir.path());
+    let (ranking, eps) = agree(&ours, &theirs);
+    let s = |secs: i64| T0 + secs * 1_000_000;
+    assert_eq!(ranking, [("node-3".to_string(), s(220), 1000.0)], "{ours}");
+    let want = [
+        ("node-3".to_string(), s(80), Some(s(160)), 1000.0, "stuck".to_string()),
+        ("node-3".to_string(), s(220), None, 1000.0, "stuck".to_string()),
+    ];
+    assert_eq!(eps, want, "{ours}");
 }

@@ -473,11 +473,12 @@ fn update_state(
 ) {
     if let Some(dev) = stuck {
         // No K-window streak: the job has already waited `stuck_after`.
+        // A hang starts the node afresh: what deviated before it does not
+        // count towards a flag after it (nor does the hang itself).
         st.stuck = true;
         st.flagged = true;
         st.since.get_or_insert(w);
-        st.streak_start.get_or_insert(w);
-        st.calm = 0;
+        (st.streak, st.streak_start, st.calm) = (0, None, 0);
         st.score = STUCK_SCORE;
         st.devs = vec![dev.clone()];
         return;

@@ -258,3 +258,47 @@ fn a_window_that_arrives_late_still_gets_its_grace_to_gather_its_nodes() {
     assert!(hot.flagged, "the late node was judged out: {s:?}");
     assert!(s.iter().filter(|x| x.flagged).count() == 1, "{s:?}");
 }
+
+/// A hang flags the node holding the rank the others wait for at once, and
+/// starts it afresh: the deviant windows before the hang do not count
+/// towards a flag after progress resumes (the SQL ranking's rule too).
+#[test]
+fn a_hang_flags_at_once_and_what_deviated_before_it_does_not_count_after() {
+    use crate::rank::progress::ProcProgress;
+    let proc = |op: Option<&str>| ProcProgress {
+        pid: 1,
+        comm: "python3".into(),
+        op: op.map(String::from),
+        age_ns: op.map(|_| 40_000_000_000),
+        ..Default::default()
+    };
+    let mut d = Detector::new(DetectorConfig::default());
+    let mut window = |w: i64, deviant: bool, hung: bool| {
+        for i in 0..3 {
+            let mut s = if i == 1 && deviant { sig(0.41, 0.05) } else { sig(0.03, 0.30) };
+            if hung {
+                s.procs = vec![proc((i != 1).then_some("cudaStreamSynchronize"))];
+            }
+            let key = NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+            d.add(key, &s);
+        }
+        d.drain();
+        d.standings(None, 0.0).into_iter().find(|s| s.node == "node-1").unwrap()
+    };
+    for w in -2..0 {
+        window(w, false, false); // start-up
+    }
+    for w in 0..3 {
+        assert!(!window(w, true, false).flagged, "flagged before K windows at {w}");
+    }
+    let s = window(3, true, true);
+    assert!(s.flagged && s.stuck, "{s:?}");
+    assert_eq!((s.since_us, s.score), (Some(3_000_000), 1000.0), "{s:?}");
+    // Progress resumed: 3 deviant windows before and the hang are not a streak.
+    for w in 4..7 {
+        assert!(!window(w, true, false).flagged, "flagged at {w} from a streak across the hang");
+    }
+    let s = window(7, true, false);
+    assert!(s.flagged && !s.stuck, "{s:?}");
+    assert_eq!(s.since_us, Some(4_000_000), "{s:?}");
+}
