@@ -16,7 +16,7 @@ const HANG_AT: i64 = 20;
 
 async fn store(dir: &std::path::Path, hang: bool) -> Store {
     let hangs = hang.then_some(HANG_AT..SECS).into_iter().collect();
-    Hang { nodes: 6, windows: SECS, hangs, culprit: 3 }.write(dir, 1).await
+    Hang { nodes: 6, windows: SECS, hangs, culprit: 3, starved: vec![] }.write(dir, 1).await
 }
 
 async fn rank(store: &Store, resolution: Option<Duration>) -> ingero_analysis::rank::Ranking {
