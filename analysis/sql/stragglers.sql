@@ -146,34 +146,36 @@ deviant AS (
   FROM (SELECT s.*, MAX(has_cause) OVER (PARTITION BY job, bin) AS any_cause FROM scored s) t
   WHERE has_cause = 1 OR any_cause = 0
 ),
--- Hung ranks: the job-bins where a call had been in flight that long, and
--- each process of their nodes as it stood at the bin's end (its newest row).
+-- Hung ranks: the nodes of each job-bin where a call had been in flight that
+-- long, and each of their processes as it stood at the bin's end (its
+-- newest row). Each CTE below is read once: engines that inline CTEs
+-- (Spark) would otherwise plan this part many times over.
 hot AS (
-  SELECT DISTINCT c.job, c.bin FROM counted c, stuck_after a
-  WHERE c.nodes_in_bin >= 2 AND c.in_call_age >= a.ns
+  SELECT job, node, bin
+  FROM (SELECT c.job, c.node, c.bin, c.nodes_in_bin,
+               MAX(c.in_call_age) OVER (PARTITION BY c.job, c.bin) AS job_age FROM counted c) t, stuck_after a
+  WHERE nodes_in_bin >= 2 AND job_age >= a.ns
 ),
 procs AS (
-  SELECT t.job, t.node, t.bin, t.op, t.age
-  FROM (SELECT h.job, p.node, h.bin, p.oldest_op AS op, CAST(p.oldest_age_ns AS DOUBLE) AS age,
-               ROW_NUMBER() OVER (PARTITION BY h.job, p.node, h.bin, p.pid ORDER BY p.window_start DESC) AS r
+  SELECT t.job, t.node, t.bin, t.op, t.age,
+         CASE WHEN t.op IS NOT NULL AND t.age >= a.ns THEN t.op END AS waits_in
+  FROM (SELECT h.job, h.node, h.bin, p.oldest_op AS op, CAST(p.oldest_age_ns AS DOUBLE) AS age,
+               ROW_NUMBER() OVER (PARTITION BY h.job, h.node, h.bin, p.pid ORDER BY p.window_start DESC) AS r
         FROM progress_windows p
-        JOIN hot h ON COALESCE(p.job, '(unlabelled)') = h.job
-         AND p.window_start >= h.bin AND p.window_start < h.bin + INTERVAL '10' SECOND) t
-  JOIN counted c ON c.job = t.job AND c.node = t.node AND c.bin = t.bin
+        JOIN hot h ON COALESCE(p.job, '(unlabelled)') = h.job AND p.node = h.node
+         AND p.window_start >= h.bin AND p.window_start < h.bin + INTERVAL '10' SECOND) t, stuck_after a
   WHERE t.r = 1
 ),
 -- The op most processes have waited in that long (a tie: the op named last).
 waited AS (
-  SELECT job, bin, op
-  FROM (SELECT p.job, p.bin, p.op, ROW_NUMBER() OVER (PARTITION BY p.job, p.bin ORDER BY COUNT(*) DESC, p.op DESC) AS r
-        FROM procs p, stuck_after a WHERE p.op IS NOT NULL AND p.age >= a.ns
-        GROUP BY p.job, p.bin, p.op) t
-  WHERE r = 1
+  SELECT p.*, FIRST_VALUE(waits_in) OVER (PARTITION BY job, bin ORDER BY CASE WHEN waits_in IS NULL THEN 1 ELSE 0 END,
+                                                                        n DESC, waits_in DESC) AS top_op
+  FROM (SELECT p.*, COUNT(*) OVER (PARTITION BY job, bin, waits_in) AS n FROM procs p) p
 ),
 node_waits AS (
-  SELECT p.job, p.node, p.bin, MIN(CASE WHEN p.op = w.op AND p.age >= a.ns THEN 1 ELSE 0 END) = 1 AS waiting
-  FROM procs p JOIN waited w ON w.job = p.job AND w.bin = p.bin CROSS JOIN stuck_after a
-  GROUP BY p.job, p.node, p.bin
+  SELECT job, node, bin, MIN(CASE WHEN waits_in = top_op THEN 1 ELSE 0 END) = 1 AS waiting
+  FROM waited WHERE top_op IS NOT NULL
+  GROUP BY job, node, bin
 ),
 -- The nodes holding a rank the others wait for.
 stuck AS (
