@@ -22,6 +22,9 @@ pub enum FaultKind {
     JobSlow,
     /// Noise: a one-window spike on one node (must not be flagged).
     Blip,
+    /// The job stops: the rank on the node blocks in host code and every
+    /// other rank of its job waits in an all-reduce for it (`stuck`).
+    Hang,
 }
 
 impl FaultKind {
@@ -34,6 +37,7 @@ impl FaultKind {
             "mem" | "memory" => FaultKind::Mem,
             "jobslow" | "job-slow" => FaultKind::JobSlow,
             "blip" => FaultKind::Blip,
+            "hang" => FaultKind::Hang,
             _ => return None,
         })
     }
@@ -47,6 +51,7 @@ impl FaultKind {
             FaultKind::Mem => "mem",
             FaultKind::JobSlow => "jobslow",
             FaultKind::Blip => "blip",
+            FaultKind::Hang => "hang",
         }
     }
 
@@ -78,8 +83,9 @@ impl Injection {
         let usage = || format!("`{s}`: expected KIND@NODE:AT[+FOR], e.g. cpu@3:20s or gpu@node-7:10s+30s");
         let (kind, rest) = s.split_once('@').ok_or_else(usage)?;
         let (node, when) = rest.split_once(':').ok_or_else(usage)?;
-        let kind = FaultKind::parse(kind)
-            .ok_or_else(|| format!("`{s}`: unknown fault kind `{kind}` (cpu, gpu, net, io, mem, jobslow, blip)"))?;
+        let kind = FaultKind::parse(kind).ok_or_else(|| {
+            format!("`{s}`: unknown fault kind `{kind}` (cpu, gpu, net, io, mem, jobslow, blip, hang)")
+        })?;
         let target = if node == "all" {
             Target::All
         } else {

@@ -17,6 +17,7 @@ pub mod child;
 pub mod faults;
 pub mod fleet;
 pub mod fleetday;
+pub mod hang;
 pub mod loadgen;
 pub mod model;
 pub mod scoring;

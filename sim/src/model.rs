@@ -57,6 +57,8 @@ pub struct RankWindow {
     pub io_count: f64,
     pub mem_events: u32,
     pub noisy_neighbour: bool,
+    /// The job is hung (no step completes): see [`crate::hang`].
+    pub hung: Option<crate::hang::Hung>,
 }
 
 /// Computes every rank of one job for one window. `t` is the time since start.
@@ -75,7 +77,7 @@ pub fn step_job(
         net_extra.push(net);
     }
     settle(&mut out, &net_extra);
-    out
+    crate::hang::of_job(ranks, t, faults).unwrap_or(out)
 }
 
 /// One rank's own costs this window, before the job's pace is known; with
@@ -116,6 +118,8 @@ pub fn rank_window(
             // A one-window spike only.
             FaultKind::Blip if t < f.at + std::time::Duration::from_secs(1) => r.runq_ms += 4.0 * HOST_MS,
             FaultKind::Blip => {}
+            // The whole job's: see `step_job`.
+            FaultKind::Hang => {}
         }
     }
     (r, own_net)
@@ -141,7 +145,9 @@ pub fn settle(out: &mut [RankWindow], net_extra: &[f64]) {
 /// The node-window signals the aggregator derives from [`rows`] (what
 /// `ingero_model::signals::of_tables` computes from them), without building
 /// the rows: for simulations of whole fleet-days. A test holds the two equal.
+/// Hung windows are not modelled here (fleet-days inject no hangs).
 pub fn signals(r: &RankWindow) -> Signals {
+    debug_assert!(r.hung.is_none(), "fleet-day signals of a hung window");
     let count = |x: f64| x.round().max(0.0) as u64;
     let total = |n: u64, ms: f64| if ms > 0.0 && n > 0 { (ms * 1e6 * n as f64) as u64 } else { 0 } as f64;
     let per_step = count(r.steps);
@@ -229,6 +235,7 @@ pub struct RowSink {
     io: BatchBuilder,
     host: BatchBuilder,
     meta: BatchBuilder,
+    progress: BatchBuilder,
 }
 
 impl Default for RowSink {
@@ -240,6 +247,7 @@ impl Default for RowSink {
             io: BatchBuilder::new(Table::IoWindows),
             host: BatchBuilder::new(Table::HostEvents),
             meta: BatchBuilder::new(Table::ProcessMeta),
+            progress: BatchBuilder::new(Table::ProgressWindows),
         }
     }
 }
@@ -261,6 +269,13 @@ impl RowSink {
             window_start_us: TimestampUs(id.window_start_us),
             window_us: 1_000_000,
         };
+        if first {
+            self.meta.append(&common, &process_meta()).expect("simulated row fits the schema");
+        }
+        if let Some(h) = &r.hung {
+            crate::hang::append(&mut self.sched, &mut self.progress, &common, h);
+            return;
+        }
         let (s, calls) = (r.steps, &mut self.calls);
         call_row(calls, &common, "cudart", "cudaLaunchKernel", s * KERNELS_PER_STEP, 0.0, rng);
         call_row(calls, &common, "cudart", "cudaMemcpyAsync", s * 4.0, 0.2, rng);
@@ -272,14 +287,11 @@ impl RowSink {
         cgroups(&mut self.cgroups, id, r, &common, &sched);
         io(&mut self.io, r, &common);
         mem_events(&mut self.host, id, r, &common);
-        if first {
-            self.meta.append(&common, &process_meta()).expect("simulated row fits the schema");
-        }
     }
 
     /// One batch per table that has rows.
     pub fn finish(self) -> Tables {
-        [self.calls, self.sched, self.cgroups, self.io, self.host, self.meta]
+        [self.calls, self.sched, self.cgroups, self.io, self.host, self.meta, self.progress]
             .into_iter()
             .filter(|b| !b.is_empty())
             .map(|mut b| (b.table(), b.finish().expect("valid")))

@@ -29,7 +29,9 @@ pub(crate) struct SimulateArgs {
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, env = "INGERO_SIM_DURATION")]
     pub duration: Duration,
     /// Fault to inject, KIND@NODE:AT[+FOR]; KIND: cpu, gpu, net, io, mem (stragglers),
-    /// jobslow (whole job, NODE=all) or blip (one window); repeatable.
+    /// hang (NODE's rank blocks, its job's other ranks wait in an all-reduce: flagged
+    /// `stuck` once they have waited --stuck-after), jobslow (whole job, NODE=all) or
+    /// blip (one window); repeatable.
     #[arg(long = "inject", env = "INGERO_SIM_INJECT")]
     pub inject: Vec<String>,
     /// Per-window jitter of every rank (0.05 = ±5 %).

@@ -143,15 +143,22 @@ fn flagged(ranking: &Ranking) -> Vec<&str> {
 }
 
 /// Two jobs of 12 nodes; a CPU straggler to the end, an IO straggler that
-/// recovers (a closed episode), a slow GPU in the other job, and two short
-/// faults around the 4-bin streak that flags a node (25 s, 45 s).
+/// recovers (a closed episode), a slow GPU in the other job, two short
+/// faults around the 4-bin streak that flags a node (25 s, 45 s), and a
+/// rank that hangs its job for 2 minutes (`stuck` once its peers have
+/// waited 30 s, cleared when the job steps again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ranking_in_plain_sql_on_duckdb_matches_ingero_stragglers() {
-    let faults = ["cpu@3:900s", "io@9:1800s+600s", "gpu@20:2400s", "cpu@15:3000s+25s", "cpu@6:3200s+45s"];
+    let faults =
+        ["cpu@3:900s", "io@9:1800s+600s", "gpu@20:2400s", "cpu@15:3000s+25s", "cpu@6:3200s+45s", "hang@10:1200s+120s"];
     let Some((ours, theirs)) = both(24, 2, &faults).await else { return };
     let (ranking, eps) = agree(&ours, &theirs);
     assert_eq!(flagged(&ranking), ["node-20", "node-3"], "{ours}");
     assert!(eps.iter().any(|e| e.0 == "node-9" && e.2.is_some()), "node-9 recovered: {ours}");
+    let hang: Vec<_> = eps.iter().filter(|e| e.0 == "node-10").collect();
+    assert_eq!(hang.len(), 1, "{ours}");
+    assert_eq!((hang[0].3, hang[0].4.as_str()), (1000.0, "stuck"), "{ours}");
+    assert!(hang[0].2.is_some(), "the hang ended: {ours}");
 }
 
 /// Three jobs of 4 nodes: each node is compared with its 3 peers, not with
