@@ -77,7 +77,11 @@ pub fn step_job(
         net_extra.push(net);
     }
     settle(&mut out, &net_extra);
-    crate::hang::of_job(ranks, t, faults).unwrap_or(out)
+    // A hung job steps no more: each rank only waits (or blocks the others).
+    match crate::hang::of_job(ranks, t, faults) {
+        Some(hung) => hung.into_iter().map(|h| RankWindow { hung: Some(h), ..Default::default() }).collect(),
+        None => out,
+    }
 }
 
 /// One rank's own costs this window, before the job's pace is known; with
@@ -438,6 +442,37 @@ mod tests {
                 let from_rows = ingero_model::signals::of_tables(&tables);
                 assert_eq!(from_rows.len(), 1);
                 assert_eq!(signals(r), from_rows[0].1, "rank {rank} window {w}: {r:?}");
+            }
+        }
+    }
+
+    /// Before the hang the job steps; during it no call returns, every rank
+    /// ships what it is inside, and only the culprit is not in the
+    /// all-reduce; after it the job steps again.
+    #[test]
+    fn a_hung_job_ships_what_each_rank_is_inside_and_no_calls() {
+        let faults = vec![Injection::parse("hang@2:10s+30s", 4).unwrap()];
+        let mut rng = Rng::new(3);
+        let ranks = [0, 2];
+        for (t, hung) in [(9, false), (10, true), (39, true), (40, false)] {
+            let w = step_job(&ranks, Duration::from_secs(t), &faults, 0.05, &mut rng);
+            for (i, r) in w.iter().enumerate() {
+                assert_eq!(r.hung.is_some(), hung, "t={t}: {r:?}");
+                let node = format!("node-{}", ranks[i]);
+                let id = RankId { node: &node, job: "j", rank: i, world: 2, window_start_us: t as i64 * 1_000_000 };
+                let tables = rows(&id, r, false, &mut rng);
+                let has = |table| tables.iter().any(|(tb, _)| *tb == table);
+                assert_eq!((has(Table::CallWindows), has(Table::ProgressWindows)), (!hung, hung), "t={t}");
+                if !hung {
+                    continue;
+                }
+                let tables: Vec<_> = tables.into_iter().map(|(t, b)| (t, vec![b])).collect();
+                let s = &ingero_model::signals::of_tables(&tables)[0].1;
+                let p = &s.procs[0];
+                let waited = (t - 10 + 1) as f64 * 1e9;
+                assert_eq!(p.waits_in("ncclAllReduce", waited), ranks[i] != 2, "t={t} {p:?}");
+                assert_eq!(p.last_call_age_ns, Some(waited as u64), "{p:?}");
+                assert!(s.measured && s.wait_ns == 0.0, "{s:?}");
             }
         }
     }
