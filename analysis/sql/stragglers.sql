@@ -198,37 +198,50 @@ states AS (
         LEFT JOIN stuck h ON c.job = h.job AND c.node = h.node AND c.bin = h.bin
         WHERE c.nodes_in_bin >= 2) s
 ),
--- Runs of deviant or of calm bins within a segment (gaps and islands).
+-- Runs of deviant or of calm bins within a segment (gaps and islands), and
+-- each bin's place in its run. From here on each CTE is read once.
 runs AS (
-  SELECT job, node, seg, is_deviant, MIN(bin) AS run_start, COUNT(*) AS len, MIN(k) AS first_k
-  FROM (SELECT s.*, k - ROW_NUMBER() OVER (PARTITION BY job, node, seg, is_deviant ORDER BY bin) AS island
-        FROM states s WHERE NOT is_stuck) t
-  GROUP BY job, node, seg, is_deviant, island
+  SELECT i.*, ROW_NUMBER() OVER (PARTITION BY job, node, seg, is_stuck, is_deviant, island ORDER BY k) AS pos,
+         MIN(bin) OVER (PARTITION BY job, node, seg, is_stuck, is_deviant, island) AS run_start
+  FROM (SELECT s.*, k - ROW_NUMBER() OVER (PARTITION BY job, node, seg, is_stuck, is_deviant ORDER BY k) AS island
+        FROM states s) i
 ),
--- A deviant run of 4 flags a node at its 4th bin (since the run's first,
--- unless the node is flagged already); a calm run of 5 clears it at its 5th.
-events AS (
-  SELECT job, node, first_k + 3 AS at_k, run_start, TRUE AS opens FROM runs WHERE is_deviant AND len >= 4
-  UNION ALL
-  SELECT job, node, first_k + 4 AS at_k, run_start, FALSE AS opens FROM runs WHERE NOT is_deviant AND len >= 5
-),
--- Whether the node is flagged in each bin: stuck, or the last event of its
+-- A deviant run flags a node at its 4th bin (since the run's first, unless
+-- the node is flagged already); a calm run clears it at its 5th. The node
+-- is flagged in a bin when stuck, or when the last of these events of its
 -- segment up to it opened (a segment starts unflagged: progress resumed).
 marked AS (
-  SELECT s.*, e.opens, CASE WHEN s.is_stuck THEN s.bin ELSE e.run_start END AS opened_run,
-         COUNT(e.at_k) OVER (PARTITION BY s.job, s.node, s.seg ORDER BY s.k ROWS UNBOUNDED PRECEDING) AS grp
-  FROM states s LEFT JOIN events e ON e.job = s.job AND e.node = s.node AND e.at_k = s.k
+  SELECT r.*, CASE WHEN is_stuck THEN bin WHEN opens THEN run_start END AS opened_run,
+         COUNT(opens) OVER (PARTITION BY job, node, seg ORDER BY k ROWS UNBOUNDED PRECEDING) AS grp
+  FROM (SELECT r.*, CASE WHEN is_stuck THEN NULL WHEN is_deviant AND pos = 4 THEN TRUE
+                         WHEN NOT is_deviant AND pos = 5 THEN FALSE END AS opens
+        FROM runs r) r
 ),
 flags AS (
   SELECT m.*, is_stuck OR MAX(CASE WHEN opens THEN 1 ELSE 0 END) OVER (PARTITION BY job, node, seg, grp) = 1 AS flagged
   FROM marked m
 ),
--- Episodes: numbered where a node becomes flagged.
+-- Episodes: numbered where a node becomes flagged. Per bin, the next bin
+-- (the one that clears an episode ends it), and what the node stands at in
+-- its last bin: flagged or not, and its score (that of its last deviant or
+-- stuck bin).
 numbered AS (
   SELECT f.*,
          SUM(CASE WHEN flagged AND NOT COALESCE(prev_flagged, FALSE) THEN 1 ELSE 0 END)
-           OVER (PARTITION BY job, node ORDER BY k ROWS UNBOUNDED PRECEDING) AS episode
+           OVER (PARTITION BY job, node ORDER BY k ROWS UNBOUNDED PRECEDING) AS episode,
+         LEAD(bin) OVER (PARTITION BY job, node ORDER BY k) AS next_bin,
+         FIRST_VALUE(flagged) OVER (PARTITION BY job, node ORDER BY k DESC) AS flagged_last,
+         FIRST_VALUE(score) OVER (PARTITION BY job, node
+                                  ORDER BY CASE WHEN is_deviant OR is_stuck THEN 0 ELSE 1 END, k DESC) AS score_last
   FROM (SELECT f.*, LAG(flagged) OVER (PARTITION BY job, node ORDER BY k) AS prev_flagged FROM flags f) f
+),
+-- Each flagged bin with its episode's last bin, and its rank for the
+-- episode's peak: the highest score while flagged (the later bin on a tie).
+flagged_bins AS (
+  SELECT n.*, MAX(k) OVER (PARTITION BY job, node, episode) AS last_k,
+         ROW_NUMBER() OVER (PARTITION BY job, node, episode
+                            ORDER BY CASE WHEN is_deviant OR is_stuck THEN 0 ELSE 1 END, score DESC, k DESC) AS peak_r
+  FROM numbered n WHERE flagged
 ),
 -- Each bin's top deviation (the detector's order breaks ties: the later wins).
 tops AS (
@@ -236,49 +249,21 @@ tops AS (
          ROW_NUMBER() OVER (PARTITION BY job, node, bin ORDER BY z DESC, ord DESC) AS r
   FROM devs
 ),
--- The episode's peak: its highest bin score while flagged (the later bin on
--- a tie), and that bin's top signal is its cause (`stuck` while hung).
-peaks AS (
-  SELECT n.job, n.node, n.episode, n.score, CASE WHEN n.is_stuck THEN 'stuck' ELSE t.signal END AS signal,
-         ROW_NUMBER() OVER (PARTITION BY n.job, n.node, n.episode ORDER BY n.score DESC, n.k DESC) AS r
-  FROM numbered n LEFT JOIN tops t ON t.job = n.job AND t.node = n.node AND t.bin = n.bin AND t.r = 1
-  WHERE n.flagged AND (n.is_deviant OR n.is_stuck)
-),
+-- One row per episode; the peak bin's top signal is its cause (`stuck`
+-- while hung).
 episodes AS (
-  SELECT job, node, episode,
-         MIN(opened_run) AS since,
-         MAX(k) AS last_k
-  FROM numbered WHERE flagged GROUP BY job, node, episode
-),
--- The bin that cleared an episode: it ends with that bin.
-ends AS (
-  SELECT e.job, e.node, e.episode, n.bin + INTERVAL '10' SECOND AS until
-  FROM episodes e JOIN numbered n ON n.job = e.job AND n.node = e.node AND n.k = e.last_k + 1
-),
--- What the node stands at in its last bin: flagged or not, and its score
--- (that of its last deviant or stuck bin).
-last_bin AS (
-  SELECT job, node, flagged
-  FROM (SELECT job, node, flagged, ROW_NUMBER() OVER (PARTITION BY job, node ORDER BY k DESC) AS r FROM numbered) t
-  WHERE r = 1
-),
-last_deviant AS (
-  SELECT job, node, score
-  FROM (SELECT job, node, score, ROW_NUMBER() OVER (PARTITION BY job, node ORDER BY bin DESC) AS r
-        FROM states WHERE is_deviant OR is_stuck) t
-  WHERE r = 1
-),
-latest AS (
-  SELECT b.job, b.node, b.flagged, d.score
-  FROM last_bin b LEFT JOIN last_deviant d ON d.job = b.job AND d.node = b.node
+  SELECT f.job, f.node, MIN(f.opened_run) AS since,
+         MAX(CASE WHEN f.k = f.last_k THEN f.next_bin + INTERVAL '10' SECOND END) AS until,
+         MAX(CASE WHEN f.peak_r = 1 THEN f.score END) AS peak_score,
+         MAX(CASE WHEN f.peak_r = 1 THEN CASE WHEN f.is_stuck THEN 'stuck' ELSE t.signal END END) AS cause,
+         BOOL_OR(f.flagged_last) AS flagged_last, MAX(f.score_last) AS score_last
+  FROM flagged_bins f LEFT JOIN tops t ON t.job = f.job AND t.node = f.node AND t.bin = f.bin AND t.r = 1
+  GROUP BY f.job, f.node, f.episode
 )
--- One row per episode: the nodes flagged at the range's end first, most
--- deviant first (`ingero stragglers`' order), then the closed episodes.
-SELECT e.job, e.node, e.since, x.until, p.score AS peak_score, p.signal AS cause,
-       x.until IS NULL AND l.flagged AS flagged_now,
-       CASE WHEN x.until IS NULL AND l.flagged THEN l.score END AS score_now
-FROM episodes e
-JOIN peaks p ON p.job = e.job AND p.node = e.node AND p.episode = e.episode AND p.r = 1
-JOIN latest l ON l.job = e.job AND l.node = e.node
-LEFT JOIN ends x ON x.job = e.job AND x.node = e.node AND x.episode = e.episode
-ORDER BY flagged_now DESC, score_now DESC, e.node, e.since
+-- The nodes flagged at the range's end first, most deviant first (`ingero
+-- stragglers`' order), then the closed episodes.
+SELECT job, node, since, until, peak_score, cause,
+       until IS NULL AND flagged_last AS flagged_now,
+       CASE WHEN until IS NULL AND flagged_last THEN score_last END AS score_now
+FROM episodes
+ORDER BY flagged_now DESC, score_now DESC, node, since
