@@ -69,6 +69,10 @@ pub fn step_job(
     jitter: f64,
     rng: &mut Rng,
 ) -> Vec<RankWindow> {
+    // A hung job steps no more: each rank only waits (or blocks the others).
+    if let Some(hung) = crate::hang::of_job(ranks, t, faults) {
+        return hung.into_iter().map(|h| RankWindow { hung: Some(h), ..Default::default() }).collect();
+    }
     let mut out: Vec<RankWindow> = Vec::with_capacity(ranks.len());
     let mut net_extra = Vec::with_capacity(ranks.len());
     for &node in ranks {
@@ -77,11 +81,7 @@ pub fn step_job(
         net_extra.push(net);
     }
     settle(&mut out, &net_extra);
-    // A hung job steps no more: each rank only waits (or blocks the others).
-    match crate::hang::of_job(ranks, t, faults) {
-        Some(hung) => hung.into_iter().map(|h| RankWindow { hung: Some(h), ..Default::default() }).collect(),
-        None => out,
-    }
+    out
 }
 
 /// One rank's own costs this window, before the job's pace is known; with
