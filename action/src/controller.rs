@@ -92,9 +92,10 @@ impl Controller {
                 self.metrics.action("held", mode);
                 vec![Record::new("held", &node, &job, mode, &cause, format!("{} budget: {detail}", budget.label()))]
             }
-            Decision::Mark { node, job, cause, flagged_for } => {
+            Decision::Mark { node, job, cause, flagged_for, cost } => {
                 let link = self.cfg.report_link(&node, &job);
-                let msg = format!("{cause}. Flagged for {}. Report: {link}", human(flagged_for));
+                let loss = cost.map_or(String::new(), |c| format!(" {}.", crate::policy::loss_text(&c)));
+                let msg = format!("{cause}.{loss} Flagged for {}. Report: {link}", human(flagged_for));
                 let res = if mode == Mode::On {
                     self.mark(&node, &job, &msg).await
                 } else {

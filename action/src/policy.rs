@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use ingero_server::rank::cost::Cost;
 use ingero_server::rank::standing::Standing;
 
 use crate::config::Config;
@@ -33,7 +34,7 @@ impl Budget {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// Flagged for at least the minimum evidence, within every budget.
-    Mark { node: String, job: String, cause: String, flagged_for: Duration },
+    Mark { node: String, job: String, cause: String, flagged_for: Duration, cost: Option<Cost> },
     /// Marked, and healthy for `clear_after`.
     Clear { node: String, job: String, healthy_for: Duration },
     /// Would be marked, but a budget is spent (said once per flagged episode:
@@ -118,6 +119,7 @@ impl Policy {
                         job: s.job.clone(),
                         cause: cause_of(s),
                         flagged_for: now.duration_since(since),
+                        cost: s.cost,
                     });
                 }
                 Err((budget, detail)) => {
@@ -210,6 +212,13 @@ fn worst_by_node(standings: &[Standing]) -> BTreeMap<&str, &Standing> {
     out
 }
 
+/// What the job has lost to the node so far, for the condition and the
+/// events: the number that decides whether someone acts on them.
+pub fn loss_text(c: &Cost) -> String {
+    let usd = c.usd.map_or(String::new(), |d| format!(" (${d:.2})"));
+    format!("The job has lost {:.2} GPU-hours{usd} to it so far", c.gpu_hours)
+}
+
 /// What the node condition and the events say the cause is.
 pub fn cause_of(s: &Standing) -> String {
     let mut parts: Vec<&str> = s.signals.iter().map(|d| d.text.as_str()).take(3).collect();
@@ -284,6 +293,23 @@ mod tests {
         assert!(p.step(t0 + Duration::from_secs(329), &well, 0).is_empty());
         assert_eq!(nodes(&p.step(t0 + Duration::from_secs(330), &well, 0)), [("clear", "a")]);
         assert_eq!(p.marked().count(), 0);
+    }
+
+    #[test]
+    fn a_mark_says_what_the_job_has_lost_so_far() {
+        let mut p = Policy::new(cfg());
+        let t0 = Instant::now();
+        let priced = Cost { gpus: 16, gpu_hours: 2.5, usd: Some(7.5) };
+        let mut a = st("a", "j", true, 9.0);
+        a.cost = Some(priced);
+        let sick = [a, st("b", "j", false, 0.2)];
+        p.step(t0, &sick, 0);
+        let d = p.step(t0 + Duration::from_secs(60), &sick, 0);
+        let [Decision::Mark { cost: Some(c), .. }] = d.as_slice() else { panic!("{d:?}") };
+        assert_eq!(loss_text(c), "The job has lost 2.50 GPU-hours ($7.50) to it so far");
+        // Unpriced nodes: GPU-hours alone, never a partial sum of dollars.
+        let unpriced = Cost { usd: None, ..priced };
+        assert_eq!(loss_text(&unpriced), "The job has lost 2.50 GPU-hours to it so far");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Map syscalls that cannot blind the kernel's probes (kernels < 5.19).
+//! Map syscalls that cannot blind the kernel's probes (kernels 5.11–5.18).
 
 use super::features::Features;
 
@@ -7,9 +7,10 @@ use super::features::Features;
 /// it lives, on kernels that need it. Before Linux 5.19 a uprobe runs its
 /// programs through trace_call_bpf, which skips them on a CPU whose
 /// `bpf_prog_active` is raised, and every map syscall raises it for its
-/// duration: were this thread preempted inside one, the call a workload made
-/// on that CPU meanwhile would go uncounted (seen on 5.10: one launch in
-/// 2,500). At real-time priority the syscall runs to its end before any
+/// duration under `migrate_disable`, preemptible since 5.11 (up to 5.10 it
+/// disables preemption: no gap there, and harmless to ask): were this thread
+/// preempted inside one, the call a workload made on that CPU meanwhile would
+/// go uncounted. At real-time priority the syscall runs to its end before any
 /// workload's code runs there. Held for the window's map reads and writes only (milliseconds a
 /// second); without CAP_SYS_NICE it is a no-op, logged once.
 #[derive(Debug)]

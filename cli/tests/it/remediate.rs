@@ -127,6 +127,8 @@ fn a_straggler_is_marked_then_cleared_by_the_server() {
     let (_, reason, msg) = api.condition("node-2").unwrap();
     assert_eq!(reason, "PerformanceStraggler");
     assert!(msg.contains("Report: https://ingero.example/r/node-2"), "{msg}");
+    // What acting is worth: the job's loss so far, priced at $3 a GPU-hour.
+    assert!(msg.contains("The job has lost ") && msg.contains(" GPU-hours ($"), "{msg}");
     // The taint is its own PATCH, after the condition's.
     wait_for(10, "node-2 tainted", || api.taints("node-2").contains(&"ingero.io/straggler:NoSchedule".to_string()));
     let m = metrics(http);
