@@ -22,6 +22,13 @@
                                       * NCCL): its code mapping is not the runtime's alone */
 
 #define MAX_OPS 256
+/* stall_event.op of an off-CPU episode outside any traced call (sched.bpf.c):
+ * not a call, so outside the op ids. */
+#define OP_OFFCPU 0xffffu
+/* Its stall_event.reason: the syscall number, and a flag for a select or
+ * poll that watched no file descriptor (a sleep). */
+#define OFFCPU_NR_MASK 0xffffu
+#define OFFCPU_NO_FDS (1u << 16)
 /* Op ids the compat object has a program pair for (calls.bpf.c). */
 #define COMPAT_OPS 100
 
@@ -149,7 +156,7 @@ struct stall_event {
 	__u32 tgid;
 	__u32 tid;
 	__u32 op;
-	__u32 reason; /* 1: absolute threshold / N x median (set by userspace) */
+	__u32 reason; /* OP_OFFCPU: the syscall the thread slept in, | OFFCPU_NO_FDS; otherwise 0 */
 	__s32 ustack_bytes; /* bytes of ustack filled; negative: none (error) */
 	__u32 py_frames;    /* Python frames in py; 0: not a Python thread */
 	__u64 ustack[USTACK_MAX];
@@ -201,6 +208,8 @@ struct config {
 	__u64 scope_cgroup_id; /* scoped: the cgroup id of the subtree's root ... */
 	__u32 scope_level;     /* ... and its depth below the hierarchy's root */
 	__u32 hold_max_ms;     /* longest hold at a library lookup; 0: 1000 */
+	__u32 offcpu_site_us;  /* off-CPU episodes outside calls this long ship their site; 0: none */
+	__u32 pad;
 };
 
 #endif

@@ -34,6 +34,16 @@ struct thread_state {
 	__u64 since_ns;
 	__u32 state;
 	__u32 in_call; /* switched out inside a traced call: waiting for the device or peers */
+	/* Where it went to sleep outside any call: the user ip and syscall
+	 * number the kernel saved at the syscall's entry (ip 0: not known). */
+	__u64 sleep_ip;
+	__s64 sleep_nr;
+	__u64 sleep_args[2]; /* its first two arguments (a select or poll with no fds is a sleep) */
+	/* An episode long enough to ship its site (site_end != 0), until the
+	 * syscall it slept in returns to user space: there, in the thread's own
+	 * context, its stacks are still the ones it slept with. */
+	__u64 site_start;
+	__u64 site_end;
 };
 
 /* Per tracked thread (tid): what it is waiting for and since when. */
@@ -52,6 +62,24 @@ struct {
 	__type(value, __u64);
 } cpu_since SEC(".maps");
 
+/* Off-CPU episodes outside calls (--offcpu-site-min), with their sites: a
+ * ring of their own, so a node of sleeping threads never crowds the
+ * outlier calls out of theirs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 512 * 1024);
+} offcpu SEC(".maps");
+
+/* Episodes waiting for their syscall's exit, node-wide: while there are
+ * none, the exit hook (run at every syscall on the node) returns after one
+ * array lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} offcpu_pending SEC(".maps");
+
 AGG_FN(sched_a_get, sched_a, __u32, struct sched_val)
 AGG_FN(sched_b_get, sched_b, __u32, struct sched_val)
 AGG_FN(cgcpu_a_get, cgcpu_a, __u64, struct cgroup_val)
@@ -66,6 +94,79 @@ static __always_inline struct sched_val *sched_agg(struct config *c, __u32 tgid)
 static __always_inline int is_tracked(struct config *c, __u32 tgid)
 {
 	return c->track_all || bpf_map_lookup_elem(&tracked, &tgid) != 0;
+}
+
+static __always_inline void pending_add(__s64 n)
+{
+	__u32 zero = 0;
+	__s64 *p = bpf_map_lookup_elem(&offcpu_pending, &zero);
+	if (p)
+		__sync_fetch_and_add(p, n);
+}
+
+/* Off-CPU sites need the user registers of a sleeping task
+ * (bpf_task_pt_regs, 5.15) and the thread pointer (x86-64): not in the
+ * compat object, nor on arm64 yet. */
+#if defined(__TARGET_ARCH_x86) && !defined(INGERO_COMPAT)
+#define OFFCPU_SITES 1
+/* A thread going to sleep outside any call: note where (a syscall's user
+ * ip and number; an episode that is not a syscall, a page fault, is never
+ * matched at a syscall's exit). */
+static __always_inline void sleeps_at(struct config *c, struct task_struct *t, struct thread_state *ts)
+{
+	ts->sleep_ip = 0;
+	if (!c->offcpu_site_us || ts->in_call)
+		return;
+	struct pt_regs *r = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (!r)
+		return;
+	bpf_probe_read_kernel(&ts->sleep_ip, sizeof(ts->sleep_ip), &r->ip);
+	bpf_probe_read_kernel(&ts->sleep_nr, sizeof(ts->sleep_nr), &r->orig_ax);
+	bpf_probe_read_kernel(&ts->sleep_args[0], sizeof(__u64), &r->di);
+	bpf_probe_read_kernel(&ts->sleep_args[1], sizeof(__u64), &r->si);
+}
+
+/* select/pselect6 (nfds first) or poll/ppoll (nfds second) watching no
+ * file descriptor: a sleep (CPython before 3.11 sleeps in select). */
+static __always_inline int sleep_only(struct thread_state *ts)
+{
+	switch (ts->sleep_nr) {
+	case 23:  /* select */
+	case 270: /* pselect6 */
+		return ts->sleep_args[0] == 0;
+	case 7:   /* poll */
+	case 271: /* ppoll */
+		return ts->sleep_args[1] == 0;
+	}
+	return 0;
+}
+#else
+static __always_inline void sleeps_at(struct config *c, struct task_struct *t, struct thread_state *ts)
+{
+	ts->sleep_ip = 0;
+}
+#endif
+
+/* An off-CPU episode outside calls ended: long enough, it waits for its
+ * syscall's exit to ship with its site. */
+static __always_inline void slept(struct config *c, struct thread_state *ts, __u64 now)
+{
+	if (!ts->sleep_ip || ts->in_call || !c->offcpu_site_us || now < ts->since_ns ||
+	    now - ts->since_ns < (__u64)c->offcpu_site_us * 1000)
+		return;
+	if (!ts->site_end)
+		pending_add(1);
+	ts->site_start = ts->since_ns;
+	ts->site_end = now;
+}
+
+/* Forgets an episode whose syscall never returned to user space. */
+static __always_inline void site_dropped(struct thread_state *ts)
+{
+	if (ts && ts->site_end) {
+		ts->site_end = 0;
+		pending_add(-1);
+	}
 }
 
 SEC("tp_btf/sched_switch")
@@ -116,7 +217,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			ts->since_ns = st.since_ns;
 			ts->state = st.state;
 			ts->in_call = st.in_call;
+			if (!runnable) {
+				site_dropped(ts);
+				sleeps_at(c, prev, ts);
+			}
 		} else {
+			if (!runnable)
+				sleeps_at(c, prev, &st);
 			bpf_map_update_elem(&threads, &ptid, &st, BPF_ANY);
 		}
 		if (v) {
@@ -144,6 +251,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 					ADD(v->off_call_ns, d);
 			}
 		}
+		if (ts && ts->state == ST_OFF)
+			slept(c, ts, now);
 		if (ts) {
 			ts->since_ns = now;
 			ts->state = 0;
@@ -175,6 +284,7 @@ static __always_inline void woken(struct task_struct *p, int fresh)
 			if (ts->in_call)
 				ADD(v->off_call_ns, now - ts->since_ns);
 		}
+		slept(c, ts, now);
 		ts->since_ns = now;
 		ts->state = ST_RUNQ;
 	} else if (!ts) {
@@ -198,3 +308,56 @@ int BPF_PROG(on_wakeup_new, struct task_struct *p)
 	woken(p, 1);
 	return 0;
 }
+
+#ifdef OFFCPU_SITES
+/* A syscall returns to user space. Where its thread slept long outside any
+ * call in it, the thread's user stack and Python frames are still those it
+ * slept with: the episode ships with them (the outlier's event layout, op
+ * OP_OFFCPU, reason = the syscall). Every syscall on the node runs this;
+ * with no episode pending it is one array lookup. */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+	__u32 zero = 0;
+	__s64 *pending = bpf_map_lookup_elem(&offcpu_pending, &zero);
+	if (!pending || *pending <= 0)
+		return 0;
+	struct config *c = cfg();
+	if (!c)
+		return 0;
+	__u64 id = current_ids(c);
+	__u32 tid = (__u32)id;
+	struct thread_state *ts = id ? bpf_map_lookup_elem(&threads, &tid) : 0;
+	if (!ts || !ts->site_end)
+		return 0;
+	__u64 ip = 0;
+	__s64 nr = -1;
+	bpf_probe_read_kernel(&ip, sizeof(ip), &regs->ip);
+	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
+	__u64 start = ts->site_start, end = ts->site_end;
+	/* The first exit after the episode is its syscall's, or it was no
+	 * syscall (a fault): either way the episode is settled here. */
+	site_dropped(ts);
+	if (ip != ts->sleep_ip || nr != ts->sleep_nr || end < start)
+		return 0;
+	struct stall_event *e = bpf_map_lookup_elem(&stall_scratch, &zero);
+	if (!e)
+		return 0;
+	e->ts_ns = start;
+	e->duration_ns = end - start;
+	e->threshold_ns = (__u64)c->offcpu_site_us * 1000;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	e->tgid = id >> 32;
+	e->tid = tid;
+	e->op = OP_OFFCPU;
+	e->reason = ((__u32)nr & OFFCPU_NR_MASK) | (sleep_only(ts) ? OFFCPU_NO_FDS : 0);
+	e->ustack_bytes = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
+	e->py_frames = py_stack(e->tgid, e);
+	if (bpf_ringbuf_output(&offcpu, e, sizeof(*e), BPF_RB_NO_WAKEUP)) {
+		struct counters *cn = ctrs();
+		if (cn)
+			cn->ringbuf_drops++;
+	}
+	return 0;
+}
+#endif

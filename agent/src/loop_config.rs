@@ -24,6 +24,8 @@ pub struct LoopConfig {
     pub outlier_min: Duration,
     /// Fixed threshold instead of the median rule.
     pub outlier_abs: Option<Duration>,
+    /// Off-CPU episodes outside any call at least this long ship with their call site (0: none).
+    pub offcpu_site_min: Duration,
     /// Library files to probe at start (plus the usual install locations).
     pub libs: Vec<PathBuf>,
     /// Hold a thread at its first lookup in a new CUDA/NCCL library until it is probed.

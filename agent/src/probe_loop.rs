@@ -112,6 +112,11 @@ impl ProbeLoop {
             probes.set_scope(root)?;
         }
         probes.set_hold_dlopen(cfg.hold_dlopen, cfg.hold_max)?;
+        if !probes.set_offcpu_sites(cfg.offcpu_site_min)? && !cfg.offcpu_site_min.is_zero() {
+            tracing::warn!(
+                "off-CPU call sites need the full object on x86-64 (`ingero-agent check`): episodes ship without them"
+            );
+        }
         if !cfg.pids.is_empty() {
             for &p in &cfg.pids {
                 probes.track(p)?;

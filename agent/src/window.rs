@@ -11,7 +11,9 @@ use ingero_model::tables::{
 use ingero_model::{Table, Tables};
 
 use crate::attribution::{Attributor, ProcInfo};
-use crate::probes::abi::{Counters, HIST_BUCKETS, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent, StallEvent};
+use crate::probes::abi::{
+    Counters, HIST_BUCKETS, OP_OFFCPU, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent, StallEvent,
+};
 use crate::probes::drain::Drained;
 use crate::probes::ops;
 use crate::progress::Progress;
@@ -247,15 +249,21 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
         let mut b = BatchBuilder::new(Table::StallEvents);
         let mut stacks: Vec<(u32, &Stack)> = Vec::new();
         for Stall { event: e, stack } in stalls {
-            let Some(op) = ops::by_id(e.op) else { continue };
+            // An off-CPU episode outside calls: the syscall it slept in.
+            let (library, op, reason) = if e.op == OP_OFFCPU {
+                ("kernel", crate::syscalls::episode(e.reason), "off_cpu")
+            } else {
+                let Some(op) = ops::by_id(e.op) else { continue };
+                (op.lib.name(), op.symbol.into(), "threshold")
+            };
             let row = StallRow {
                 event_time: TimestampUs((e.ts_ns / 1000) as i64 + self.ctx.mono_to_wall_us),
                 tid: e.tid,
-                library: op.lib.name(),
-                op: op.symbol,
+                library,
+                op: &op,
                 duration_ns: e.duration_ns,
                 threshold_ns: e.threshold_ns,
-                reason: "threshold",
+                reason,
                 stack_id: stack.as_ref().map(|s| s.id),
             };
             let c = self.common(e.tgid);

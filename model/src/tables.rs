@@ -166,13 +166,13 @@ columns! {
     /// `stall_events`: one row per outlier call.
     #[derive(Debug, Clone, PartialEq)]
     StallRow<'a> for StallEvents {
-        event_time: TimestampUs, "µs since epoch, UTC", "Start of the outlier call";
+        event_time: TimestampUs, "µs since epoch, UTC", "Start of the outlier call (of the off-CPU episode)";
         tid: u32, "", "Thread id that made the call";
-        library: &'a str, "", "cudart, cuda or nccl";
-        op: &'a str, "", "Function name";
-        duration_ns: u64, "ns", "Duration of this call";
+        library: &'a str, "", "cudart, cuda or nccl; kernel for an off-CPU episode";
+        op: &'a str, "", "Function name; for an off-CPU episode the syscall the thread slept in (futex, clock_nanosleep, read, …)";
+        duration_ns: u64, "ns", "Duration of this call (how long the thread was off CPU)";
         threshold_ns: u64, "ns", "Threshold it crossed";
-        reason: &'a str, "", "median_multiple (N × running median) or absolute";
+        reason: &'a str, "", "threshold: an outlier call (median_multiple in an imported trace); off_cpu: the thread was off CPU outside any CUDA/NCCL call (a lock, a queue, a sleep, a blocking read), its stack taken as the syscall returned";
         stack_id: Option<u64>, "", "Where the call was made: the stack's id in `stacks` (null when no stack was captured)";
     }
 }

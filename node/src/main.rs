@@ -91,6 +91,13 @@ struct RunArgs {
     /// Use a fixed outlier threshold instead.
     #[arg(long, env = "INGERO_OUTLIER_ABS", value_parser = humantime::parse_duration)]
     outlier_abs: Option<Duration>,
+    /// A traced thread off CPU outside any CUDA/NCCL call at least this long (a lock, a queue, a
+    /// sleep, a blocking read) ships the episode with its Python and native call site, taken when
+    /// the syscall it slept in returns; reports rank these sites by their share of the time. Shorter
+    /// episodes are still counted in the off-CPU time, without a site. While on, every syscall on
+    /// the node passes one check (one array lookup). 0s: off.
+    #[arg(long, env = "INGERO_OFFCPU_SITE_MIN", default_value = "10ms", value_parser = humantime::parse_duration)]
+    offcpu_site_min: Duration,
     /// Library files or directories to probe at start, before any process maps
     /// them (repeatable; the usual CUDA install directories are always included).
     #[arg(long = "lib", env = "INGERO_LIB", value_delimiter = ',')]
@@ -249,6 +256,7 @@ fn config(a: RunArgs, sink: Sink) -> AgentConfig {
         outlier_factor: a.outlier_factor,
         outlier_min: a.outlier_min,
         outlier_abs: a.outlier_abs,
+        offcpu_site_min: a.offcpu_site_min,
         libs: a.libs,
         hold_dlopen: !a.no_dlopen_hold,
         hold_max: a.dlopen_hold_max,

@@ -208,7 +208,15 @@ async fn a_flooded_ring_buffer_reports_every_lost_event() {
     let pid = w.pid();
     w.wait();
     let log = agent.stop();
-    let stalls: usize = rows(dir.path(), Table::StallEvents).await.iter().map(|b| b.num_rows()).sum();
+    let stalls: usize = rows(dir.path(), Table::StallEvents)
+        .await
+        .iter()
+        .map(|b| {
+            use arrow::array::AsArray;
+            let r = b.column_by_name("reason").unwrap().as_string::<i32>();
+            (0..b.num_rows()).filter(|&i| r.value(i) == "threshold").count()
+        })
+        .sum();
     let node = rows(dir.path(), Table::NodeWindows).await;
     let drops = sum_for(&node, node_pid(&node), "ringbuf_drops");
     let calls = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);

@@ -7,30 +7,15 @@
 mod fixtures;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{UInt32Type, UInt64Type};
+use arrow::array::RecordBatch;
+use fixtures::sites::{python, rows_of};
 use fixtures::*;
 use ingero_model::Table;
 
 const VERSIONS: [&str; 5] = ["3.9", "3.10", "3.11", "3.12", "3.13"];
-
-/// The pyenv interpreter of version `v`; CI installs them all, so a missing one fails.
-fn python(v: &str) -> PathBuf {
-    let root = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".into());
-    let dir = Path::new(&root).join("versions");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e} (pyenv's CPython 3.9-3.13 are required)", dir.display()))
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with(&format!("{v}.")))
-        .collect();
-    names.sort();
-    let name = names.pop().unwrap_or_else(|| panic!("CPython {v} is not installed in {}", dir.display()));
-    dir.join(name).join("bin").join(format!("python{v}"))
-}
 
 /// The training script: every call site's line is marked `# site:NAME`.
 /// The library is loaded once the process is in the traced cgroup, as a
@@ -74,41 +59,7 @@ fn site(name: &str) -> u32 {
 type Site = (String, Vec<(String, String, Option<u32>)>, usize);
 
 fn stalls_of(stalls: &[RecordBatch], stacks: &[RecordBatch], pid: u32) -> Vec<Site> {
-    /// (depth, kind, file, function, line)
-    type Row = (u32, String, String, String, Option<u32>);
-    let mut frames: BTreeMap<u64, Vec<Row>> = BTreeMap::new();
-    for b in stacks {
-        let col = |n: &str| b.column_by_name(n).unwrap().clone();
-        let (id, depth, kind, file, func, line) =
-            (col("stack_id"), col("depth"), col("kind"), col("file"), col("function"), col("line"));
-        for i in 0..b.num_rows() {
-            let l = line.as_primitive::<UInt32Type>();
-            frames.entry(id.as_primitive::<UInt64Type>().value(i)).or_default().push((
-                depth.as_primitive::<UInt32Type>().value(i),
-                kind.as_string::<i32>().value(i).to_string(),
-                file.as_string::<i32>().value(i).to_string(),
-                func.as_string::<i32>().value(i).to_string(),
-                (!l.is_null(i)).then(|| l.value(i)),
-            ));
-        }
-    }
-    let mut out = Vec::new();
-    for b in stalls {
-        let p = b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>();
-        let op = b.column_by_name("op").unwrap().as_string::<i32>();
-        let sid = b.column_by_name("stack_id").unwrap().as_primitive::<UInt64Type>();
-        for i in (0..b.num_rows()).filter(|&i| p.value(i) == pid) {
-            let mut fs =
-                if sid.is_null(i) { Vec::new() } else { frames.get(&sid.value(i)).cloned().unwrap_or_default() };
-            fs.sort();
-            fs.dedup_by_key(|f| f.0); // a stack shipped in two windows
-            let py = fs.iter().filter(|f| f.1 == "python").map(|f| (f.2.clone(), f.3.clone(), f.4)).collect();
-            let native = fs.iter().filter(|f| f.1 == "native").count();
-            out.push((op.value(i).to_string(), py, native));
-        }
-    }
-    out.sort();
-    out
+    rows_of(stalls, stacks, pid, "threshold").into_iter().map(|(op, py, native, _)| (op, py, native)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,12 @@ pub(crate) const COOKIE_BRACKET: u64 = c::COOKIE_BRACKET;
 pub(crate) const COOKIE_RT_CALLEE: u64 = c::COOKIE_RT_CALLEE;
 pub(crate) const COOKIE_STATIC_RT: u64 = c::COOKIE_STATIC_RT;
 
+/// `StallEvent::op` of an off-CPU episode outside any call (its `reason`: the syscall).
+pub(crate) const OP_OFFCPU: u32 = c::OP_OFFCPU as u32;
+/// Its `reason`: the syscall number under this mask…
+pub(crate) const OFFCPU_NR_MASK: u32 = c::OFFCPU_NR_MASK as u32;
+/// …and this flag for a select or poll that watched no file descriptor (a sleep).
+pub(crate) const OFFCPU_NO_FDS: u32 = c::OFFCPU_NO_FDS as u32;
 pub(crate) const PROC_EXEC: u32 = c::PROC_EXEC as u32;
 pub(crate) const PROC_EXIT: u32 = c::PROC_EXIT as u32;
 pub(crate) const PROC_FORK: u32 = c::PROC_FORK as u32;
@@ -278,6 +284,9 @@ pub(crate) struct Config {
     pub scope_level: u32,
     /// Longest hold at a new library's first lookup, ms (0: 1000).
     pub hold_max_ms: u32,
+    /// Off-CPU episodes outside calls at least this long ship their site, µs (0: none).
+    pub offcpu_site_us: u32,
+    pub pad: u32,
 }
 
 /// Plain-old-data mirrors of the C structs: no padding holes with
@@ -325,7 +334,8 @@ const _: () = {
     assert!(offset_of!(ProcEvent, comm) == 40);
     assert!(size_of::<Counters>() == 56);
     assert!(offset_of!(Counters, lib_hold_timeouts) == 48);
-    assert!(size_of::<Config>() == 48);
+    assert!(size_of::<Config>() == 56);
+    assert!(offset_of!(Config, offcpu_site_us) == 48);
     assert!(offset_of!(Config, scope_level) == 40);
     assert!(offset_of!(Config, pidns_ino) == 24);
 };

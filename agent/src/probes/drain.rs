@@ -126,9 +126,12 @@ pub(crate) fn counters(probes: &mut Probes) -> Result<Counters> {
     Ok(c)
 }
 
-/// The two ring buffers, owned outside the `Ebpf` so they stay mapped.
+/// The ring buffers, owned outside the `Ebpf` so they stay mapped.
 pub(crate) struct Rings {
     stalls: RingBuf<aya::maps::MapData>,
+    /// Off-CPU episodes outside calls, with their sites (their own ring:
+    /// they never crowd outlier calls out).
+    offcpu: RingBuf<aya::maps::MapData>,
     procs: RingBuf<aya::maps::MapData>,
 }
 
@@ -144,12 +147,16 @@ impl Rings {
             let m = probes.ebpf.take_map(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
             RingBuf::try_from(m).map_err(Error::map(name))
         };
-        Ok(Rings { stalls: take("stalls")?, procs: take("procs")? })
+        Ok(Rings { stalls: take("stalls")?, offcpu: take("offcpu")?, procs: take("procs")? })
     }
 
+    /// Outlier calls, then off-CPU episodes (`op` [`super::abi::OP_OFFCPU`]).
     pub(crate) fn stalls(&mut self) -> Vec<StallEvent> {
         let mut out = Vec::new();
         while let Some(item) = self.stalls.next() {
+            out.extend(read_event::<StallEvent>(&item));
+        }
+        while let Some(item) = self.offcpu.next() {
             out.extend(read_event::<StallEvent>(&item));
         }
         out

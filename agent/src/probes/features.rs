@@ -32,7 +32,7 @@ pub const LOOP: Feature = Feature {
     name: "bpf_loop",
     program: "has_loop",
     since: "5.17",
-    without: "Python frames of slow calls (native call sites kept)",
+    without: "Python frames of slow calls (native call sites kept), and off-CPU call sites",
 };
 pub const CMPXCHG: Feature = Feature {
     name: "cmpxchg",

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, CgroupArray, HashMap as BpfHashMap, MapData};
+use aya::programs::UProbe;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope};
-use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::abi::{COOKIE_STATIC_RT, Config, PyProc};
@@ -28,21 +28,6 @@ pub(crate) static COMPAT_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env
 /// progress, and each thread's current call.
 const LRU_MAPS: [&str; 3] = ["inflight", "io_inflight", "thread_calls"];
 
-/// Tracepoints: (programs, tracepoint, required). Where a tracepoint's
-/// prototype changed, the programs are tried in order and the first the
-/// verifier accepts is attached (block_rq_issue lost its queue in 5.11).
-const TRACEPOINTS: &[(&[&str], &str, bool)] = &[
-    (&["on_switch"], "sched_switch", true),
-    (&["on_wakeup"], "sched_wakeup", true),
-    (&["on_wakeup_new"], "sched_wakeup_new", true),
-    (&["on_exec"], "sched_process_exec", true),
-    (&["on_exit"], "sched_process_exit", true),
-    (&["on_fork"], "sched_process_fork", false),
-    (&["on_oom_victim"], "mark_victim", false),
-    (&["on_rq_issue_q", "on_rq_issue"], "block_rq_issue", false),
-    (&["on_rq_complete"], "block_rq_complete", false),
-];
-
 #[derive(Debug)]
 pub struct Probes {
     pub ebpf: Ebpf,
@@ -61,6 +46,10 @@ pub struct Probes {
     pub features: Features,
     /// What one trap costs a probed call here (ns), measured at load.
     pub trap_ns: Option<f64>,
+    /// The syscall-exit program of off-CPU sites loaded (the full object),
+    /// and attached (only when asked for: it runs at every syscall).
+    offcpu_sites: bool,
+    offcpu_attached: bool,
 }
 
 /// What `attach_found` did.
@@ -124,7 +113,8 @@ impl Probes {
         };
         // Also beside the hold: what `--no-dlopen-hold` probes glibc's lookups with.
         let lookup_notice = load_notice(&mut ebpf);
-        attach_tracepoints(&mut ebpf, &btf)?;
+        super::tracepoints::attach(&mut ebpf, &btf)?;
+        let offcpu_sites = object == Object::Full && super::tracepoints::load_sys_exit(&mut ebpf, &btf);
         let trap_ns = super::trap_cost::measure_or_warn(&mut ebpf);
         // Pids in every event are those of the agent's own namespace (a kind
         // node, a nested container), so /proc lookups and --pid agree.
@@ -138,6 +128,8 @@ impl Probes {
             lookup_notice,
             features,
             trap_ns,
+            offcpu_sites,
+            offcpu_attached: false,
         };
         p.write_config()?;
         Ok(p)
@@ -202,6 +194,20 @@ impl Probes {
         self.config.hold_dlopen = (on && self.dlopen_hold) as u32;
         self.config.hold_max_ms = max.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
         self.write_config()
+    }
+
+    /// Off-CPU episodes outside calls at least `min` long ship with their
+    /// call site (0: none). False where the kernel's object cannot.
+    pub fn set_offcpu_sites(&mut self, min: Duration) -> Result<bool> {
+        let us = min.as_micros().min(u128::from(u32::MAX)) as u32;
+        let on = us > 0 && self.offcpu_sites;
+        if on && !self.offcpu_attached {
+            super::tracepoints::attach_sys_exit(&mut self.ebpf)?;
+            self.offcpu_attached = true;
+        }
+        self.config.offcpu_site_us = if on { us } else { 0 };
+        self.write_config()?;
+        Ok(on)
     }
 
     /// Tells the kernel a file is probed, so no thread is held at a lookup
@@ -527,32 +533,6 @@ fn load_compat_calls(ebpf: &mut Ebpf) -> Result<()> {
         let names = if op.return_probed() { vec![entry, ret] } else { vec![entry] };
         for name in names {
             as_uprobe(prog(ebpf, &name)?)?.load().map_err(Error::program(format!("loading {name}")))?;
-        }
-    }
-    Ok(())
-}
-
-/// Attaches the scheduler, process and block tracepoints; an optional one
-/// the kernel lacks is logged and left out.
-fn attach_tracepoints(ebpf: &mut Ebpf, btf: &Btf) -> Result<()> {
-    for &(names, tp, required) in TRACEPOINTS {
-        let mut res = Err(Error::Missing { kind: "program", name: tp.into() });
-        for name in names {
-            res = (|| -> Result<()> {
-                let p: &mut BtfTracePoint = prog(ebpf, name)?.try_into().map_err(Error::program(*name))?;
-                p.load(tp, btf).map_err(Error::program(format!("loading tp_btf/{tp} ({name})")))?;
-                p.attach().map_err(Error::program(format!("attaching tp_btf/{tp}")))?;
-                Ok(())
-            })();
-            if res.is_ok() {
-                break;
-            }
-        }
-        if let Err(e) = res {
-            if required {
-                return Err(e);
-            }
-            tracing::warn!(tracepoint = tp, error = %e, "optional tracepoint unavailable; continuing without it");
         }
     }
     Ok(())

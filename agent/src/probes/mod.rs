@@ -20,5 +20,6 @@ pub(crate) mod offsets;
 pub mod ops;
 pub(crate) mod statics;
 pub(crate) mod thread_counts;
+pub(crate) mod tracepoints;
 pub(crate) mod trap_cost;
 pub(crate) mod unpreempted;

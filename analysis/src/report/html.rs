@@ -150,6 +150,7 @@ pub fn render(r: &Report) -> String {
                     (PreEscaped(super::flame::flame(&r.call_sites)))
                     (PreEscaped(super::flame::table(&r.call_sites)))
                 }
+                (blocked(r))
                 h2 { "Over time" }
                 (charts(r))
                 h2 { "Other CPU users on the node" }
@@ -275,6 +276,36 @@ fn chains(r: &Report) -> Markup {
                     }
                     // Hand-built by flame.rs, which escapes its own text.
                     (PreEscaped(super::flame::table(&c.call_sites)))
+                }
+            }
+        }
+    }
+}
+
+/// Where the host blocked: share, place, what it waited on, the callers.
+fn blocked(r: &Report) -> Markup {
+    if r.blocked_sites.is_empty() {
+        return html! {};
+    }
+    html! {
+        h2 { "Where the host blocked" }
+        p { "Off CPU outside CUDA/NCCL calls, by the place the thread slept; share of all its threads' time." }
+        table {
+            tr { th.num { "share" } th { "where" } th { "waiting on" } th { "syscall" } th.num { "episodes" } th.num { "longest" } th { "callers" } }
+            @for b in &r.blocked_sites {
+                tr {
+                    td.num { (super::chains::pct(b.share)) }
+                    td { code { (b.at.as_ref().map_or("(no stack captured)".into(), |f| {
+                        let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+                        format!("{file}{} {}", f.line.map_or(String::new(), |l| format!(":{l}")), f.function)
+                    })) } }
+                    td { (b.waiting_on) }
+                    td { (b.site.op) }
+                    td.num { (b.site.count) }
+                    td.num { (super::chains::fmt_ns(b.site.max_ns)) }
+                    td { small { (b.site.frames.iter().skip_while(|f| Some(*f) != b.at.as_ref()).skip(1).take(3)
+                        .map(|f| format!("{}{}", f.file.rsplit('/').next().unwrap_or(&f.file), f.line.map_or(String::new(), |l| format!(":{l}"))))
+                        .collect::<Vec<_>>().join(" ← ")) } }
                 }
             }
         }

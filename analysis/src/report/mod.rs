@@ -2,6 +2,7 @@
 //! Per-pod / per-node / per-process stall reports: cause → effect → fix, as
 //! text, JSON and a self-contained HTML page.
 
+pub mod blocked;
 pub(crate) mod chains;
 pub(crate) mod collect;
 pub(crate) mod cuda;
@@ -74,6 +75,9 @@ pub struct Report {
     /// Where the target's stalls were made (every op), busiest first.
     #[serde(default)]
     pub call_sites: Vec<sites::CallSite>,
+    /// Where its threads blocked off CPU outside CUDA/NCCL calls, busiest first.
+    #[serde(default)]
+    pub blocked_sites: Vec<blocked::BlockedSite>,
     /// Step times, where the job labelled its steps (imported traces' annotations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<steps::Steps>,
@@ -105,8 +109,18 @@ pub async fn build(
     let nodes = d.nodes.iter().map(|n| crate::query::quote(n)).collect::<Vec<_>>().join(", ");
     let (filter, node_filter) = (format!("{} AND {time}", target.filter()), format!("node IN ({nodes}) AND {time}"));
     let call_sites = sites::collect(engine, &filter, &node_filter).await?;
+    let blocked_sites = blocked::collect(engine, &filter, &node_filter).await?;
     for c in chains.iter_mut() {
         c.call_sites = sites::for_cause(&c.cause, &c.title, &call_sites, 5);
+        if matches!(c.cause.as_str(), "host_blocked" | "input_bound") && !blocked_sites.is_empty() {
+            c.root_cause.extend(blocked_sites.iter().take(3).map(|b| b.label()));
+            if c.cause == "host_blocked" {
+                // The places are known: no profiler needed to find them.
+                c.fixes = vec![
+                    "start at the lines above: take the waiting off the training loop's path (prefetch, more loader workers, work moved to a thread)".into(),
+                ];
+            }
+        }
     }
     for c in chains.iter_mut().filter(|c| c.explains.is_none()) {
         c.explains = explains(c, &summary, &d);
@@ -137,6 +151,7 @@ pub async fn build(
         ops: d.ops.into_iter().take(20).collect(),
         reference,
         call_sites: call_sites.into_iter().take(20).collect(),
+        blocked_sites: blocked_sites.into_iter().take(10).collect(),
         steps,
     })
 }

@@ -79,6 +79,14 @@ struct Frames {
 /// `stacks_filter`: its nodes' rows in the range, since a window ships each
 /// stack once per node, under the first process that made it), busiest first.
 pub(crate) async fn collect(engine: &QueryEngine, filter: &str, stacks_filter: &str) -> Result<Vec<CallSite>> {
+    collect_where(engine, &format!("{filter} AND reason <> '{OFF_CPU}'"), stacks_filter).await
+}
+
+/// `stall_events.reason` of an off-CPU episode outside calls (not a call).
+pub(crate) const OFF_CPU: &str = "off_cpu";
+
+/// Sites of the `stall_events` rows `filter` selects.
+pub(crate) async fn collect_where(engine: &QueryEngine, filter: &str, stacks_filter: &str) -> Result<Vec<CallSite>> {
     let stalls =
         engine.sql(&format!("SELECT op, library, duration_ns, stack_id FROM {STALL_EVENTS} WHERE {filter}")).await?;
     let mut per_stack: HashMap<Option<u64>, usize> = HashMap::new();

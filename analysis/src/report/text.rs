@@ -90,8 +90,26 @@ pub fn render(r: &Report) -> String {
         sites(&mut o, &r.call_sites[..r.call_sites.len().min(5)], "");
         let _ = writeln!(o);
     }
+    blocked(&mut o, r);
     reference(&mut o, r);
     o
+}
+
+/// `28% at loader.py:212 in _next_batch, waiting on a queue`, then the syscall and callers.
+fn blocked(o: &mut String, r: &Report) {
+    if r.blocked_sites.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "Where the host blocked (off CPU outside CUDA/NCCL calls)");
+    let _ = writeln!(o, "{}", "━".repeat(WIDTH));
+    for b in r.blocked_sites.iter().take(5) {
+        wrap(o, "", "  ", &b.label());
+        let s = &b.site;
+        let n = if s.count == 1 { "episode" } else { "episodes" };
+        let line = format!("{} {n} in {}, longest {}, total {}", s.count, s.op, fmt_ns(s.max_ns), fmt_ns(s.total_ns));
+        wrap(o, "  ", "  ", &line);
+    }
+    let _ = writeln!(o);
 }
 
 /// Each chain: cause → effect → fix, and where its stalls were made.

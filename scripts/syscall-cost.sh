@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# What off-CPU call sites (--offcpu-site-min, ebpf/sched.bpf.c on_sys_exit)
+# cost every syscall on the node: a loop of getppid syscalls (no vDSO) with
+# no agent, with the agent and sites off (--offcpu-site-min=0: the exit
+# program is not attached), and with the agent's defaults (attached; with no
+# episode pending it is one array lookup). Rounds interleave so drift hits
+# every variant alike; medians are printed, then the program's own time per
+# run (BPF_STATS_RUN_TIME).
+#
+#   sudo scripts/syscall-cost.sh [AGENT_BINARY] [SYSCALLS] [ROUNDS]
+set -euo pipefail
+agent="${1:-target/release/ingero-agent}"
+n="${2:-2000000}"
+rounds="${3:-5}"
+[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-node)" >&2; exit 1; }
+work="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true; sysctl -qw kernel.bpf_stats_enabled=0; rm -rf "$work"' EXIT
+gcc -O2 -o "$work/loop" "$(dirname "$0")/../node/tests/native/syscall_loop.c"
+cpu=$(( $(nproc) - 1 ))
+wait_for() { for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "timeout: $2 in $1" >&2; cat "$1" >&2; exit 1; }
+start_agent() { # extra flags...
+  INGERO_LOG=info "$agent" run --aggregator http://127.0.0.1:9 --spool-dir "$work/spool" --kubernetes off "$@" \
+    > /dev/null 2> "$work/agent.log" &
+  ag=$!
+  wait_for "$work/agent.log" "probe loop ready"
+  sleep 1
+}
+stop_agent() { kill -TERM "$ag"; wait "$ag" 2>/dev/null || true; }
+run() { taskset -c "$cpu" "$work/loop" "$n"; }
+
+declare -a none off on
+for r in $(seq "$rounds"); do
+  none+=("$(run)")
+  start_agent --offcpu-site-min=0
+  off+=("$(run)")
+  stop_agent
+  start_agent
+  on+=("$(run)")
+  stop_agent
+  echo "round $r: none ${none[-1]}, sites off ${off[-1]}, sites on ${on[-1]} ns/syscall" >&2
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+m0=$(median "${none[@]}"); m1=$(median "${off[@]}"); m2=$(median "${on[@]}")
+echo "getppid syscall, median of $rounds x $n:"
+echo "  no agent                   $m0 ns"
+echo "  agent, off-CPU sites off   $m1 ns   (+$(awk -v a="$m1" -v b="$m0" 'BEGIN {printf "%.1f", a - b}') ns a syscall)"
+echo "  agent, off-CPU sites on    $m2 ns   (+$(awk -v a="$m2" -v b="$m0" 'BEGIN {printf "%.1f", a - b}') ns a syscall)"
+
+sysctl -qw kernel.bpf_stats_enabled=1
+start_agent
+before="$(bpftool prog show -j)"
+run > /dev/null
+after="$(bpftool prog show -j)"
+stop_agent
+python3 - "$before" "$after" <<'PY'
+import json, sys
+a = {p["id"]: p for p in json.loads(sys.argv[1])}
+for p in json.loads(sys.argv[2]):
+    if p.get("name") != "on_sys_exit":
+        continue
+    o = a.get(p["id"], {})
+    runs = p.get("run_cnt", 0) - o.get("run_cnt", 0)
+    if runs:
+        ns = (p.get("run_time_ns", 0) - o.get("run_time_ns", 0)) / runs
+        print(f"  on_sys_exit {ns:6.1f} ns a run over {runs} runs (BPF_STATS_RUN_TIME)")
+PY
