@@ -109,6 +109,10 @@ static __always_inline void pending_add(__s64 n)
  * compat object, nor on arm64 yet. */
 #if defined(__TARGET_ARCH_x86) && !defined(INGERO_COMPAT)
 #define OFFCPU_SITES 1
+/* The fields read of the kernel's struct pt_regs, relocated by CO-RE. */
+struct pt_regs___co {
+	unsigned long di, si, orig_ax, ip;
+} __attribute__((preserve_access_index));
 /* A thread going to sleep outside any call: note where (a syscall's user
  * ip and number; an episode that is not a syscall, a page fault, is never
  * matched at a syscall's exit). */
@@ -117,15 +121,15 @@ static __always_inline void sleeps_at(struct config *c, struct task_struct *t, s
 	ts->sleep_ip = 0;
 	if (!c->offcpu_site_us || ts->in_call)
 		return;
-	struct pt_regs *r = (struct pt_regs *)bpf_task_pt_regs(t);
+	/* Plain loads from the kernel's own pointer (no helper call per field). */
+	struct pt_regs___co *r = (struct pt_regs___co *)bpf_task_pt_regs(t);
 	if (!r)
 		return;
-	bpf_probe_read_kernel(&ts->sleep_ip, sizeof(ts->sleep_ip), &r->ip);
-	bpf_probe_read_kernel(&ts->sleep_nr, sizeof(ts->sleep_nr), &r->orig_ax);
-	bpf_probe_read_kernel(&ts->sleep_args[0], sizeof(__u64), &r->di);
-	bpf_probe_read_kernel(&ts->sleep_args[1], sizeof(__u64), &r->si);
+	ts->sleep_ip = r->ip;
+	ts->sleep_nr = r->orig_ax;
+	ts->sleep_args[0] = r->di;
+	ts->sleep_args[1] = r->si;
 }
-
 /* select/pselect6 (nfds first) or poll/ppoll (nfds second) watching no
  * file descriptor: a sleep (CPython before 3.11 sleeps in select). */
 static __always_inline int sleep_only(struct thread_state *ts)
@@ -330,10 +334,9 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	struct thread_state *ts = id ? bpf_map_lookup_elem(&threads, &tid) : 0;
 	if (!ts || !ts->site_end)
 		return 0;
-	__u64 ip = 0;
-	__s64 nr = -1;
-	bpf_probe_read_kernel(&ip, sizeof(ip), &regs->ip);
-	bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax);
+	struct pt_regs___co *r = (struct pt_regs___co *)regs;
+	__u64 ip = r->ip;
+	__s64 nr = r->orig_ax;
 	__u64 start = ts->site_start, end = ts->site_end;
 	/* The first exit after the episode is its syscall's, or it was no
 	 * syscall (a fault): either way the episode is settled here. */

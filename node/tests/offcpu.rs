@@ -7,6 +7,7 @@
 mod fixtures;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -18,11 +19,14 @@ use ingero_model::Table;
 const VERSIONS: [&str; 5] = ["3.9", "3.10", "3.11", "3.12", "3.13"];
 
 /// The job: each blocking line is marked `# site:NAME`. It is traced from
-/// its first CUDA call; everything before is not its job's time.
+/// its first CUDA call; everything before is not its job's time. It goes on
+/// once the agent has found its interpreter (a loaded machine can delay that
+/// past the hold at its first lookup: episodes before have native frames only).
 const SCRIPT: &str = r#"import ctypes, queue, sys, threading, time
 sys.stdin.read(1)
 lib = ctypes.CDLL(sys.argv[1])
 lib.cudaDeviceSynchronize(ctypes.c_long(10))
+sys.stdin.read(1)  # site:go
 q = queue.Queue()
 lock = threading.Lock()
 
@@ -73,7 +77,9 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
     let script = dir.path().join("train.py");
     std::fs::write(&script, SCRIPT).unwrap();
     let mut args = store_args(dir.path(), &cg);
-    args.push(format!("--lib={}", lib.display()));
+    // Both libraries probed ahead: the hold at a process's first lookup has
+    // only its interpreter to find.
+    args.push(format!("--lib={}", lib.parent().unwrap().display()));
     args.push("--offcpu-site-min=10ms".into());
     let agent = Agent::start(&args, &dir.path().join("agent.log"));
     agent.wait_log(&format!("library={}", lib.display()), Duration::from_secs(10));
@@ -81,8 +87,9 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
     for v in VERSIONS {
         let mut cmd = Command::new(python(v));
         cmd.arg(&script);
-        let w = Workload::start_with(cmd, &lib, &[], &cg);
+        let mut w = Workload::start_with(cmd, &lib, &[], &cg);
         agent.wait_log(&format!("Python frames on pid={}", w.pid()), Duration::from_secs(10));
+        w.child.stdin.as_mut().unwrap().write_all(b"g").unwrap();
         pids.push((v, w.pid()));
         w.wait();
     }
@@ -111,7 +118,8 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
         assert!(long("queue", "futex", 30) >= 3, "python {v}: four gets that wait ~60 ms: {at:?}");
         assert_eq!(long("lock", "futex", 150), 1, "python {v}: {at:?}");
         // Nothing is attributed to a line that does not block.
-        let lines: Vec<u32> = ["sleep", "produce", "hold", "queue", "lock", "tail"].iter().map(|n| line(n)).collect();
+        let lines: Vec<u32> =
+            ["go", "sleep", "produce", "hold", "queue", "lock", "tail"].iter().map(|n| line(n)).collect();
         let elsewhere: Vec<_> = at
             .iter()
             .filter(|((l, _), d)| l.is_some_and(|l| !lines.contains(&l)) && d.iter().any(|&ns| ns >= 30_000_000))

@@ -42,6 +42,7 @@ const HELPERS: &[(i32, &str, Version)] = &[
     (148, "copy_from_user", (5, 10)),
     (158, "get_current_task_btf", (5, 11)),
     (174, "get_attach_cookie", (5, 15)),
+    (175, "task_pt_regs", (5, 15)),
     (180, "find_vma", (5, 17)),
     (181, "loop", (5, 17)),
     (191, "copy_from_user_task", (5, 18)),
