@@ -104,7 +104,7 @@ mod tests {
                 "io_uring_enter" => libc::SYS_io_uring_enter,
                 _ => continue,
             };
-            assert_eq!(i64::from(*nr), want as i64, "{n}");
+            assert_eq!(i64::from(*nr), want, "{n}");
         }
     }
 }
