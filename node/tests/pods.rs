@@ -285,7 +285,7 @@ async fn without_kubernetes_processes_are_named_by_container_id_with_one_log_lin
         .spawn()
         .unwrap();
     let agent = Agent { child, log: dir.path().join("agent.log") };
-    agent.wait_log("probe loop ready", Duration::from_secs(30));
+    agent.wait_log("probe loop ready", Duration::from_secs(120));
     let w =
         Workload::start(&wl, &lib, &["call:cudaLaunchKernel:20:0", "sleep:1500", "call:cudaLaunchKernel:20:0"], &cg);
     let pid = w.pid();
