@@ -209,6 +209,18 @@ struct config {
 	__u32 scope_level;     /* ... and its depth below the hierarchy's root */
 	__u32 hold_max_ms;     /* longest hold at a library lookup; 0: 1000 */
 	__u32 offcpu_site_us;  /* off-CPU episodes outside calls this long ship their site; 0: none */
+	__u32 call_marks;      /* 1: every return-probed call's return goes to the marks ring */
+};
+
+/* One return-probed call (a sync, copy, collective, allocation) as it
+ * returned, through the marks ring: the agent finds each process's step
+ * cycle in their sequence (agent/src/steps). Launches make none. */
+struct call_mark {
+	__u64 ts_ns; /* the return */
+	__u64 dur_ns;
+	__u32 tgid;
+	__u32 tid;
+	__u32 op;
 	__u32 pad;
 };
 

@@ -24,6 +24,8 @@ pub struct LoopConfig {
     pub outlier_min: Duration,
     /// Fixed threshold instead of the median rule.
     pub outlier_abs: Option<Duration>,
+    /// Find each process's training steps from its syncs, copies and collectives.
+    pub steps: bool,
     /// Off-CPU episodes outside any call at least this long ship with their call site (0: none).
     pub offcpu_site_min: Duration,
     /// Library files to probe at start (plus the usual install locations).

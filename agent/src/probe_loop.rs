@@ -88,6 +88,8 @@ pub struct ProbeLoop {
     /// What was last read of the launches threads count themselves.
     per_thread: ThreadCounts,
     over_goal: crate::cost::OverGoal,
+    /// Each thread's recent syncs, copies and collectives: its step cycle.
+    steps: crate::steps::Steps,
 }
 
 impl std::fmt::Debug for ProbeLoop {
@@ -112,6 +114,7 @@ impl ProbeLoop {
             probes.set_scope(root)?;
         }
         probes.set_hold_dlopen(cfg.hold_dlopen, cfg.hold_max)?;
+        probes.set_call_marks(cfg.steps)?;
         if !probes.set_offcpu_sites(cfg.offcpu_site_min)? && !cfg.offcpu_site_min.is_zero() {
             tracing::warn!(
                 "off-CPU call sites need the full object on x86-64 (`ingero-agent check`): episodes ship without them"
@@ -148,6 +151,7 @@ impl ProbeLoop {
             grace: Grace::start()?,
             per_thread: ThreadCounts::default(),
             over_goal: Default::default(),
+            steps: Default::default(),
             probes,
             cfg,
             stats,
@@ -271,6 +275,7 @@ impl ProbeLoop {
             let busy = dog.enter(Step::StallStacks);
             self.take_stalls();
             drop(busy);
+            self.steps.push(self.rings.marks());
             let now = Instant::now();
             let due: Vec<u32> = self.follow_ups.iter().filter(|(t, _)| *t <= now).map(|(_, p)| *p).collect();
             if !due.is_empty() {
@@ -412,6 +417,7 @@ impl ProbeLoop {
             d.io.retain(|(k, _)| keep.contains(&k.tgid));
         }
         self.take_stalls();
+        self.steps.push(self.rings.marks());
         self.count_cost(&d);
         let stalls = std::mem::take(&mut self.stalls);
         let delta = d.counters.since(&self.last_counters);
@@ -468,7 +474,15 @@ impl ProbeLoop {
         let in_flight: Vec<_> =
             d.threads.iter().copied().filter(|(_, c)| keep.is_empty() || keep.contains(&c.tgid)).collect();
         let now = crate::progress::mono_now_ns();
-        crate::progress::collect(&in_flight, &self.last_call_us, now, window_end, crate::progress::proc_state)
+        let mut rows =
+            crate::progress::collect(&in_flight, &self.last_call_us, now, window_end, crate::progress::proc_state);
+        // Steps that ended before the window's end on the monotonic clock.
+        let end_ns = (window_end - mono_to_wall_us()).max(0) as u64 * 1000;
+        let mut steps = self.steps.window(end_ns);
+        for r in &mut rows {
+            r.steps = steps.remove(&r.pid);
+        }
+        rows
     }
 
     /// Drops what is cached about processes that exited: their probe state
@@ -484,6 +498,7 @@ impl ProbeLoop {
             self.described.remove(&e.tgid);
             self.last_call_us.remove(&e.tgid);
             self.over_goal.forget(e.tgid);
+            self.steps.forget(e.tgid);
         }
         for pid in crate::exits::exited_before(&mut self.exited, self.events.drain(..)) {
             self.attr.forget(pid);

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::probes::abi::ThreadCall;
 use crate::probes::ops::{self, Op};
+use crate::steps::StepStats;
 
 /// One process's row of `progress_windows`.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +20,8 @@ pub(crate) struct Progress {
     pub oldest: Option<(Op, u32, u64)>,
     pub last_call_age_ns: Option<u64>,
     pub state: Option<char>,
+    /// Steps that ended in the window (None: no step cycle found).
+    pub steps: Option<StepStats>,
 }
 
 /// Monotonic clock in ns (what `bpf_ktime_get_ns` reads).
@@ -55,6 +58,7 @@ pub(crate) fn collect(
         oldest: None,
         last_call_age_ns: last_call_us.get(&pid).map(|&t| (window_end_us - t).max(0) as u64 * 1000),
         state: state(pid),
+        steps: None,
     };
     for (tid, c) in in_flight.iter().filter(|(_, c)| c.depth > 0 && c.tgid != 0) {
         let Some(op) = ops::by_id(c.op) else { continue };

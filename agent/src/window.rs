@@ -392,6 +392,10 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
                 oldest_age_ns: p.oldest.map(|(_, _, age)| age),
                 last_call_age_ns: p.last_call_age_ns,
                 proc_state: state.as_deref(),
+                steps: p.steps.as_ref().map(|s| s.steps),
+                step_p50_ns: p.steps.as_ref().and_then(|s| s.p50_ns),
+                step_max_ns: p.steps.as_ref().and_then(|s| s.max_ns),
+                step_op: p.steps.as_ref().and_then(|s| ops::by_id(u32::from(s.op))).map(|op| op.symbol),
             };
             self.add(&mut b, &c, &row);
         }

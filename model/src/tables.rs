@@ -238,6 +238,10 @@ columns! {
         oldest_age_ns: Option<u64>, "ns", "How long that call has been in flight at the end of the window";
         last_call_age_ns: Option<u64>, "ns", "Time from the end of the last window in which the process made a traced call to the end of this one (0: it made one in this window); null when never seen";
         proc_state: Option<&'a str>, "", "State of its main thread from /proc: R running, S sleeping, D uninterruptible (IO), T stopped, Z zombie";
+        steps: Option<u32>, "steps", "Training steps that ended in the window, found without code changes: the process's syncs, copies and collectives repeat in a cycle, and each return of the call that closes the cycle (step_op) ends a step. Null while its calls follow no cycle (no such calls, no repeating order, or fewer than three cycles seen)";
+        step_p50_ns: Option<u64>, "ns", "Median time of those steps, each from the end of the step before; null when none has a known start";
+        step_max_ns: Option<u64>, "ns", "Longest of those steps";
+        step_op: Option<&'a str>, "", "The call whose return ends each step (e.g. cudaStreamSynchronize)";
     }
 }
 

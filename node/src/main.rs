@@ -98,6 +98,13 @@ struct RunArgs {
     /// the node passes one check (one array lookup). 0s: off.
     #[arg(long, env = "INGERO_OFFCPU_SITE_MIN", default_value = "10ms", value_parser = humantime::parse_duration)]
     offcpu_site_min: Duration,
+    /// Do not find training steps. By default each return-probed call (syncs, copies, collectives,
+    /// allocations: a few per step; never launches) is passed to the agent as it returns, and each
+    /// process's step cycle is found in their order: `progress_windows` then carries the steps that
+    /// ended in each window with their median and longest time, and reports and `ingero stragglers`
+    /// show step time without any code change in the job.
+    #[arg(long, env = "INGERO_NO_STEPS")]
+    no_steps: bool,
     /// Library files or directories to probe at start, before any process maps
     /// them (repeatable; the usual CUDA install directories are always included).
     #[arg(long = "lib", env = "INGERO_LIB", value_delimiter = ',')]
@@ -257,6 +264,7 @@ fn config(a: RunArgs, sink: Sink) -> AgentConfig {
         outlier_min: a.outlier_min,
         outlier_abs: a.outlier_abs,
         offcpu_site_min: a.offcpu_site_min,
+        steps: !a.no_steps,
         libs: a.libs,
         hold_dlopen: !a.no_dlopen_hold,
         hold_max: a.dlopen_hold_max,

@@ -62,6 +62,11 @@ pub(crate) fn progress_row(h: &Hung, tid: u32) -> ProgressRow<'static> {
         oldest_age_ns: waits.then_some(age),
         last_call_age_ns: Some(age),
         proc_state: Some("S"),
+        // A hung rank ends no step.
+        steps: Some(0),
+        step_p50_ns: None,
+        step_max_ns: None,
+        step_op: Some(crate::model::STEP_OP),
     }
 }
 

@@ -286,6 +286,20 @@ pub(crate) struct Config {
     pub hold_max_ms: u32,
     /// Off-CPU episodes outside calls at least this long ship their site, µs (0: none).
     pub offcpu_site_us: u32,
+    /// 1: return-probed calls go to the marks ring as they return (step inference).
+    pub call_marks: u32,
+}
+
+/// A return-probed call as it returned (`marks` ring).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CallMark {
+    /// Monotonic clock at the return.
+    pub ts_ns: u64,
+    pub dur_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub op: u32,
     pub pad: u32,
 }
 
@@ -299,7 +313,7 @@ macro_rules! pod {
         )*
     };
 }
-pod!(CallKey, CallVal, SchedVal, ThreadCall, RetiredKey, CgroupVal, IoKey, IoVal, Counters, Config, PyProc);
+pod!(CallKey, CallVal, SchedVal, ThreadCall, RetiredKey, CgroupVal, IoKey, IoVal, Counters, Config, PyProc, CallMark);
 
 const _: () = {
     assert!(size_of::<CallKey>() == 8);
@@ -336,6 +350,10 @@ const _: () = {
     assert!(offset_of!(Counters, lib_hold_timeouts) == 48);
     assert!(size_of::<Config>() == 56);
     assert!(offset_of!(Config, offcpu_site_us) == 48);
+    assert!(offset_of!(Config, call_marks) == 52);
+    assert!(size_of::<CallMark>() == 32);
+    assert!(offset_of!(CallMark, tgid) == 16);
+    assert!(offset_of!(CallMark, op) == 24);
     assert!(offset_of!(Config, scope_level) == 40);
     assert!(offset_of!(Config, pidns_ino) == 24);
 };

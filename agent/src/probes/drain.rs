@@ -9,8 +9,8 @@ use aya::Pod;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 
 use super::abi::{
-    CallKey, CallVal, CgroupVal, Counters, HIST_BUCKETS, IoKey, IoVal, ProcEvent, RetiredKey, SchedVal, StallEvent,
-    ThreadCall, read_event,
+    CallKey, CallMark, CallVal, CgroupVal, Counters, HIST_BUCKETS, IoKey, IoVal, ProcEvent, RetiredKey, SchedVal,
+    StallEvent, ThreadCall, read_event,
 };
 use super::load::{Probes, map};
 use super::thread_counts::ThreadCounts;
@@ -133,6 +133,8 @@ pub(crate) struct Rings {
     /// they never crowd outlier calls out).
     offcpu: RingBuf<aya::maps::MapData>,
     procs: RingBuf<aya::maps::MapData>,
+    /// Return-probed calls as they return (steps).
+    marks: RingBuf<aya::maps::MapData>,
 }
 
 impl std::fmt::Debug for Rings {
@@ -147,7 +149,16 @@ impl Rings {
             let m = probes.ebpf.take_map(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
             RingBuf::try_from(m).map_err(Error::map(name))
         };
-        Ok(Rings { stalls: take("stalls")?, offcpu: take("offcpu")?, procs: take("procs")? })
+        Ok(Rings { stalls: take("stalls")?, offcpu: take("offcpu")?, procs: take("procs")?, marks: take("marks")? })
+    }
+
+    /// Return-probed calls as they returned, oldest first.
+    pub(crate) fn marks(&mut self) -> Vec<CallMark> {
+        let mut out = Vec::new();
+        while let Some(item) = self.marks.next() {
+            out.extend(read_event::<CallMark>(&item));
+        }
+        out
     }
 
     /// Outlier calls, then off-CPU episodes (`op` [`super::abi::OP_OFFCPU`]).

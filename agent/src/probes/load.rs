@@ -196,6 +196,12 @@ impl Probes {
         self.write_config()
     }
 
+    /// Return-probed calls go to the marks ring as they return (steps).
+    pub fn set_call_marks(&mut self, on: bool) -> Result<()> {
+        self.config.call_marks = on as u32;
+        self.write_config()
+    }
+
     /// Off-CPU episodes outside calls at least `min` long ship with their
     /// call site (0: none). False where the kernel's object cannot.
     pub fn set_offcpu_sites(&mut self, min: Duration) -> Result<bool> {

@@ -169,8 +169,11 @@ int main(int argc, char **argv)
 				f(us);
 			/* What really happened, for the test to compare against
 			 * (not per iteration of a repeat: nobody reads those). */
+			/* ... and when the last call returned (wall clock, µs),
+			 * which the windows' starts are in. */
 			if (loop_start < 0)
-				printf("step %s %ld %.0f\n", sym, n, (now_ms() - t0) * 1e6);
+				printf("step %s %ld %.0f %.0f\n", sym, n, (now_ms() - t0) * 1e6,
+				       clock_ms(CLOCK_REALTIME) * 1e3);
 		} else {
 			fprintf(stderr, "unknown step %s\n", a);
 			return 2;

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Finds the step cycle in one thread's sequence of return-probed calls
+//! (syncs, copies, collectives, allocations). A training loop makes the
+//! same few such calls in the same order every iteration: the sequence of
+//! their ops repeats with a period of one step. Pure functions: the state
+//! around them lives in `super`.
+
+/// The longest cycle looked for, in calls: FSDP makes a few collectives per
+/// layer, so a step of a deep model can hold hundreds.
+pub(crate) const MAX_PERIOD: usize = 256;
+/// Cycles needed before a period is believed.
+const MIN_CYCLES: usize = 3;
+/// Share of calls that must repeat the call one period earlier. A call made
+/// every k steps only (logging, a checkpoint) breaks about 1.5 periods in
+/// k, so this tolerates extras every 4th step and up; a sequence of ops in
+/// no order repeats 1 in (distinct ops).
+const MIN_MATCH: f64 = 0.6;
+/// Share of a candidate's time that its typical intervals must hold: the
+/// copies at the start of a step repeat once per call but leave the step's
+/// time to one long gap; a step's end splits time evenly.
+const EVEN_TIME: f64 = 0.6;
+
+/// One return-probed call: what it was, when it returned, how long it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mark {
+    pub op: u16,
+    pub ts_ns: u64,
+    pub dur_ns: u64,
+}
+
+/// Share of calls that repeat the call `p` calls earlier.
+fn repeats(ops: &[u16], p: usize) -> f64 {
+    let same = (p..ops.len()).filter(|&i| ops[i] == ops[i - p]).count();
+    same as f64 / (ops.len() - p) as f64
+}
+
+/// The periods (in calls) the op sequence repeats with, shortest first.
+pub(crate) fn periods(ops: &[u16]) -> Vec<usize> {
+    let max = (ops.len() / MIN_CYCLES).min(MAX_PERIOD);
+    (1..=max).filter(|&p| repeats(ops, p) >= MIN_MATCH).collect()
+}
+
+/// True when the time between an op's returns is spread evenly: most of it
+/// lies in intervals within 2x of the median interval.
+fn splits_time_evenly(marks: &[Mark], op: u16) -> bool {
+    let ts: Vec<u64> = marks.iter().filter(|m| m.op == op).map(|m| m.ts_ns).collect();
+    let mut gaps: Vec<u64> = ts.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    if gaps.is_empty() {
+        return false;
+    }
+    let total: u64 = gaps.iter().sum();
+    gaps.sort_unstable();
+    let median = gaps[(gaps.len() - 1) / 2];
+    let typical: u64 = gaps.iter().filter(|&&g| g >= median / 2 && g <= median.saturating_mul(2)).sum();
+    total > 0 && typical as f64 >= EVEN_TIME * total as f64
+}
+
+/// The op that ends each step at period `period`: among the ops made once
+/// per cycle that split time evenly, the one whose count fits the cycles
+/// best, then the one that takes longest (the sync that waits for the
+/// step's GPU work), then the one made last.
+pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
+    let cycles = marks.len() as f64 / period as f64;
+    let mut stats: std::collections::BTreeMap<u16, (usize, u64, usize)> = Default::default();
+    for (i, m) in marks.iter().enumerate() {
+        let s = stats.entry(m.op).or_insert((0, 0, 0));
+        s.0 += 1;
+        s.1 = s.1.saturating_add(m.dur_ns);
+        s.2 = i;
+    }
+    stats
+        .into_iter()
+        .filter(|(op, (n, _, _))| (*n as f64 / cycles - 1.0).abs() <= 0.2 && splits_time_evenly(marks, *op))
+        .map(|(op, (n, total, last))| {
+            let fit = ((n as f64 / cycles - 1.0).abs() * 1000.0).round() as u64;
+            (std::cmp::Reverse(fit), total / n as u64, last, op)
+        })
+        .max()
+        .map(|(_, _, _, op)| op)
+}
+
+/// The op that ends each step of this sequence: at its shortest period
+/// that has one. None: no cycle.
+pub(crate) fn step_op(marks: &[Mark]) -> Option<u16> {
+    let ops: Vec<u16> = marks.iter().map(|m| m.op).collect();
+    periods(&ops).into_iter().find_map(|p| anchor(marks, p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Steps of `cycle` (op, duration) repeated `n` times, 100 ms apart.
+    fn steps(cycle: &[(u16, u64)], n: usize) -> Vec<Mark> {
+        let mut out = Vec::new();
+        for s in 0..n {
+            for (i, &(op, dur_ns)) in cycle.iter().enumerate() {
+                out.push(Mark { op, ts_ns: s as u64 * 100_000_000 + i as u64 * 1000, dur_ns });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_copy_launches_and_a_sync_end_at_the_sync() {
+        let m = steps(&[(1, 10_000), (2, 40_000_000)], 10);
+        assert_eq!(periods(&m.iter().map(|m| m.op).collect::<Vec<_>>())[0], 2);
+        assert_eq!(step_op(&m), Some(2));
+    }
+
+    #[test]
+    fn nine_copies_and_a_sync_are_one_cycle_not_nine() {
+        let mut cycle = vec![(1, 1000); 9];
+        cycle.push((2, 1000));
+        let m = steps(&cycle, 5);
+        // Period 1 repeats 90%, but the copies leave the step's time to one gap.
+        assert_eq!(periods(&m.iter().map(|m| m.op).collect::<Vec<_>>())[0], 1);
+        assert_eq!(step_op(&m), Some(2));
+    }
+
+    #[test]
+    fn a_sync_alone_is_a_cycle_of_one() {
+        assert_eq!(step_op(&steps(&[(7, 5)], 6)), Some(7));
+    }
+
+    #[test]
+    fn a_logging_call_every_fifth_step_keeps_the_cycle() {
+        let mut m = Vec::new();
+        for s in 0..40u64 {
+            m.push(Mark { op: 1, ts_ns: s * 10, dur_ns: 1 });
+            if s % 5 == 4 {
+                m.push(Mark { op: 3, ts_ns: s * 10 + 1, dur_ns: 1 });
+            }
+            m.push(Mark { op: 2, ts_ns: s * 10 + 2, dur_ns: 9 });
+        }
+        // It repeats exactly every 11 calls (5 steps), and 73% every 2.
+        assert_eq!(periods(&m.iter().map(|m| m.op).collect::<Vec<_>>())[0], 2);
+        assert_eq!(step_op(&m), Some(2));
+    }
+
+    #[test]
+    fn no_cycle_in_noise_or_in_too_few_calls() {
+        // A linear congruential sequence of 5 ops: no period repeats 75%.
+        let mut x = 7u32;
+        let ops: Vec<u16> = (0..300)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                ((x >> 16) % 5) as u16
+            })
+            .collect();
+        assert!(periods(&ops).is_empty(), "{:?}", periods(&ops));
+        assert!(periods(&[1, 2, 1, 2, 1]).is_empty(), "two cycles and a half");
+        assert!(periods(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_cycle_without_a_once_per_step_op_has_no_anchor() {
+        // A B A B B: A twice, B three times a cycle.
+        let m = steps(&[(1, 1), (2, 1), (1, 1), (2, 1), (2, 1)], 8);
+        assert!(periods(&m.iter().map(|m| m.op).collect::<Vec<_>>()).contains(&5));
+        assert_eq!(step_op(&m), None);
+    }
+}

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Training steps without code changes: each thread's return-probed calls
+//! (the `marks` ring) are kept for a while; once their ops repeat with a
+//! period ([`cycle`]), every return of the op that ends a cycle ends a
+//! step, and the time between two such returns is the step's time. A
+//! process's steps are those of its thread with the clearest cycle.
+//!
+//! Where it cannot: a process that makes no return-probed call in its loop
+//! (launches only, never a sync or copy) or whose calls follow no cycle
+//! ships no steps (null), never a guess.
+
+mod cycle;
+
+use std::collections::{HashMap, VecDeque};
+
+use cycle::Mark;
+
+use crate::probes::abi::CallMark;
+
+/// Calls kept per thread: three cycles of the longest period looked for.
+const HISTORY: usize = 3 * cycle::MAX_PERIOD + cycle::MAX_PERIOD / 2;
+/// Threads followed at once; the ones quiet longest go first.
+const MAX_THREADS: usize = 4096;
+/// A thread with no call this long is forgotten (ns).
+const QUIET_NS: u64 = 600 * 1_000_000_000;
+
+/// One process's steps in one window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StepStats {
+    /// Steps that ended in the window.
+    pub steps: u32,
+    /// Median and longest of those whose start is known (ns).
+    pub p50_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+    /// The op whose return ends each step.
+    pub op: u16,
+}
+
+#[derive(Debug, Default)]
+struct Thread {
+    tgid: u32,
+    marks: VecDeque<Mark>,
+    /// Returns before this (monotonic ns) are counted in a closed window.
+    counted_to: u64,
+    new_marks: bool,
+    step_op: Option<u16>,
+}
+
+/// The step state of every thread that makes return-probed calls.
+#[derive(Debug, Default)]
+pub(crate) struct Steps {
+    threads: HashMap<u32, Thread>,
+}
+
+impl Steps {
+    /// Takes calls as the ring gives them.
+    pub(crate) fn push(&mut self, marks: impl IntoIterator<Item = CallMark>) {
+        for m in marks {
+            let Ok(op) = u16::try_from(m.op) else { continue };
+            if !self.threads.contains_key(&m.tid) && self.threads.len() >= MAX_THREADS {
+                self.evict_quietest();
+            }
+            let t = self.threads.entry(m.tid).or_default();
+            if t.tgid != m.tgid {
+                // A new thread, or a reused tid: nothing of the old one holds.
+                *t = Thread { tgid: m.tgid, ..Thread::default() };
+            }
+            if t.marks.len() == HISTORY {
+                t.marks.pop_front();
+            }
+            t.marks.push_back(Mark { op, ts_ns: m.ts_ns, dur_ns: m.dur_ns });
+            t.new_marks = true;
+        }
+    }
+
+    fn evict_quietest(&mut self) {
+        let last = |t: &Thread| t.marks.back().map_or(0, |m| m.ts_ns);
+        if let Some(tid) = self.threads.iter().min_by_key(|(_, t)| last(t)).map(|(&tid, _)| tid) {
+            self.threads.remove(&tid);
+        }
+    }
+
+    /// Closes a window ending at `end_ns` (monotonic): each process's steps
+    /// that ended in it. Processes with no cycle are absent.
+    pub(crate) fn window(&mut self, end_ns: u64) -> HashMap<u32, StepStats> {
+        self.threads.retain(|_, t| t.marks.back().is_some_and(|m| m.ts_ns + QUIET_NS > end_ns));
+        let mut best: HashMap<u32, (u32, StepStats)> = HashMap::new();
+        let mut tids: Vec<u32> = self.threads.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let t = self.threads.get_mut(&tid).expect("listed");
+            let Some(s) = t.close(end_ns) else { continue };
+            // The thread with the most steps; the first (lowest tid) on a tie.
+            if best.get(&t.tgid).is_none_or(|(_, b)| s.steps > b.steps) {
+                best.insert(t.tgid, (tid, s));
+            }
+        }
+        best.into_iter().map(|(pid, (_, s))| (pid, s)).collect()
+    }
+
+    /// Forgets the threads of processes that exited.
+    pub(crate) fn forget(&mut self, pid: u32) {
+        self.threads.retain(|_, t| t.tgid != pid);
+    }
+}
+
+impl Thread {
+    fn close(&mut self, end_ns: u64) -> Option<StepStats> {
+        if std::mem::take(&mut self.new_marks) {
+            let marks: Vec<Mark> = self.marks.iter().copied().collect();
+            self.step_op = cycle::step_op(&marks);
+        }
+        let from = std::mem::replace(&mut self.counted_to, end_ns);
+        let op = self.step_op?;
+        let mut prev = self.marks.iter().filter(|m| m.op == op && m.ts_ns < from).map(|m| m.ts_ns).next_back();
+        let mut steps = 0u32;
+        let mut times = Vec::new();
+        for m in self.marks.iter().filter(|m| m.op == op && m.ts_ns >= from && m.ts_ns < end_ns) {
+            steps += 1;
+            if let Some(p) = prev {
+                times.push(m.ts_ns - p);
+            }
+            prev = Some(m.ts_ns);
+        }
+        times.sort_unstable();
+        Some(StepStats {
+            steps,
+            p50_ns: times.get(times.len().saturating_sub(1) / 2).copied(),
+            max_ns: times.last().copied(),
+            op,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A loop on thread `tid` of `pid`: a copy, then a sync `step_ms` later,
+    /// from `start_ms`; step `slow` takes `extra_ms` more.
+    fn loop_marks(pid: u32, tid: u32, start_ms: u64, step_ms: u64, n: u64, slow: u64, extra_ms: u64) -> Vec<CallMark> {
+        let mut t = start_ms * MS;
+        let mut out = Vec::new();
+        for s in 0..n {
+            let len = (step_ms + if s == slow { extra_ms } else { 0 }) * MS;
+            out.push(CallMark { ts_ns: t + MS, dur_ns: 10_000, tgid: pid, tid, op: 3, pad: 0 });
+            t += len;
+            out.push(CallMark { ts_ns: t, dur_ns: len - 2 * MS, tgid: pid, tid, op: 5, pad: 0 });
+        }
+        out
+    }
+
+    #[test]
+    fn steps_their_median_and_the_slow_one_per_window() {
+        let mut s = Steps::default();
+        // 100-ms steps from t=0; the 15th step (ending in 1..2 s) takes 250 ms more.
+        s.push(loop_marks(10, 10, 0, 100, 30, 14, 250));
+        let w1 = s.window(1000 * MS);
+        // Ends at 100, ..., 900: the first one's start is not known.
+        assert_eq!(w1[&10], StepStats { steps: 9, p50_ns: Some(100 * MS), max_ns: Some(100 * MS), op: 5 });
+        let w2 = s.window(2000 * MS);
+        // Ends at 1000, ..., 1400, 1750 (the slow one), 1850, 1950.
+        assert_eq!(w2[&10].steps, 8);
+        assert_eq!(w2[&10].max_ns, Some(350 * MS));
+        assert_eq!(w2[&10].p50_ns, Some(100 * MS));
+        let w3 = s.window(4000 * MS);
+        assert_eq!(w3[&10].steps, 13);
+    }
+
+    #[test]
+    fn a_process_without_a_cycle_has_no_steps() {
+        let mut s = Steps::default();
+        let mut x = 11u32;
+        let marks = (0..200u64).map(|i| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            CallMark { ts_ns: i * MS, tgid: 7, tid: 7, op: (x >> 16) % 6, ..Default::default() }
+        });
+        s.push(marks.collect::<Vec<_>>());
+        assert!(s.window(100 * MS).is_empty());
+    }
+
+    #[test]
+    fn the_thread_with_the_most_steps_speaks_for_its_process() {
+        let mut s = Steps::default();
+        s.push(loop_marks(20, 21, 0, 200, 5, 99, 0));
+        s.push(loop_marks(20, 22, 0, 50, 20, 99, 0));
+        let w = s.window(1000 * MS);
+        assert_eq!(w[&20].steps, 19);
+        assert_eq!(w[&20].p50_ns, Some(50 * MS));
+        s.forget(20);
+        assert!(s.window(2000 * MS).is_empty());
+    }
+
+    #[test]
+    fn a_reused_tid_starts_afresh() {
+        let mut s = Steps::default();
+        s.push(loop_marks(30, 31, 0, 100, 9, 99, 0));
+        s.push(loop_marks(40, 31, 900, 100, 2, 99, 0));
+        // Two steps of the new process: too few for a cycle.
+        assert!(s.window(2000 * MS).is_empty());
+    }
+}

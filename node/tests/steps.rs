@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Training steps without code changes: a loop whose every step is a copy,
+//! 20 launches and a sync, with one slow step, ships per window the steps
+//! that ended in it and their times, exactly as the loop itself measured
+//! them; a loop of launches only (no sync, no copy) ships none.
+
+mod fixtures;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{TimestampMicrosecondType, UInt32Type, UInt64Type};
+use fixtures::*;
+use ingero_model::Table;
+
+const STEPS: usize = 60;
+const SLOW: usize = 34;
+/// How far the loop's clock read after a sync may be from the probe's.
+const SLACK_US: i64 = 1000;
+
+/// A `progress_windows` row's step columns.
+#[derive(Debug)]
+struct StepRow {
+    start_us: i64,
+    len_us: i64,
+    steps: Option<u32>,
+    p50_ns: Option<u64>,
+    max_ns: Option<u64>,
+    op: Option<String>,
+}
+
+fn step_rows(batches: &[RecordBatch], pid: u32) -> Vec<StepRow> {
+    let mut out = Vec::new();
+    for b in batches {
+        let col = |n: &str| b.column_by_name(n).unwrap().clone();
+        let (p, ws, wu) = (col("pid"), col("window_start"), col("window_us"));
+        let (n, p50, max, op) = (col("steps"), col("step_p50_ns"), col("step_max_ns"), col("step_op"));
+        let u64_at = |c: &arrow::array::ArrayRef, i| (!c.is_null(i)).then(|| c.as_primitive::<UInt64Type>().value(i));
+        for i in (0..b.num_rows()).filter(|&i| p.as_primitive::<UInt32Type>().value(i) == pid) {
+            out.push(StepRow {
+                start_us: ws.as_primitive::<TimestampMicrosecondType>().value(i),
+                len_us: wu.as_primitive::<UInt64Type>().value(i) as i64,
+                steps: (!n.is_null(i)).then(|| n.as_primitive::<UInt32Type>().value(i)),
+                p50_ns: u64_at(&p50, i),
+                max_ns: u64_at(&max, i),
+                op: (!op.is_null(i)).then(|| op.as_string::<i32>().value(i).to_string()),
+            });
+        }
+    }
+    out.sort_by_key(|r| r.start_us);
+    out
+}
+
+/// When each sync returned (wall clock, µs), as the loop printed it.
+fn sync_ends(out: &str) -> Vec<i64> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 5 && f[1] == "cudaStreamSynchronize").then(|| f[4].parse::<f64>().unwrap() as i64)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_and_the_slow_step_are_found_from_the_call_cycle() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("steps");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    // ~41-ms steps; step SLOW waits 300 ms more in its sync.
+    let mut args: Vec<String> = vec!["open".into(), "sleep:600".into()];
+    for s in 0..STEPS {
+        args.push("call:cudaMemcpyAsync:1:200".into());
+        args.push("call:cudaLaunchKernel:20:0".into());
+        args.push(format!("call:cudaStreamSynchronize:1:{}", if s == SLOW { 340_000 } else { 40_000 }));
+    }
+    args.push("sleep:300".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let looped = Workload::start(&wl, &lib, &args, &cg);
+    let launches_only =
+        Workload::start(&wl, &lib, &["open", "sleep:600", "repeat:30", "call:cudaLaunchKernel:20:0", "sleep:40"], &cg);
+    let (pid, other) = (looped.pid(), launches_only.pid());
+    let out = looped.output();
+    launches_only.wait();
+    let log = agent.stop();
+    let batches = rows(dir.path(), Table::ProgressWindows).await;
+    let ends = sync_ends(&out);
+    assert_eq!(ends.len(), STEPS, "{out}");
+    let rows = step_rows(&batches, pid);
+    eprintln!("steps per window: {rows:?}");
+    let near_edge = |r: &StepRow| {
+        ends.iter().any(|&e| (e - r.start_us).abs() < SLACK_US || (e - r.start_us - r.len_us).abs() < SLACK_US)
+    };
+    let within = |r: &StepRow, e: i64| e >= r.start_us && e < r.start_us + r.len_us;
+
+    // Three cycles are enough: from the window of the third step's end on,
+    // every window has its steps, each ended by the sync.
+    let first = rows.iter().position(|r| within(r, ends[2])).unwrap_or_else(|| panic!("{rows:?}\n{log}"));
+    let last = rows.iter().position(|r| within(r, ends[STEPS - 1])).unwrap();
+    assert!(rows[..first].iter().all(|r| r.steps.is_none()), "{rows:?}");
+    for r in &rows[first..=last] {
+        let made = ends.iter().filter(|&&e| within(r, e)).count() as u32;
+        assert_eq!(r.op.as_deref(), Some("cudaStreamSynchronize"), "{r:?}");
+        if !near_edge(r) {
+            assert_eq!(r.steps, Some(made), "{r:?}\n{rows:?}\n{log}");
+        }
+    }
+    let counted: u32 = rows[first..=last].iter().map(|r| r.steps.unwrap()).sum();
+    let made = ends.iter().filter(|&&e| e >= rows[first].start_us).count() as u32;
+    assert_eq!(counted, made, "{rows:?}");
+
+    // The slow step's time, in the window it ended in, as the loop measured it.
+    let slow = rows.iter().find(|r| within(r, ends[SLOW])).unwrap();
+    let took_us = ends[SLOW] - ends[SLOW - 1];
+    let max_us = slow.max_ns.unwrap() as i64 / 1000;
+    assert!((max_us - took_us).abs() < SLACK_US, "slow step {took_us} µs, shipped {max_us} µs: {slow:?}");
+    let mut times: Vec<i64> = (1..STEPS).filter(|&i| within(slow, ends[i])).map(|i| ends[i] - ends[i - 1]).collect();
+    times.sort_unstable();
+    let median_us = times[(times.len() - 1) / 2];
+    let p50_us = slow.p50_ns.unwrap() as i64 / 1000;
+    assert!((p50_us - median_us).abs() < SLACK_US, "median {median_us} µs, shipped {p50_us} µs: {slow:?}");
+
+    // No sync or copy: no cycle, no steps, never a guess.
+    let other_rows = step_rows(&batches, other);
+    assert!(!other_rows.is_empty(), "{log}");
+    assert!(other_rows.iter().all(|r| r.steps.is_none() && r.op.is_none()), "{other_rows:?}");
+}
