@@ -120,8 +120,36 @@ async fn steps_and_the_slow_step_are_found_from_the_call_cycle() {
     let p50_us = slow.p50_ns.unwrap() as i64 / 1000;
     assert!((p50_us - median_us).abs() < SLACK_US, "median {median_us} µs, shipped {p50_us} µs: {slow:?}");
 
+    report_shows_the_steps(dir.path(), pid, counted, took_us);
+
     // No sync or copy: no cycle, no steps, never a guess.
     let other_rows = step_rows(&batches, other);
     assert!(!other_rows.is_empty(), "{log}");
     assert!(other_rows.iter().all(|r| r.steps.is_none() && r.op.is_none()), "{other_rows:?}");
+}
+
+/// `ingero report --pid N`: the steps found, their median, the slow one.
+fn report_shows_the_steps(dir: &std::path::Path, pid: u32, counted: u32, slow_us: i64) {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_ingero-agent")).with_file_name("ingero");
+    let store = format!("--store=file://{}", dir.join("data").display());
+    let run = |fmt: &str| {
+        let o = std::process::Command::new(&bin)
+            .args(["report", "--pid", &pid.to_string(), &store, "--since=10m", &format!("--format={fmt}")])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let v: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
+    let steps = &v["steps"];
+    assert_eq!(steps["count"], counted, "{v:#}");
+    assert_eq!(steps["ended_by"], "cudaStreamSynchronize", "{steps:#}");
+    let median = steps["median_s"].as_f64().unwrap();
+    assert!((0.040..0.050).contains(&median), "{steps:#}");
+    let slowest = steps["slowest"][0]["seconds"].as_f64().unwrap();
+    assert!((slowest * 1e6 - slow_us as f64).abs() < SLACK_US as f64, "{steps:#}");
+    let text = run("text");
+    assert!(text.contains("Steps (found from the cycle of its calls)"), "{text}");
+    assert!(text.contains(&format!("{counted} steps, each ended by a cudaStreamSynchronize; median 0.04")), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
 }

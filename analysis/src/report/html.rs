@@ -24,6 +24,10 @@ struct Marks {
 impl Marks {
     fn of(r: &Report, x: impl Fn(i64) -> f64) -> Marks {
         let Some(s) = &r.steps else { return Marks::default() };
+        if s.ended_by.is_some() {
+            // Found steps are known by the window they ended in, not their span.
+            return Marks::default();
+        }
         Marks {
             spans: s
                 .slowest
@@ -315,16 +319,20 @@ fn blocked(r: &Report) -> Markup {
 /// Step times, where the job labelled its steps.
 fn steps(r: &Report) -> Markup {
     let Some(s) = &r.steps else { return html! {} };
+    let title = match &s.ended_by {
+        Some(op) => format!("Steps (found from the cycle of its calls; each ends at a {op})"),
+        None => "Steps (as the job labelled them)".to_string(),
+    };
     html! {
-        h2 { "Steps (as the job labelled them)" }
+        h2 { (title) }
         p { (s.count) " steps, median " (format!("{:.2}", s.median_s)) " s"
             @if !s.epochs.is_empty() { " · epochs " (s.epochs.join(", ")) }
             @if s.slowest.is_empty() { " · no step took 1.5× the median or longer" } }
         @if !s.slowest.is_empty() { table {
-            tr { th { "slowest step" } th { "epoch" } th { "from" } th.num { "seconds" } th.num { "× median" } }
+            tr { th { "slowest step" } th { "epoch" } th { @if s.ended_by.is_some() { "ended in the window from" } @else { "from" } } th.num { "seconds" } th.num { "× median" } }
             @for t in &s.slowest {
                 tr {
-                    td { (t.step) } td { (t.epoch.as_deref().unwrap_or("—")) } td { (t.start) }
+                    td { @if t.step.is_empty() { "—" } @else { (t.step) } } td { (t.epoch.as_deref().unwrap_or("—")) } td { (t.start) }
                     td.num { (format!("{:.2}", t.seconds)) }
                     td.num { @if s.median_s > 0.0 { (format!("{:.1}", t.seconds / s.median_s)) } @else { "—" } }
                 }

@@ -1,22 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Training steps as the job labelled them (`annotation` host events of
-//! an imported trace, labels `step` and `epoch`): how long each step took,
-//! the median, and the slowest, so a stall can be read against steps.
-//!
-//! A step's time is its span where the job wrote spans, else the time to
-//! the next step's mark of the same process (the last mark has no end).
+//! Training steps: how long each took, the median, and the slowest, so a
+//! stall can be read against steps. As the job labelled them where it did
+//! (`annotation` host events of an imported trace, labels `step` and
+//! `epoch`): a step's time is its span where the job wrote spans, else the
+//! time to the next step's mark of the same process (the last mark has no
+//! end). Else as the agents found them without code changes, from the
+//! cycle of each process's syncs, copies and collectives (the `steps`
+//! columns of `progress_windows`): per window, the steps that ended, their
+//! median and the longest.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::array::Array;
-use arrow::datatypes::{Int64Type, UInt32Type};
+use arrow::datatypes::{Int64Type, UInt32Type, UInt64Type};
 use serde::Serialize;
 
 use super::data::ReportData;
 use crate::error::Result;
 use crate::query::columns::Columns;
 use crate::query::{QueryEngine, time_predicate};
-use ingero_model::table::names::HOST_EVENTS;
+use ingero_model::table::names::{HOST_EVENTS, PROGRESS_WINDOWS};
 use ingero_model::time::rfc3339;
 
 /// Steps shown as the slowest: at most 3, each at least 1.5× the median.
@@ -34,6 +37,10 @@ pub struct Steps {
     pub epoch_starts_us: Vec<i64>,
     /// The slowest steps that took at least 1.5× the median, slowest first.
     pub slowest: Vec<StepTime>,
+    /// Found by the agents (no labels): the call whose return ends each
+    /// step. Each of `slowest` is then the longest step of its window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
@@ -75,7 +82,70 @@ pub(crate) async fn collect(engine: &QueryEngine, d: &ReportData, start_us: i64,
             marks.push((pid.value(i), t.value(i), v.value(i), labels.unwrap_or_default()));
         }
     }
-    Ok(summarize(&marks))
+    match summarize(&marks) {
+        Some(s) => Ok(Some(s)),
+        None => found(engine, &nodes, &pids, start_us, end_us).await,
+    }
+}
+
+/// One window's steps as an agent found them: (start µs, steps, median ns, longest ns, op).
+type Found = (i64, u64, Option<u64>, Option<u64>, String);
+
+/// The steps the agents found for these processes.
+async fn found(engine: &QueryEngine, nodes: &str, pids: &str, start_us: i64, end_us: i64) -> Result<Option<Steps>> {
+    let q = format!(
+        "SELECT CAST(window_start AS BIGINT) AS t, CAST(steps AS BIGINT) AS n, step_p50_ns, step_max_ns, step_op \
+         FROM {PROGRESS_WINDOWS} WHERE steps > 0 AND node IN ({nodes}) AND pid IN ({pids}) AND {} ORDER BY t",
+        time_predicate("window_start", start_us, end_us)
+    );
+    let mut windows: Vec<Found> = Vec::new();
+    for b in engine.sql(&q).await? {
+        let (t, n, p50, max, op) = (
+            b.primitives::<Int64Type>("t")?,
+            b.primitives::<Int64Type>("n")?,
+            b.primitives::<UInt64Type>("step_p50_ns")?,
+            b.primitives::<UInt64Type>("step_max_ns")?,
+            b.strings("step_op")?,
+        );
+        let at = |c: &arrow::array::PrimitiveArray<UInt64Type>, i| c.is_valid(i).then(|| c.value(i));
+        for i in 0..b.num_rows() {
+            let op = if op.is_valid(i) { op.value(i).to_string() } else { String::new() };
+            windows.push((t.value(i), n.value(i).max(0) as u64, at(&p50, i), at(&max, i), op));
+        }
+    }
+    Ok(summarize_found(&windows))
+}
+
+/// Steps from the windows' counts: the median is the windows' medians
+/// weighted by their steps; the slowest are the windows' longest.
+pub(crate) fn summarize_found(windows: &[Found]) -> Option<Steps> {
+    let count: u64 = windows.iter().map(|w| w.1).sum();
+    let mut medians: Vec<(u64, u64)> = windows.iter().filter_map(|w| Some((w.2?, w.1))).collect();
+    if count == 0 || medians.is_empty() {
+        return None;
+    }
+    medians.sort_unstable();
+    let half = medians.iter().map(|m| m.1).sum::<u64>().div_ceil(2);
+    let mut seen = 0;
+    let median_ns = medians.iter().find(|m| {
+        seen += m.1;
+        seen >= half
+    })?;
+    let median_s = median_ns.0 as f64 / 1e9;
+    let mut ops: BTreeMap<&str, u64> = BTreeMap::new();
+    for w in windows {
+        *ops.entry(w.4.as_str()).or_default() += w.1;
+    }
+    let ended_by = ops.into_iter().max_by_key(|(_, n)| *n).map(|(op, _)| op.to_string());
+    let mut slowest: Vec<StepTime> = windows
+        .iter()
+        .filter_map(|w| Some((w.0, w.3? as f64 / 1e9)))
+        .filter(|(_, s)| *s >= median_s * SLOW_X)
+        .map(|(t, seconds)| StepTime { step: String::new(), epoch: None, start: rfc3339(t), start_us: t, seconds })
+        .collect();
+    slowest.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    slowest.truncate(SLOWEST);
+    Some(Steps { count: count as usize, median_s, epochs: vec![], epoch_starts_us: vec![], slowest, ended_by })
 }
 
 /// Step times from marks sorted by time.
@@ -115,7 +185,7 @@ pub(crate) fn summarize(marks: &[Mark]) -> Option<Steps> {
     times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     times.retain(|t| t.seconds >= median_s * SLOW_X);
     times.truncate(SLOWEST);
-    Some(Steps { count, median_s, epochs, epoch_starts_us, slowest: times })
+    Some(Steps { count, median_s, epochs, epoch_starts_us, slowest: times, ended_by: None })
 }
 
 #[cfg(test)]
@@ -151,5 +221,24 @@ mod tests {
         assert_eq!(s.slowest.len(), 2, "2-s steps are the median, not slow: {s:?}");
         assert_eq!(s.median_s, 2.0);
         assert!(summarize(&[mark(0, 0, 0, &[("epoch", "0")])]).is_none());
+    }
+
+    #[test]
+    fn found_steps_weigh_each_window_by_its_steps_and_name_slow_windows() {
+        let op = || "cudaStreamSynchronize".to_string();
+        let w = |t_s: i64, n: u64, p50_ms: u64, max_ms: u64| {
+            (t_s * 1_000_000, n, Some(p50_ms * 1_000_000), Some(max_ms * 1_000_000), op())
+        };
+        // 24 steps of ~40 ms, a window of 2 slow ones, one with a 343-ms step.
+        let s = summarize_found(&[w(0, 10, 41, 41), w(1, 14, 40, 42), w(2, 17, 41, 343), w(3, 2, 300, 310)]).unwrap();
+        assert_eq!(s.count, 43);
+        assert_eq!(s.median_s, 0.041, "{s:?}");
+        assert_eq!(s.ended_by.as_deref(), Some("cudaStreamSynchronize"));
+        assert_eq!(
+            s.slowest.iter().map(|t| (t.start_us, t.seconds)).collect::<Vec<_>>(),
+            [(2_000_000, 0.343), (3_000_000, 0.31)]
+        );
+        // A first window whose steps have no known start yet: counted, no median.
+        assert!(summarize_found(&[(0, 2, None, None, op())]).is_none());
     }
 }

@@ -172,21 +172,30 @@ fn sites(o: &mut String, sites: &[super::sites::CallSite], indent: &str) {
 /// Step times, where the job labelled its steps.
 fn steps(o: &mut String, r: &Report) {
     let Some(s) = &r.steps else { return };
-    let _ = writeln!(o, "Steps (as the job labelled them)");
+    let (title, ended) = match &s.ended_by {
+        Some(op) => ("Steps (found from the cycle of its calls)", format!(", each ended by a {op}")),
+        None => ("Steps (as the job labelled them)", String::new()),
+    };
+    let _ = writeln!(o, "{title}");
     let _ = writeln!(o, "{}", "━".repeat(WIDTH));
     let epochs = match s.epochs.len() {
         0 => String::new(),
         1 => format!(" in epoch {}", s.epochs[0]),
         n => format!(" over {n} epochs ({} … {})", s.epochs[0], s.epochs[n - 1]),
     };
-    wrap(o, "", "  ", &format!("{} steps{epochs}; median {:.2} s.", s.count, s.median_s));
+    wrap(o, "", "  ", &format!("{} steps{epochs}{ended}; median {:.2} s.", s.count, s.median_s));
     if s.slowest.is_empty() {
         wrap(o, "  ", "    ", "No step took 1.5× the median or longer.");
     }
     for t in &s.slowest {
         let epoch = t.epoch.as_ref().map(|e| format!(" (epoch {e})")).unwrap_or_default();
         let x = if s.median_s > 0.0 { format!(", {:.1}× the median", t.seconds / s.median_s) } else { String::new() };
-        wrap(o, "  ", "    ", &format!("step {}{epoch}: {:.2} s{x}, from {}", t.step, t.seconds, t.start));
+        let line = if s.ended_by.is_some() {
+            format!("a step of {:.2} s{x}, in the window from {}", t.seconds, t.start)
+        } else {
+            format!("step {}{epoch}: {:.2} s{x}, from {}", t.step, t.seconds, t.start)
+        };
+        wrap(o, "  ", "    ", &line);
     }
     let _ = writeln!(o);
 }
