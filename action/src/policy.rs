@@ -252,6 +252,7 @@ mod tests {
             stuck: false,
             lost_s: 0.0,
             cost: None,
+            step: None,
         }
     }
 

@@ -36,6 +36,7 @@ fn standing(node: &str, job: &str, flagged: bool) -> Standing {
         stuck: false,
         lost_s: 0.0,
         cost: None,
+        step: None,
     }
 }
 

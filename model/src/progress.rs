@@ -16,6 +16,12 @@ pub struct ProcProgress {
     pub age_ns: Option<u64>,
     pub last_call_age_ns: Option<u64>,
     pub state: Option<String>,
+    /// Steps that ended in the window and their median time, where the
+    /// agent found the process's step cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_p50_ns: Option<u64>,
 }
 
 impl ProcProgress {

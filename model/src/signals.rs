@@ -324,5 +324,11 @@ fn progress(b: &RecordBatch, i: usize) -> ProcProgress {
         age_ns: u64_at("oldest_age_ns"),
         last_call_age_ns: u64_at("last_call_age_ns"),
         state: str_at("proc_state"),
+        steps: b
+            .column_by_name("steps")
+            .map(|c| c.as_primitive::<UInt32Type>())
+            .filter(|c| c.is_valid(i))
+            .map(|c| c.value(i)),
+        step_p50_ns: u64_at("step_p50_ns"),
     }
 }

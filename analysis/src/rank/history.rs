@@ -129,7 +129,7 @@ pub async fn rank(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorConfi
         }
     }
     replay.finish(&mut det, &mut overlap);
-    Ok(finish(engine, det, overlap, &req, bin_us).await)
+    finish_with_steps(engine, det, overlap, &req, bin_us).await
 }
 
 /// The processes of the job-bins the replay noted a long call in, before
@@ -158,6 +158,19 @@ async fn finish(
     r.timeline = Timeline::from_detector(&det, job, req.start_us.div_euclid(bin_us) * bin_us, bin_us);
     r.episodes = det.episodes().into_iter().filter(|e| job.is_none_or(|j| j == e.job)).collect();
     r
+}
+
+/// [`finish`], then each listed node's step time against its job's.
+async fn finish_with_steps(
+    engine: &QueryEngine,
+    det: Detector,
+    overlap: Overlap,
+    req: &HistoryRequest,
+    bin_us: i64,
+) -> Result<Ranking> {
+    let mut r = finish(engine, det, overlap, req, bin_us).await;
+    super::step_times::attach(engine, &mut r, req.start_us, req.end_us).await?;
+    Ok(r)
 }
 
 /// First and last instant covered by tier rows in [start, end).
@@ -209,7 +222,7 @@ pub async fn rank_raw(engine: &QueryEngine, req: &HistoryRequest, cfg: DetectorC
         }
     }
     det.drain();
-    Ok(finish(engine, det, overlap, req, req.bin_us()).await)
+    finish_with_steps(engine, det, overlap, req, req.bin_us()).await
 }
 
 /// The SUM columns each query of [`queries`] adds after job, node and bin.

@@ -9,3 +9,4 @@ pub(crate) mod hosts;
 mod hung;
 pub(crate) mod overlap;
 mod replay;
+mod step_times;

@@ -397,6 +397,7 @@ mod tests {
             stuck: false,
             lost_s: 0.0,
             cost: None,
+            step: None,
         };
         Ranking {
             generated_at: "now".into(),

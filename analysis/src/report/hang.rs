@@ -84,6 +84,7 @@ pub(crate) fn procs_of(b: &RecordBatch) -> Result<Vec<ProcProgress>> {
             age_ns: age.is_valid(i).then(|| age.value(i)),
             last_call_age_ns: last.is_valid(i).then(|| last.value(i)),
             state: state.is_valid(i).then(|| state.value(i).to_string()),
+            ..Default::default()
         })
         .collect())
 }

@@ -167,6 +167,9 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
             since,
             cut(top, room.max(12))
         ));
+        if let Ok(step) = serde_json::from_value::<ingero_server::rank::steps::StepTime>(s["step"].clone()) {
+            o.push_str(&format!("  {}\n", step.text()));
+        }
         if let Some(c) = s.get("cost").filter(|c| c.is_object()) {
             let usd = c["usd"].as_f64().map_or(String::new(), |d| format!(" (${d:.2})"));
             let (h, g) = (c["gpu_hours"].as_f64().unwrap_or(0.0), c["gpus"].as_u64().unwrap_or(0));
@@ -200,7 +203,8 @@ mod tests {
              "since": "2026-11-20T10:00:00Z", "signals": [{"text": "run-queue wait 41% vs job median 3%"}]},
             {"node": "node-12", "job": "llama-pretrain", "score": 9.1, "flagged": true,
              "since": "2026-11-23T08:15:02Z", "signals": [{"text": "run-queue wait 41% vs job median 3%"}],
-             "cost": {"gpus": 1024, "gpu_hours": 1234.5678, "usd": 4938.27}},
+             "cost": {"gpus": 1024, "gpu_hours": 1234.5678, "usd": 4938.27},
+             "step": {"seconds": 0.48, "job_seconds": 0.31, "ratio": 1.55}},
         ]});
         let now = chrono::DateTime::parse_from_rfc3339("2026-11-23T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
         let t = table(&r, now);
@@ -209,6 +213,7 @@ mod tests {
         assert!(lines[2].contains(" 08:15:02 ") && !lines[2].contains("2026-11-23"), "{t}");
         assert!(lines.iter().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{t}");
         assert!(lines[1].contains("run-queue"), "top signal cut away entirely: {t}");
-        assert!(lines[3].contains("lost so far: 1234.57 GPU-hours ($4938.27) on the job's 1024 GPUs"), "{t}");
+        assert_eq!(lines[3], "  step 0.480 s, 1.55× the job's 0.310 s", "{t}");
+        assert!(lines[4].contains("lost so far: 1234.57 GPU-hours ($4938.27) on the job's 1024 GPUs"), "{t}");
     }
 }

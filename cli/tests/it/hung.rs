@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! A hung rank in stored history: the fleet ranking over the store names
 //! its node `stuck`, as the live detector does, at the agents' windows and
-//! at coarser bins; a job that only waits briefly is not.
+//! at coarser bins; a job that only waits briefly is not. A straggler's step
+//! time is shown against its job's.
 
 use std::time::Duration;
 
@@ -56,4 +57,22 @@ async fn a_job_whose_ranks_only_wait_briefly_is_not_stuck() {
     let store = store(dir.path(), false).await;
     let r = rank(&store, None).await;
     assert!(r.stragglers.iter().all(|s| !s.flagged && !s.stuck), "{:#?}", r.stragglers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stragglers_step_time_is_shown_against_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Hang { nodes: 6, windows: SECS, hangs: vec![], culprit: 3, starved: vec![10..SECS] }
+        .write(dir.path(), 10)
+        .await;
+    let r = rank(&store, None).await;
+    let s = r.stragglers.iter().find(|s| s.flagged).unwrap_or_else(|| panic!("{:#?}", r.stragglers));
+    assert_eq!(s.node, "node-3");
+    let step = s.step.as_ref().unwrap_or_else(|| panic!("{s:#?}"));
+    // Its median over the range (50 of 60 windows starved) against its job's (the others').
+    assert_eq!((step.seconds, step.job_seconds, step.ratio), (0.48, 0.31, 1.55), "{step:?}");
+    // The other nodes step at the job's pace.
+    for p in r.stragglers.iter().filter(|p| p.node != "node-3") {
+        assert_eq!(p.step.as_ref().map(|x| x.ratio), Some(1.0), "{p:#?}");
+    }
 }

@@ -11,6 +11,7 @@ use super::episode::{Episode, Ledger, Outcome, lost_in_window, medians};
 use super::signals::{Host, NodeWindowKey, Signal, Signals};
 use super::spec::{DEVICE_WAIT_HIGH, SPECS};
 pub use super::standing::{Deviation, Standing};
+use super::steps::StepTime;
 use super::stuck::culprits;
 use ingero_model::time::rfc3339;
 
@@ -105,6 +106,8 @@ struct NodeState {
     trace: Vec<TracePoint>,
     /// Job time lost in the current episode (and, with `timeline`, past ones).
     ledger: Ledger,
+    /// Its recent step times, where the agents found steps.
+    steps: super::steps::StepTrack,
 }
 
 /// (window start, score that window, flagged after it).
@@ -258,6 +261,8 @@ impl Detector {
             .iter()
             .filter(|(j, _)| job.is_none_or(|want| want == j.as_str()))
             .flat_map(|(j, st)| {
+                let job_step = super::steps::median(&mut st.nodes.values().filter_map(|n| n.steps.ns()).collect());
+                let step = move |n: &NodeState| StepTime::new(n.steps.ns()? as f64, job_step? as f64);
                 st.nodes.iter().filter(move |(_, n)| n.flagged || n.score >= min_score).map(move |(node, n)| Standing {
                     node: node.clone(),
                     job: j.clone(),
@@ -270,6 +275,7 @@ impl Detector {
                     stuck: n.stuck,
                     lost_s: round2(n.ledger.lost_s),
                     cost: n.flagged.then(|| self.cost(st, n.ledger.lost_s)),
+                    step: step(n),
                 })
             })
             .collect();
@@ -367,6 +373,7 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &ByName<Signal
         st.last_window = st.last_window.max(w);
         st.windows += 1;
         st.measured_windows += s.measured as u64;
+        st.steps.add(s);
         measured_windows.push(st.measured_windows);
     }
     if n < 2 {

@@ -11,6 +11,7 @@ mod intake;
 pub mod recent;
 pub(crate) mod spec;
 pub mod standing;
+pub mod steps;
 pub mod stuck;
 
 // The detector's inputs are part of the data model (ingero-model).

@@ -35,4 +35,7 @@ pub struct Standing {
     /// What that cost, while flagged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<super::cost::Cost>,
+    /// Its step time against its job's, where the agents found steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<super::steps::StepTime>,
 }

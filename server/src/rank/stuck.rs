@@ -79,6 +79,7 @@ mod tests {
             age_ns: op.map(|_| (age_s * 1e9) as u64),
             last_call_age_ns: Some(41_000_000_000),
             state: Some("S".into()),
+            ..Default::default()
         }
     }
 

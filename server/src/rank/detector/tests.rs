@@ -302,3 +302,26 @@ fn a_hang_flags_at_once_and_what_deviated_before_it_does_not_count_after() {
     assert!(s.flagged && !s.stuck, "{s:?}");
     assert_eq!(s.since_us, Some(4_000_000), "{s:?}");
 }
+
+#[test]
+fn live_standings_show_each_nodes_step_time_against_its_jobs() {
+    use crate::rank::progress::ProcProgress;
+    let mut d = Detector::new(DetectorConfig::default());
+    let proc =
+        |p50_ms: u64| ProcProgress { steps: Some(3), step_p50_ns: Some(p50_ms * 1_000_000), ..Default::default() };
+    for w in 0..8 {
+        for (i, (runq, p50)) in [(0.03, 310), (0.41, 480), (0.03, 300), (0.03, 320)].into_iter().enumerate() {
+            let key = NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+            // Node 3's agent found no steps in its first windows.
+            let procs = if i == 3 && w < 4 { vec![] } else { vec![proc(p50)] };
+            d.add(key, &Signals { procs, ..sig(runq, 0.3) });
+        }
+        d.drain();
+    }
+    let s = d.standings(None, 0.0);
+    let step = |node: &str| s.iter().find(|x| x.node == node).and_then(|x| x.step.clone()).unwrap();
+    // The job's step time: the median of its nodes' (300, 310, 320, 480 → 310).
+    assert_eq!((step("node-1").seconds, step("node-1").job_seconds, step("node-1").ratio), (0.48, 0.31, 1.55));
+    assert_eq!(step("node-2").ratio, 0.97);
+    assert_eq!(step("node-3").seconds, 0.32);
+}
