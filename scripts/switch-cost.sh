@@ -19,15 +19,7 @@ work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; sysctl -qw kernel.bpf_stats_enabled=0; rm -rf "$work"' EXIT
 gcc -O2 -pthread -o "$work/pingpong" "$(dirname "$0")/../node/tests/native/pingpong.c"
 cpu=$(( $(nproc) - 1 ))
-wait_for() { for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "timeout: $2 in $1" >&2; cat "$1" >&2; exit 1; }
-start_agent() { # extra flags...
-  INGERO_LOG=info "$agent" run --aggregator http://127.0.0.1:9 --spool-dir "$work/spool" --kubernetes off "$@" \
-    > /dev/null 2> "$work/agent.log" &
-  ag=$!
-  wait_for "$work/agent.log" "probe loop ready"
-  sleep 1
-}
-stop_agent() { kill -TERM "$ag"; wait "$ag" 2>/dev/null || true; }
+. "$(dirname "$0")/lib/agent-bench.sh"
 # A pingpong that waits for a go (its pid is known before it runs); the
 # agent stays up (stop_agent) and the result is in $work/out.
 traced_run() {
@@ -50,7 +42,6 @@ for r in $(seq "$rounds"); do
   traced+=("$(cat "$work/out")")
   echo "round $r: none ${none[-1]}, agent (untraced) ${untraced[-1]}, agent (traced) ${traced[-1]} ns/switch" >&2
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 m0=$(median "${none[@]}"); m1=$(median "${untraced[@]}"); m2=$(median "${traced[@]}")
 echo "context switch (futex hand-over, one CPU), median of $rounds x $((2 * n)) switches:"
 echo "  no agent          $m0 ns"

@@ -18,15 +18,7 @@ work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; sysctl -qw kernel.bpf_stats_enabled=0; rm -rf "$work"' EXIT
 gcc -O2 -o "$work/loop" "$(dirname "$0")/../node/tests/native/syscall_loop.c"
 cpu=$(( $(nproc) - 1 ))
-wait_for() { for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "timeout: $2 in $1" >&2; cat "$1" >&2; exit 1; }
-start_agent() { # extra flags...
-  INGERO_LOG=info "$agent" run --aggregator http://127.0.0.1:9 --spool-dir "$work/spool" --kubernetes off "$@" \
-    > /dev/null 2> "$work/agent.log" &
-  ag=$!
-  wait_for "$work/agent.log" "probe loop ready"
-  sleep 1
-}
-stop_agent() { kill -TERM "$ag"; wait "$ag" 2>/dev/null || true; }
+. "$(dirname "$0")/lib/agent-bench.sh"
 run() { taskset -c "$cpu" "$work/loop" "$n"; }
 
 declare -a none off on
@@ -40,7 +32,6 @@ for r in $(seq "$rounds"); do
   stop_agent
   echo "round $r: none ${none[-1]}, sites off ${off[-1]}, sites on ${on[-1]} ns/syscall" >&2
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 m0=$(median "${none[@]}"); m1=$(median "${off[@]}"); m2=$(median "${on[@]}")
 echo "getppid syscall, median of $rounds x $n:"
 echo "  no agent                   $m0 ns"

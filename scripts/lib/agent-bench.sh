@@ -1,0 +1,25 @@
+# SPDX-License-Identifier: Apache-2.0
+# Sourced by the cost scripts (switch-cost.sh, syscall-cost.sh,
+# steps-cost.sh): an agent started and stopped around a measurement, and
+# the median of a round's results. Needs $agent (the binary) and $work (a
+# scratch directory).
+
+# wait_for FILE TEXT: until FILE holds TEXT (20 s at most).
+wait_for() {
+  for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "timeout: $2 in $1" >&2; cat "$1" >&2; exit 1
+}
+
+# start_agent [FLAGS...]: an agent with no aggregator to reach (it spools),
+# once its probes are in place; its pid in $ag.
+start_agent() {
+  INGERO_LOG=info "$agent" run --aggregator http://127.0.0.1:9 --spool-dir "$work/spool" --kubernetes off "$@" \
+    > /dev/null 2> "$work/agent.log" &
+  ag=$!
+  wait_for "$work/agent.log" "probe loop ready"
+  sleep 1
+}
+
+stop_agent() { kill -TERM "$ag"; wait "$ag" 2>/dev/null || true; }
+
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
