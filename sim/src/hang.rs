@@ -15,6 +15,8 @@ use crate::faults::{FaultKind, Injection};
 
 /// The op the waiting ranks are inside.
 const WAITED_OP: (&str, &str) = ("nccl", "ncclAllReduce");
+/// The call whose return ends each simulated step (its sync).
+const STEP_OP: &str = "cudaStreamSynchronize";
 
 /// One rank of a hung job in one window.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,7 +68,7 @@ pub(crate) fn progress_row(h: &Hung, tid: u32) -> ProgressRow<'static> {
         steps: Some(0),
         step_p50_ns: None,
         step_max_ns: None,
-        step_op: Some(crate::model::STEP_OP),
+        step_op: Some(STEP_OP),
     }
 }
 

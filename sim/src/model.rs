@@ -18,8 +18,6 @@ const HOST_MS: f64 = 20.0;
 const COMPUTE_MS: f64 = 60.0;
 const ALLREDUCE_MS: f64 = 15.0;
 const KERNELS_PER_STEP: f64 = 150.0;
-/// The call whose return ends each simulated step (its sync).
-pub(crate) const STEP_OP: &str = "cudaStreamSynchronize";
 /// Part of the device time that is the forward pass (waited for by `loss.item()`).
 const FORWARD_SHARE: f64 = 0.4;
 

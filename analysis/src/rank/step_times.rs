@@ -40,7 +40,7 @@ pub(super) async fn attach(engine: &QueryEngine, r: &mut Ranking, start_us: i64,
     }
     for s in &mut r.stragglers {
         let Some(nodes) = by_job.get(&s.job) else { continue };
-        let job_ns = median(&mut nodes.values().copied().collect());
+        let job_ns = median(nodes.values().copied().collect());
         s.step = nodes.get(&s.node).zip(job_ns).and_then(|(&n, j)| StepTime::new(n as f64, j as f64));
     }
     Ok(())

@@ -110,7 +110,7 @@ async fn found(engine: &QueryEngine, nodes: &str, pids: &str, start_us: i64, end
         let at = |c: &arrow::array::PrimitiveArray<UInt64Type>, i| c.is_valid(i).then(|| c.value(i));
         for i in 0..b.num_rows() {
             let op = if op.is_valid(i) { op.value(i).to_string() } else { String::new() };
-            windows.push((t.value(i), n.value(i).max(0) as u64, at(&p50, i), at(&max, i), op));
+            windows.push((t.value(i), n.value(i).max(0) as u64, at(p50, i), at(max, i), op));
         }
     }
     Ok(summarize_found(&windows))

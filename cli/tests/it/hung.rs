@@ -62,9 +62,10 @@ async fn a_job_whose_ranks_only_wait_briefly_is_not_stuck() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stragglers_step_time_is_shown_against_its_jobs() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Hang { nodes: 6, windows: SECS, hangs: vec![], culprit: 3, starved: vec![10..SECS] }
-        .write(dir.path(), 10)
-        .await;
+    let store =
+        Hang { nodes: 6, windows: SECS, hangs: vec![], culprit: 3, starved: std::iter::once(10..SECS).collect() }
+            .write(dir.path(), 10)
+            .await;
     let r = rank(&store, None).await;
     let s = r.stragglers.iter().find(|s| s.flagged).unwrap_or_else(|| panic!("{:#?}", r.stragglers));
     assert_eq!(s.node, "node-3");

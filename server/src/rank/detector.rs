@@ -261,7 +261,7 @@ impl Detector {
             .iter()
             .filter(|(j, _)| job.is_none_or(|want| want == j.as_str()))
             .flat_map(|(j, st)| {
-                let job_step = super::steps::median(&mut st.nodes.values().filter_map(|n| n.steps.ns()).collect());
+                let job_step = super::steps::median(st.nodes.values().filter_map(|n| n.steps.ns()).collect());
                 let step = move |n: &NodeState| StepTime::new(n.steps.ns()? as f64, job_step? as f64);
                 st.nodes.iter().filter(move |(_, n)| n.flagged || n.score >= min_score).map(move |(node, n)| Standing {
                     node: node.clone(),

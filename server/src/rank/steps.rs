@@ -54,8 +54,8 @@ pub(crate) struct StepTrack {
 impl StepTrack {
     /// Takes a window's signals: the median of its processes' step medians.
     pub(crate) fn add(&mut self, s: &Signals) {
-        let mut p50s: Vec<u64> = s.procs.iter().filter_map(|p| p.step_p50_ns).collect();
-        if let Some(m) = median(&mut p50s) {
+        let p50s: Vec<u64> = s.procs.iter().filter_map(|p| p.step_p50_ns).collect();
+        if let Some(m) = median(p50s) {
             if self.recent.len() == RECENT {
                 self.recent.pop_front();
             }
@@ -65,12 +65,12 @@ impl StepTrack {
 
     /// The node's step time (ns), if its agents found steps lately.
     pub(crate) fn ns(&self) -> Option<u64> {
-        median(&mut self.recent.iter().copied().collect())
+        median(self.recent.iter().copied().collect())
     }
 }
 
 /// The median (the lower one of an even count); None when empty.
-pub fn median(v: &mut Vec<u64>) -> Option<u64> {
+pub fn median(mut v: Vec<u64>) -> Option<u64> {
     v.sort_unstable();
     v.get(v.len().checked_sub(1)? / 2).copied()
 }
