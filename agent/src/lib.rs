@@ -21,7 +21,7 @@ pub(crate) mod progress;
 pub(crate) mod run_time;
 pub(crate) mod ship;
 pub(crate) mod stacks;
-pub(crate) mod steps;
+pub mod steps;
 pub(crate) mod syscalls;
 pub(crate) mod thresholds;
 pub mod watchdog;

@@ -26,7 +26,7 @@ const QUIET_NS: u64 = 600 * 1_000_000_000;
 
 /// One process's steps in one window.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StepStats {
+pub struct StepStats {
     /// Steps that ended in the window.
     pub steps: u32,
     /// Median and longest of those whose start is known (ns).
@@ -48,7 +48,7 @@ struct Thread {
 
 /// The step state of every thread that makes return-probed calls.
 #[derive(Debug, Default)]
-pub(crate) struct Steps {
+pub struct Steps {
     threads: HashMap<u32, Thread>,
 }
 
@@ -57,20 +57,26 @@ impl Steps {
     pub(crate) fn push(&mut self, marks: impl IntoIterator<Item = CallMark>) {
         for m in marks {
             let Ok(op) = u16::try_from(m.op) else { continue };
-            if !self.threads.contains_key(&m.tid) && self.threads.len() >= MAX_THREADS {
-                self.evict_quietest();
-            }
-            let t = self.threads.entry(m.tid).or_default();
-            if t.tgid != m.tgid {
-                // A new thread, or a reused tid: nothing of the old one holds.
-                *t = Thread { tgid: m.tgid, ..Thread::default() };
-            }
-            if t.marks.len() == HISTORY {
-                t.marks.pop_front();
-            }
-            t.marks.push_back(Mark { op, ts_ns: m.ts_ns, dur_ns: m.dur_ns });
-            t.new_marks = true;
+            self.push_call(m.tgid, m.tid, op, m.ts_ns, m.dur_ns);
         }
+    }
+
+    /// One call of thread `tid` of process `tgid`: op `op` returned at
+    /// `ts_ns` (monotonic) after `dur_ns`.
+    pub fn push_call(&mut self, tgid: u32, tid: u32, op: u16, ts_ns: u64, dur_ns: u64) {
+        if !self.threads.contains_key(&tid) && self.threads.len() >= MAX_THREADS {
+            self.evict_quietest();
+        }
+        let t = self.threads.entry(tid).or_default();
+        if t.tgid != tgid {
+            // A new thread, or a reused tid: nothing of the old one holds.
+            *t = Thread { tgid, ..Thread::default() };
+        }
+        if t.marks.len() == HISTORY {
+            t.marks.pop_front();
+        }
+        t.marks.push_back(Mark { op, ts_ns, dur_ns });
+        t.new_marks = true;
     }
 
     fn evict_quietest(&mut self) {
@@ -82,7 +88,7 @@ impl Steps {
 
     /// Closes a window ending at `end_ns` (monotonic): each process's steps
     /// that ended in it. Processes with no cycle are absent.
-    pub(crate) fn window(&mut self, end_ns: u64) -> HashMap<u32, StepStats> {
+    pub fn window(&mut self, end_ns: u64) -> HashMap<u32, StepStats> {
         self.threads.retain(|_, t| t.marks.back().is_some_and(|m| m.ts_ns + QUIET_NS > end_ns));
         let mut best: HashMap<u32, (u32, StepStats)> = HashMap::new();
         let mut tids: Vec<u32> = self.threads.keys().copied().collect();
@@ -99,7 +105,7 @@ impl Steps {
     }
 
     /// Forgets the threads of processes that exited.
-    pub(crate) fn forget(&mut self, pid: u32) {
+    pub fn forget(&mut self, pid: u32) {
         self.threads.retain(|_, t| t.tgid != pid);
     }
 }

@@ -289,9 +289,9 @@ fn ranking_table(job: &str, standings: &[&Standing], cleared: &[&NodeTimeline], 
     };
     html! {
         div.rank { table {
-            tr { th { "node" } th.num { "score" } th { "flag" } th { "since" } th { "top signal" } }
+            tr { th { "node" } th.num { "score" } th { "flag" } th { "since" } th { "top signal" } th.num { "step (× job)" } }
             @if standings.is_empty() && cleared.is_empty() {
-                tr { td colspan="5" { "no node deviates from its job" } }
+                tr { td colspan="6" { "no node deviates from its job" } }
             }
             @for s in standings.iter().take(50) {
                 tr class=(if s.flagged { "hot" } else { "" }) {
@@ -300,17 +300,18 @@ fn ranking_table(job: &str, standings: &[&Standing], cleared: &[&NodeTimeline], 
                     td { (flag(s)) }
                     td { (s.since.as_deref().unwrap_or("-")) }
                     td { (s.signals.first().map_or("-", |d| d.text.as_str())) }
+                    td.num { (s.step.as_ref().map_or("-".into(), |t| format!("{:.3} s ({:.2}×)", t.seconds, t.ratio))) }
                 }
             }
             @if standings.len() > 50 {
-                tr { td colspan="5" { "… and " (standings.len() - 50) " more" } }
+                tr { td colspan="6" { "… and " (standings.len() - 50) " more" } }
             }
             @for n in cleared.iter().take(50) {
                 tr {
                     td { a href=(format!("#{}", anchor(job, &n.node))) { (n.node) } }
                     td.num { "–" }
                     td { "cleared" }
-                    td colspan="2" { "flagged " (spans(n, tl)) }
+                    td colspan="3" { "flagged " (spans(n, tl)) }
                 }
             }
         } }
