@@ -469,7 +469,7 @@ static __always_inline void mark(__u64 pid_tgid, __u32 op, __u64 end, __u64 d)
 	if (bpf_ringbuf_output(&marks, &m, sizeof(m), BPF_RB_NO_WAKEUP)) {
 		struct counters *cn = ctrs();
 		if (cn)
-			cn->ringbuf_drops++;
+			cn->mark_drops++;
 	}
 }
 

@@ -192,6 +192,7 @@ struct counters {
 	__u64 lib_holds;         /* threads held at a new library's first lookup */
 	__u64 lib_hold_ns;       /* time they were held */
 	__u64 lib_hold_timeouts; /* holds that ran out (HOLD_MAX_NS) before the agent released them */
+	__u64 mark_drops;        /* step marks lost to a full marks ring (not events: counted apart) */
 };
 
 /* Written by userspace. */

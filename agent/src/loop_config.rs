@@ -48,6 +48,8 @@ pub struct LoopStats {
     pub windows: AtomicU64,
     pub events: AtomicU64,
     pub ringbuf_drops: AtomicU64,
+    /// Step marks lost to a full marks ring (the windows they fell in ship no steps).
+    pub mark_drops: AtomicU64,
     pub map_full: AtomicU64,
     /// Threads held at a new CUDA/NCCL library's first lookup, their total
     /// wait (ns) and the holds that ran out before the library was probed.

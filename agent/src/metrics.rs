@@ -89,6 +89,12 @@ fn rows(l: &LoopStats, s: &ShipStats) -> Vec<Row> {
             "Outlier/process events lost to a full ring buffer",
             g(&l.ringbuf_drops),
         ),
+        (
+            "ingero_agent_step_marks_dropped_total",
+            Counter,
+            "Return-probed calls lost to a full marks ring: the windows they fell in ship no steps",
+            g(&l.mark_drops),
+        ),
         ("ingero_agent_map_full_total", Counter, "Kernel map updates lost to a full map", g(&l.map_full)),
         (
             "ingero_agent_probe_run_ns_total",

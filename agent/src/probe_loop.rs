@@ -426,7 +426,7 @@ impl ProbeLoop {
         if d.cgroups.iter().any(|(id, _)| !self.cg_paths.contains_key(id)) {
             self.cg_paths = crate::attribution::cgroup::paths(&self.cfg.cgroup_mount, self.cfg.cgroup_root.as_deref());
         }
-        let progress = self.progress(&d, window_start + window_us);
+        let progress = self.progress(&d, window_start + window_us, delta.mark_drops > 0);
         let ctx = WindowCtx {
             node: &self.cfg.node,
             window_start_us: window_start,
@@ -466,7 +466,7 @@ impl ProbeLoop {
 
     /// Calls in flight per process at the window's end (the thread slots
     /// the drain read), and how long ago each known CUDA process last made a call.
-    fn progress(&mut self, d: &drain::Drained, window_end: i64) -> Vec<crate::progress::Progress> {
+    fn progress(&mut self, d: &drain::Drained, window_end: i64, marks_lost: bool) -> Vec<crate::progress::Progress> {
         for (k, _) in &d.calls {
             self.last_call_us.insert(k.tgid, window_end);
         }
@@ -479,6 +479,10 @@ impl ProbeLoop {
         // Steps that ended before the window's end on the monotonic clock.
         let end_ns = (window_end - mono_to_wall_us()).max(0) as u64 * 1000;
         let mut steps = self.steps.window(end_ns);
+        if marks_lost {
+            // A lost mark can merge two steps into one: no count rather than a wrong one.
+            steps.clear();
+        }
         for r in &mut rows {
             r.steps = steps.remove(&r.pid);
         }
@@ -547,6 +551,7 @@ impl ProbeLoop {
         s.windows.fetch_add(1, Ordering::Relaxed);
         s.events.fetch_add(delta.events, Ordering::Relaxed);
         s.ringbuf_drops.fetch_add(delta.ringbuf_drops, Ordering::Relaxed);
+        s.mark_drops.fetch_add(delta.mark_drops, Ordering::Relaxed);
         s.map_full.fetch_add(delta.map_full + delta.inflight_full, Ordering::Relaxed);
         s.lib_holds.fetch_add(delta.lib_holds, Ordering::Relaxed);
         s.lib_hold_ns.fetch_add(delta.lib_hold_ns, Ordering::Relaxed);

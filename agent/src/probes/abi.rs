@@ -248,6 +248,8 @@ pub(crate) struct Counters {
     pub lib_hold_ns: u64,
     /// Holds that ran out before the agent released them.
     pub lib_hold_timeouts: u64,
+    /// Step marks lost to a full marks ring.
+    pub mark_drops: u64,
 }
 
 impl Counters {
@@ -261,6 +263,7 @@ impl Counters {
             lib_holds: self.lib_holds.saturating_sub(before.lib_holds),
             lib_hold_ns: self.lib_hold_ns.saturating_sub(before.lib_hold_ns),
             lib_hold_timeouts: self.lib_hold_timeouts.saturating_sub(before.lib_hold_timeouts),
+            mark_drops: self.mark_drops.saturating_sub(before.mark_drops),
         }
     }
 }
@@ -346,7 +349,8 @@ const _: () = {
     assert!(size_of::<ProcEvent>() == 56);
     assert!(offset_of!(ProcEvent, extra) == 32);
     assert!(offset_of!(ProcEvent, comm) == 40);
-    assert!(size_of::<Counters>() == 56);
+    assert!(size_of::<Counters>() == 64);
+    assert!(offset_of!(Counters, mark_drops) == 56);
     assert!(offset_of!(Counters, lib_hold_timeouts) == 48);
     assert!(size_of::<Config>() == 56);
     assert!(offset_of!(Config, offcpu_site_us) == 48);

@@ -122,6 +122,7 @@ pub(crate) fn counters(probes: &mut Probes) -> Result<Counters> {
         c.lib_holds += v.lib_holds;
         c.lib_hold_ns += v.lib_hold_ns;
         c.lib_hold_timeouts += v.lib_hold_timeouts;
+        c.mark_drops += v.mark_drops;
     }
     Ok(c)
 }
