@@ -24,7 +24,8 @@ trap 'rm -rf "$out"' EXIT
   printf '%q ' "$@"; echo
 } >"$out/cmd.sh"
 # TCG (software emulation), all host CPUs as vCPUs, 9p shares: see prepare.sh.
-timeout --foreground "${INGERO_VM_TIMEOUT:-900}" qemu-system-x86_64 \
+# 1200 s: the `kernel` binary alone takes 640-750 s on 5.10 under emulation.
+timeout --foreground "${INGERO_VM_TIMEOUT:-1200}" qemu-system-x86_64 \
   -accel tcg,thread=multi -cpu max -smp "${INGERO_VM_CPUS:-2}" -m "${INGERO_VM_MEM:-3G}" \
   -nographic -no-reboot -nodefaults -serial stdio \
   -kernel "$kdir/vmlinuz" -initrd "$kdir/initrd.gz" \
