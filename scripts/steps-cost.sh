@@ -50,16 +50,5 @@ for variant in --no-steps ""; do
   bench > /dev/null
   after="$(bpftool prog show -j)"
   stop_agent
-  python3 - "${variant:-default}" "$before" "$after" <<'PY'
-import json, sys
-a = {p["id"]: p for p in json.loads(sys.argv[2])}
-for p in json.loads(sys.argv[3]):
-    if p.get("name") != "call_return":
-        continue
-    o = a.get(p["id"], {})
-    runs = p.get("run_cnt", 0) - o.get("run_cnt", 0)
-    if runs:
-        ns = (p.get("run_time_ns", 0) - o.get("run_time_ns", 0)) / runs
-        print(f"  call_return ({sys.argv[1]}) {ns:6.1f} ns a run over {runs} runs (BPF_STATS_RUN_TIME)")
-PY
+  run_time "${variant:-default}" "$before" "$after" call_return
 done

@@ -53,15 +53,4 @@ before="$(bpftool prog show -j)"
 traced_run
 after="$(bpftool prog show -j)"
 stop_agent
-python3 - "$before" "$after" <<'PY'
-import json, sys
-a = {p["id"]: p for p in json.loads(sys.argv[1])}
-for p in json.loads(sys.argv[2]):
-    if p.get("name") not in ("on_switch", "on_wakeup"):
-        continue
-    o = a.get(p["id"], {})
-    runs = p.get("run_cnt", 0) - o.get("run_cnt", 0)
-    if runs:
-        ns = (p.get("run_time_ns", 0) - o.get("run_time_ns", 0)) / runs
-        print(f"  {p['name']:<10} {ns:6.0f} ns a run over {runs} runs (BPF_STATS_RUN_TIME, traced)")
-PY
+run_time traced "$before" "$after" on_switch on_wakeup

@@ -44,15 +44,4 @@ before="$(bpftool prog show -j)"
 run > /dev/null
 after="$(bpftool prog show -j)"
 stop_agent
-python3 - "$before" "$after" <<'PY'
-import json, sys
-a = {p["id"]: p for p in json.loads(sys.argv[1])}
-for p in json.loads(sys.argv[2]):
-    if p.get("name") != "on_sys_exit":
-        continue
-    o = a.get(p["id"], {})
-    runs = p.get("run_cnt", 0) - o.get("run_cnt", 0)
-    if runs:
-        ns = (p.get("run_time_ns", 0) - o.get("run_time_ns", 0)) / runs
-        print(f"  on_sys_exit {ns:6.1f} ns a run over {runs} runs (BPF_STATS_RUN_TIME)")
-PY
+run_time "sites on" "$before" "$after" on_sys_exit

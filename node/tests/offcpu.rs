@@ -133,16 +133,7 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
 
 /// `ingero report --pid N`: the blocking lines with their shares and what they waited on.
 fn report_names_the_blocking_lines(dir: &Path, pid: u32) {
-    let bin = Path::new(env!("CARGO_BIN_EXE_ingero-agent")).with_file_name("ingero");
-    let store = format!("--store=file://{}", dir.join("data").display());
-    let run = |fmt: &str| {
-        let o = Command::new(&bin)
-            .args(["report", "--pid", &pid.to_string(), &store, "--since=10m", &format!("--format={fmt}")])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).to_string()
-    };
+    let run = |fmt: &str| report(dir, pid, fmt);
     let v: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
     let sites = v["blocked_sites"].as_array().unwrap_or_else(|| panic!("no blocked_sites: {v:#}"));
     let find = |name: &str| {

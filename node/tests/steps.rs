@@ -130,16 +130,7 @@ async fn steps_and_the_slow_step_are_found_from_the_call_cycle() {
 
 /// `ingero report --pid N`: the steps found, their median, the slow one.
 fn report_shows_the_steps(dir: &std::path::Path, pid: u32, counted: u32, slow_us: i64) {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_ingero-agent")).with_file_name("ingero");
-    let store = format!("--store=file://{}", dir.join("data").display());
-    let run = |fmt: &str| {
-        let o = std::process::Command::new(&bin)
-            .args(["report", "--pid", &pid.to_string(), &store, "--since=10m", &format!("--format={fmt}")])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).to_string()
-    };
+    let run = |fmt: &str| report(dir, pid, fmt);
     let v: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
     let steps = &v["steps"];
     assert_eq!(steps["count"], counted, "{v:#}");

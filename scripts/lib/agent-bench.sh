@@ -23,3 +23,22 @@ start_agent() {
 stop_agent() { kill -TERM "$ag"; wait "$ag" 2>/dev/null || true; }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# run_time LABEL BEFORE AFTER PROGRAM...: each named BPF program's own time
+# per run between two `bpftool prog show -j` snapshots (BPF_STATS_RUN_TIME,
+# which kernel.bpf_stats_enabled=1 turns on).
+run_time() {
+  python3 - "$@" <<'PY'
+import json, sys
+label, before, after, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+a = {p["id"]: p for p in json.loads(before)}
+for p in json.loads(after):
+    if p.get("name") not in names:
+        continue
+    o = a.get(p["id"], {})
+    runs = p.get("run_cnt", 0) - o.get("run_cnt", 0)
+    if runs:
+        ns = (p.get("run_time_ns", 0) - o.get("run_time_ns", 0)) / runs
+        print(f"  {p['name']} ({label}) {ns:6.1f} ns a run over {runs} runs (BPF_STATS_RUN_TIME)")
+PY
+}
