@@ -61,3 +61,11 @@ int has_find_vma(struct pt_regs *ctx)
 {
 	return bpf_find_vma(bpf_get_current_task_btf(), 0, vma_seen, 0, 0);
 }
+
+/* uprobe_multi links (6.6): the agent loads it for that attach type and
+ * asks for a link on "/" (probes/multi.rs); nothing is ever attached. */
+SEC("uprobe")
+int has_uprobe_multi(struct pt_regs *ctx)
+{
+	return 0;
+}

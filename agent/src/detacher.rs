@@ -2,19 +2,20 @@
 //! Closes the uprobes of detached library files on a thread of its own.
 //! Each close waits out an RCU grace period and an RCU-tasks-trace one (until
 //! every sleepable program in flight, a held lookup included, has returned):
-//! ~10 ms a probe on a quiet node, seconds for a file's ~60. On the probe loop
-//! that stalled windows and every held lookup behind it.
+//! for perf-event uprobes ~10-80 ms a probe, seconds for a file's ~60; a
+//! uprobe_multi link waits once for all of its probes (probes/multi.rs). On
+//! the probe loop that stalled windows and every held lookup behind it.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
 use aya::maps::{Array, MapData};
-use aya::programs::uprobe::UProbeLink;
+use crate::probes::link::Closing;
 
 use crate::loop_config::LoopStats;
 
 pub(crate) struct Detacher {
-    tx: mpsc::Sender<Vec<UProbeLink>>,
+    tx: mpsc::Sender<Vec<Closing>>,
     stats: Arc<LoopStats>,
 }
 
@@ -30,7 +31,7 @@ impl Detacher {
     /// program in flight while it holds the lock the agent's next attach
     /// needs, so a held thread would wait for an attach that waits for it.
     pub(crate) fn start(stats: Arc<LoopStats>, mut paused: Option<Array<MapData, u32>>) -> Detacher {
-        let (tx, rx) = mpsc::channel::<Vec<UProbeLink>>();
+        let (tx, rx) = mpsc::channel::<Vec<Closing>>();
         let counted = stats.clone();
         let spawned = std::thread::Builder::new().name("ingero-detach".into()).spawn(move || {
             for links in rx {
@@ -58,7 +59,7 @@ impl Detacher {
     }
 
     /// Hands links over to be closed (closed here if the thread is gone).
-    pub(crate) fn send(&self, links: Vec<UProbeLink>) {
+    pub(crate) fn send(&self, links: Vec<Closing>) {
         if let Err(mpsc::SendError(links)) = self.tx.send(links) {
             let n = links.len() as u64;
             drop(links);

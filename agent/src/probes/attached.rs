@@ -8,12 +8,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use aya::programs::uprobe::UProbeLinkId;
-
 use super::files::FileId;
-
-/// The probes on one file: (program name, link) per probe.
-pub(crate) type Links = Vec<(String, UProbeLinkId)>;
+use super::link::Links;
 
 #[derive(Debug)]
 struct Attachment {

@@ -3,16 +3,19 @@
 //! per discovered library file, the call probes.
 
 use std::collections::{HashMap, HashSet};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, CgroupArray, HashMap as BpfHashMap, MapData};
 use aya::programs::UProbe;
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::abi::{COOKIE_STATIC_RT, Config, PyProc};
-use super::attached::{Attachments, Links};
+use super::attached::Attachments;
+use super::link::{Closing, Link, Links};
+use super::multi::Planned;
 use super::features::{Features, Object};
 use super::files::{FileId, OpenLib};
 use super::libs::Found;
@@ -100,7 +103,9 @@ impl Probes {
         let dlopen_hold = match object {
             Object::Full => {
                 for name in ["call_entry", "call_return"] {
-                    as_uprobe(prog(&mut ebpf, name)?)?.load().map_err(Error::program(format!("loading {name}")))?;
+                    let p = as_uprobe(prog(&mut ebpf, name)?)?;
+                    let loaded = if features.multi_links() { p.load_multi() } else { p.load() };
+                    loaded.map_err(Error::program(format!("loading {name}")))?;
                 }
                 load_hold(&mut ebpf, &features)
             }
@@ -324,17 +329,24 @@ impl Probes {
     /// in flight, ~10 ms on a quiet node): the caller drops them off the
     /// probe loop. The kernel's record of probed files is trimmed to match,
     /// so a process that maps such a file later is held at its first lookup.
-    pub fn take_unused(&mut self, ttl: Duration) -> (usize, Vec<UProbeLink>) {
+    pub fn take_unused(&mut self, ttl: Duration) -> (usize, Vec<Closing>) {
         let in_use: HashSet<&FileId> = self.resolved.values().flat_map(|m| m.values()).collect();
         let gone = self.attached.take_unused(&in_use, Instant::now(), ttl);
         let n = gone.len();
         let mut taken = Vec::new();
-        for (name, id) in gone.into_iter().flat_map(|(_, links)| links) {
+        for link in gone.into_iter().flat_map(|(_, links)| links) {
+            let (name, id) = match link {
+                Link::Perf(name, id) => (name, id),
+                Link::Multi(m) => {
+                    taken.push(Box::new(m) as Closing);
+                    continue;
+                }
+            };
             match prog(&mut self.ebpf, &name)
                 .and_then(as_uprobe)
                 .and_then(|p| p.take_link(id).map_err(Error::program("taking a uprobe link")))
             {
-                Ok(link) => taken.push(link),
+                Ok(link) => taken.push(Box::new(link)),
                 Err(e) => tracing::warn!(program = name, error = %e, "detaching a uprobe"),
             }
         }
@@ -357,8 +369,10 @@ impl Probes {
         }
     }
 
-    fn detach_links(&mut self, links: impl Iterator<Item = (String, UProbeLinkId)>) {
-        for (name, id) in links {
+    fn detach_links(&mut self, links: impl Iterator<Item = Link>) {
+        for link in links {
+            // A multi link goes as it drops here.
+            let Link::Perf(name, id) = link else { continue };
             if let Ok(p) = prog(&mut self.ebpf, &name).and_then(as_uprobe)
                 && let Err(e) = p.detach(id)
             {
@@ -404,10 +418,59 @@ impl Probes {
             }
             return Ok(done);
         }
+        let plan = self.plan(path, lib, static_runtime)?;
+        if self.features.multi_links() {
+            let fd = |name: &str| self.ebpf.program(name).map(|p| p.fd());
+            let (Some(Ok(entry)), Some(Ok(ret))) = (fd("call_entry"), fd("call_return")) else {
+                return Err(Error::Missing { kind: "loaded program", name: "call_entry/call_return".into() });
+            };
+            return super::multi::attach_plan((entry.as_fd(), ret.as_fd()), path, &plan, links)
+                .map_err(|cause| Error::Open { what: format!("{} (uprobe_multi links)", path.display()), cause });
+        }
         let mut done = Vec::new();
+        for p in plan {
+            let point = || UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(p.offset),
+                cookie: (self.features.object() == Object::Full).then_some(p.cookie),
+            };
+            let op = ops::all().into_iter().find(|o| o.symbol == p.symbol && o.lib == lib).expect("planned from ops");
+            let (entry_name, return_name) = self.call_programs(&op);
+            // Return first: a call that passes the entry probe then always
+            // has its return seen, so the kernel's per-thread call state
+            // (entered at entry, left at return) can never be left behind.
+            if p.ret {
+                let ret = prog(&mut self.ebpf, &return_name).and_then(as_uprobe)?;
+                match ret.attach(point(), path, UProbeScope::AllProcesses) {
+                    Ok(id) => links.push(Link::Perf(return_name, id)),
+                    // Absent in this build of the library (e.g. no _ptsz variants).
+                    Err(e) => {
+                        tracing::debug!(symbol = p.symbol, path = %path.display(), error = %e, "symbol not probed");
+                        continue;
+                    }
+                }
+            }
+            let entry = prog(&mut self.ebpf, &entry_name).and_then(as_uprobe)?;
+            match entry.attach(point(), path, UProbeScope::AllProcesses) {
+                Ok(id) => links.push(Link::Perf(entry_name, id)),
+                Err(e) if p.ret => {
+                    return Err(Error::program(format!("uprobe {} in {}", p.symbol, path.display()))(e));
+                }
+                Err(e) => {
+                    tracing::debug!(symbol = p.symbol, path = %path.display(), error = %e, "symbol not probed");
+                    continue;
+                }
+            }
+            done.push(p.symbol);
+        }
+        Ok(done)
+    }
+
+    /// Where each op of `lib` found in the file is probed, with its cookie.
+    fn plan(&self, path: &Path, lib: Lib, static_runtime: bool) -> Result<Vec<Planned>> {
         let wanted: Vec<&str> = ops::all().iter().filter(|o| o.lib == lib).map(|o| o.symbol).collect();
         let offsets = super::offsets::resolve(path, &wanted)
             .map_err(|e| Error::Open { what: format!("{} (symbols)", path.display()), cause: e })?;
+        let mut plan = Vec::new();
         for op in ops::all().into_iter().filter(|o| o.lib == lib) {
             // Absent in this build of the library (e.g. no _ptsz variants).
             let Some(&offset) = offsets.get(op.symbol) else {
@@ -415,37 +478,9 @@ impl Probes {
                 continue;
             };
             let placed = if static_runtime && op.bracketed() { COOKIE_STATIC_RT } else { 0 };
-            let cookie = (self.features.object() == Object::Full).then(|| op.cookie() | placed);
-            let point = || UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie };
-            let (entry_name, return_name) = self.call_programs(&op);
-            // Return first: a call that passes the entry probe then always
-            // has its return seen, so the kernel's per-thread call state
-            // (entered at entry, left at return) can never be left behind.
-            if op.return_probed() {
-                let ret = prog(&mut self.ebpf, &return_name).and_then(as_uprobe)?;
-                match ret.attach(point(), path, UProbeScope::AllProcesses) {
-                    Ok(id) => links.push((return_name, id)),
-                    // Absent in this build of the library (e.g. no _ptsz variants).
-                    Err(e) => {
-                        tracing::debug!(symbol = op.symbol, path = %path.display(), error = %e, "symbol not probed");
-                        continue;
-                    }
-                }
-            }
-            let entry = prog(&mut self.ebpf, &entry_name).and_then(as_uprobe)?;
-            match entry.attach(point(), path, UProbeScope::AllProcesses) {
-                Ok(id) => links.push((entry_name, id)),
-                Err(e) if op.return_probed() => {
-                    return Err(Error::program(format!("uprobe {} in {}", op.symbol, path.display()))(e));
-                }
-                Err(e) => {
-                    tracing::debug!(symbol = op.symbol, path = %path.display(), error = %e, "symbol not probed");
-                    continue;
-                }
-            }
-            done.push(op.symbol);
+            plan.push(Planned { symbol: op.symbol, offset, cookie: op.cookie() | placed, ret: op.return_probed() });
         }
-        Ok(done)
+        Ok(plan)
     }
 }
 
@@ -464,7 +499,7 @@ impl Probes {
             let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: None };
             let entry = prog(&mut self.ebpf, program).and_then(as_uprobe)?;
             if let Ok(id) = entry.attach(point, path, UProbeScope::AllProcesses) {
-                links.push((program.into(), id));
+                links.push(Link::Perf(program.into(), id));
                 done.push(symbol);
             }
         }

@@ -12,8 +12,10 @@ pub mod features;
 pub(crate) mod files;
 pub(crate) mod grace;
 pub mod libs;
+pub(crate) mod link;
 pub mod load;
 pub mod memory;
+pub(crate) mod multi;
 #[cfg(test)]
 mod object_check;
 pub(crate) mod offsets;
