@@ -9,8 +9,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
-use aya::maps::{Array, MapData};
 use crate::probes::link::Closing;
+use aya::maps::{Array, MapData};
 
 use crate::loop_config::LoopStats;
 

@@ -12,7 +12,7 @@ use aya::programs::UProbe;
 use crate::error::Result;
 
 /// The feature probes (built by build.rs from ebpf/features.bpf.c).
-static FEATURES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/features.bpf.o"));
+pub(crate) static FEATURES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/features.bpf.o"));
 
 /// One kernel feature: the program that needs it, the first mainline
 /// kernel that has it, and what the agent does without it.

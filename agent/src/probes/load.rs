@@ -12,13 +12,12 @@ use aya::programs::UProbe;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::{Btf, Ebpf, EbpfLoader};
 
-use super::abi::{COOKIE_STATIC_RT, Config, PyProc};
+use super::abi::{Config, PyProc};
 use super::attached::Attachments;
-use super::link::{Closing, Link, Links};
-use super::multi::Planned;
 use super::features::{Features, Object};
 use super::files::{FileId, OpenLib};
 use super::libs::Found;
+use super::link::{Closing, Link, Links};
 use super::ops::{self, Lib};
 use crate::error::{Error, Result};
 
@@ -324,9 +323,9 @@ impl Probes {
 
     /// Takes the probes of every file that no scanned process has mapped
     /// for `ttl` (files probed ahead of use stay); returns how many files and
-    /// their links, which detach when dropped. Dropping is slow (each closes
-    /// with an RCU grace period, and one that waits for sleepable programs
-    /// in flight, ~10 ms on a quiet node): the caller drops them off the
+    /// their links, which detach when dropped. Dropping can be slow (a
+    /// perf-event probe closes with an RCU grace period, and one that waits
+    /// for sleepable programs in flight, 10-80 ms each): the caller drops them off the
     /// probe loop. The kernel's record of probed files is trimmed to match,
     /// so a process that maps such a file later is held at its first lookup.
     pub fn take_unused(&mut self, ttl: Duration) -> (usize, Vec<Closing>) {
@@ -418,7 +417,7 @@ impl Probes {
             }
             return Ok(done);
         }
-        let plan = self.plan(path, lib, static_runtime)?;
+        let plan = super::plan::plan(path, lib, static_runtime)?;
         if self.features.multi_links() {
             let fd = |name: &str| self.ebpf.program(name).map(|p| p.fd());
             let (Some(Ok(entry)), Some(Ok(ret))) = (fd("call_entry"), fd("call_return")) else {
@@ -433,8 +432,7 @@ impl Probes {
                 location: UProbeAttachLocation::AbsoluteOffset(p.offset),
                 cookie: (self.features.object() == Object::Full).then_some(p.cookie),
             };
-            let op = ops::all().into_iter().find(|o| o.symbol == p.symbol && o.lib == lib).expect("planned from ops");
-            let (entry_name, return_name) = self.call_programs(&op);
+            let (entry_name, return_name) = self.call_programs(&p.op);
             // Return first: a call that passes the entry probe then always
             // has its return seen, so the kernel's per-thread call state
             // (entered at entry, left at return) can never be left behind.
@@ -444,7 +442,7 @@ impl Probes {
                     Ok(id) => links.push(Link::Perf(return_name, id)),
                     // Absent in this build of the library (e.g. no _ptsz variants).
                     Err(e) => {
-                        tracing::debug!(symbol = p.symbol, path = %path.display(), error = %e, "symbol not probed");
+                        tracing::debug!(symbol = p.op.symbol, path = %path.display(), error = %e, "symbol not probed");
                         continue;
                     }
                 }
@@ -453,34 +451,16 @@ impl Probes {
             match entry.attach(point(), path, UProbeScope::AllProcesses) {
                 Ok(id) => links.push(Link::Perf(entry_name, id)),
                 Err(e) if p.ret => {
-                    return Err(Error::program(format!("uprobe {} in {}", p.symbol, path.display()))(e));
+                    return Err(Error::program(format!("uprobe {} in {}", p.op.symbol, path.display()))(e));
                 }
                 Err(e) => {
-                    tracing::debug!(symbol = p.symbol, path = %path.display(), error = %e, "symbol not probed");
+                    tracing::debug!(symbol = p.op.symbol, path = %path.display(), error = %e, "symbol not probed");
                     continue;
                 }
             }
-            done.push(p.symbol);
+            done.push(p.op.symbol);
         }
         Ok(done)
-    }
-
-    /// Where each op of `lib` found in the file is probed, with its cookie.
-    fn plan(&self, path: &Path, lib: Lib, static_runtime: bool) -> Result<Vec<Planned>> {
-        let wanted: Vec<&str> = ops::all().iter().filter(|o| o.lib == lib).map(|o| o.symbol).collect();
-        let offsets = super::offsets::resolve(path, &wanted)
-            .map_err(|e| Error::Open { what: format!("{} (symbols)", path.display()), cause: e })?;
-        let mut plan = Vec::new();
-        for op in ops::all().into_iter().filter(|o| o.lib == lib) {
-            // Absent in this build of the library (e.g. no _ptsz variants).
-            let Some(&offset) = offsets.get(op.symbol) else {
-                tracing::debug!(symbol = op.symbol, path = %path.display(), "symbol not in this library");
-                continue;
-            };
-            let placed = if static_runtime && op.bracketed() { COOKIE_STATIC_RT } else { 0 };
-            plan.push(Planned { symbol: op.symbol, offset, cookie: op.cookie() | placed, ret: op.return_probed() });
-        }
-        Ok(plan)
     }
 }
 

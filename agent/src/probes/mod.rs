@@ -20,6 +20,7 @@ pub(crate) mod multi;
 mod object_check;
 pub(crate) mod offsets;
 pub mod ops;
+pub(crate) mod plan;
 pub(crate) mod statics;
 pub(crate) mod thread_counts;
 pub(crate) mod tracepoints;

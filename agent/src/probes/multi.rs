@@ -15,6 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::link::{Link, Links, MultiLink};
+use super::plan::Planned;
 
 /// BPF_LINK_CREATE (uapi bpf.h `enum bpf_cmd`).
 const BPF_LINK_CREATE: libc::c_long = 28;
@@ -50,16 +51,6 @@ const _: () = {
     assert!(std::mem::offset_of!(LinkCreate, pid) == 56);
 };
 
-/// A call probe to place: the op's symbol at its file offset, with the
-/// op's cookie, and whether its return is probed too.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Planned {
-    pub(crate) symbol: &'static str,
-    pub(crate) offset: u64,
-    pub(crate) cookie: u64,
-    pub(crate) ret: bool,
-}
-
 /// Places `plan` on `path` as two links, returns first (a call that passes
 /// its entry probe then always has its return seen). Where the kernel
 /// refuses a whole link (one offset it cannot probe), each probe gets a
@@ -82,7 +73,7 @@ pub(crate) fn attach_plan(
             match e.transpose() {
                 Ok(e) => {
                     links.extend(r.into_iter().chain(e).map(Link::Multi));
-                    Ok(plan.iter().map(|p| p.symbol).collect())
+                    Ok(plan.iter().map(|p| p.op.symbol).collect())
                 }
                 Err(_) => {
                     drop(r);
@@ -110,10 +101,10 @@ fn one_by_one(
         match placed {
             Ok((r, e)) => {
                 links.extend(r.into_iter().chain([e]).map(Link::Multi));
-                done.push(p.symbol);
+                done.push(p.op.symbol);
             }
             Err(e) => {
-                tracing::debug!(symbol = p.symbol, path = %path.display(), error = %e, "symbol not probed");
+                tracing::debug!(symbol = p.op.symbol, path = %path.display(), error = %e, "symbol not probed");
                 last = Some(e);
             }
         }
@@ -166,5 +157,63 @@ pub(crate) fn supported(prog: BorrowedFd<'_>) -> bool {
     match attach(prog, Path::new("/"), &[0], &[0], false) {
         Ok(_) => false,
         Err(e) => e.raw_os_error() == Some(libc::EBADF),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use aya::programs::UProbe;
+
+    use super::*;
+    use crate::probes::ops;
+
+    #[inline(never)]
+    extern "C" fn first_target() -> u64 {
+        std::hint::black_box(1)
+    }
+
+    #[inline(never)]
+    extern "C" fn second_target() -> u64 {
+        std::hint::black_box(2)
+    }
+
+    #[test]
+    fn a_probe_the_kernel_refuses_leaves_the_others_placed() {
+        // SAFETY: no arguments.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI runs as root");
+            eprintln!("SKIP: loading BPF programs needs root");
+            return;
+        }
+        let mut ebpf = aya::EbpfLoader::new().load(crate::probes::features::FEATURES_OBJECT).unwrap();
+        let p: &mut UProbe = ebpf.program_mut("has_uprobe_multi").unwrap().try_into().unwrap();
+        p.load_multi().unwrap();
+        let fd = p.fd().unwrap().as_fd();
+        assert!(supported(fd), "uprobe_multi links (Linux 6.6+) on this machine's kernel");
+        let code = |f: extern "C" fn() -> u64| crate::probes::trap_cost::code_location(f as usize as u64).unwrap();
+        let ((path, a), (_, b)) = (code(first_target), code(second_target));
+        let past_the_end = std::fs::metadata(&path).unwrap().len() + 4096;
+        let ops = ops::all();
+        let plan = [
+            Planned { op: ops[0], offset: a, cookie: 1, ret: true },
+            Planned { op: ops[1], offset: past_the_end, cookie: 2, ret: true },
+            Planned { op: ops[2], offset: b, cookie: 3, ret: false },
+        ];
+        // Every offset good: a link of returns and one of entries.
+        let mut links = Vec::new();
+        let done = attach_plan((fd, fd), &path, &[plan[0], plan[2]], &mut links).unwrap();
+        assert_eq!(done, vec![ops[0].symbol, ops[2].symbol]);
+        assert_eq!(links.len(), 2);
+        // One the kernel refuses: the others still placed, a link each.
+        let mut links = Vec::new();
+        let done = attach_plan((fd, fd), &path, &plan, &mut links).unwrap();
+        assert_eq!(done, vec![ops[0].symbol, ops[2].symbol]);
+        assert_eq!(links.len(), 3, "the first op's return and entry, the third's entry");
+        // None placed: the kernel's reason.
+        let mut links = Vec::new();
+        assert!(attach_plan((fd, fd), &path, &plan[1..2], &mut links).is_err());
+        assert!(links.is_empty());
     }
 }

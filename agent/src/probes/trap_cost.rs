@@ -79,7 +79,7 @@ fn time_calls(f: extern "C" fn(u64) -> u64) -> Duration {
 }
 
 /// The file and file offset of the code at `addr` in this process.
-fn code_location(addr: u64) -> Result<(PathBuf, u64)> {
+pub(crate) fn code_location(addr: u64) -> Result<(PathBuf, u64)> {
     let maps = std::fs::read_to_string("/proc/self/maps")
         .map_err(|cause| Error::Runtime { what: "reading /proc/self/maps", cause })?;
     crate::procmaps::lines(&maps)

@@ -180,7 +180,12 @@ impl Shipper {
     }
 
     async fn wait_backoff(&mut self, e: SendError) {
-        let wait = self.backoff.next().unwrap_or(policy().max_backoff);
+        let mut wait = self.backoff.next().unwrap_or(policy().max_backoff);
+        // Stopping: one more try at the drain deadline at the latest, so a
+        // stop during an outage takes `drain_timeout`, not that plus a backoff.
+        if let Some(c) = self.closing {
+            wait = wait.min(c.saturating_duration_since(Instant::now()));
+        }
         if let SendError::Rejected(s) = &e {
             // Wrong or missing credentials are a configuration problem, not a
             // bad batch: keep it in the spool until the token is fixed.
@@ -209,5 +214,37 @@ fn to_spool(client: &mut RoutedClient, spool: &mut Spool, tables: &Tables) {
             }
         }
         Err(e) => tracing::error!(error = %e, "cannot encode a batch"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ingero_proto::auth::ClientAuth;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stop_during_an_outage_takes_the_drain_timeout_not_a_backoff_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&dir.path().join("batches"), 1 << 20).unwrap();
+        // Nothing listens on the discard port: every push fails at once.
+        let client =
+            RoutedClient::new(&["http://127.0.0.1:9".into()], "node-a", policy(), &ClientAuth::default()).unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        let drain = Duration::from_millis(300);
+        let task = tokio::spawn(Shipper::new(rx, client, spool, Arc::new(ShipStats::default()), drain).run());
+        tx.send(Tables::default()).await.unwrap();
+        // Long enough an outage for the backoff to have grown past a second.
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        let stopping = Instant::now();
+        drop(tx);
+        task.await.unwrap();
+        let took = stopping.elapsed();
+        assert!(took < drain + Duration::from_millis(1200), "stopped in {took:?}");
+        assert_eq!(
+            Spool::open(&dir.path().join("batches"), 1 << 20).unwrap().files().len(),
+            1,
+            "the batch stays spooled"
+        );
     }
 }
