@@ -196,7 +196,7 @@ fn detach_rows(l: &LoopStats) -> [Row; 2] {
         (
             "ingero_agent_uprobes_detaching",
             Gauge,
-            "Uprobes of detached library files not closed yet (each close waits for RCU grace periods)",
+            "Uprobe links of detached library files not closed yet (each close waits for RCU grace periods; a uprobe_multi link, Linux 6.6+, holds all of a program's probes on a file)",
             g(&l.uprobes_detaching),
         ),
     ]

@@ -105,6 +105,12 @@ struct RunArgs {
     /// show step time without any code change in the job.
     #[arg(long, env = "INGERO_NO_STEPS")]
     no_steps: bool,
+    /// Place every call probe as a perf event of its own, even where the kernel has uprobe_multi
+    /// links (Linux 6.6+; `ingero-agent check` says). An escape hatch: counts are the same, but
+    /// the kernel closes each probe with an RCU wait under a global lock (~80 ms), so a stop or a
+    /// library's detach takes seconds instead of well under one.
+    #[arg(long, env = "INGERO_NO_UPROBE_MULTI")]
+    no_uprobe_multi: bool,
     /// Library files or directories to probe at start, before any process maps
     /// them (repeatable; the usual CUDA install directories are always included).
     #[arg(long = "lib", env = "INGERO_LIB", value_delimiter = ',')]
@@ -318,7 +324,11 @@ fn run(a: RunArgs) -> Result<(), error::Error> {
     // Load first, while little else is allocated: parsing the kernel's BTF
     // and relocating against it is the agent's largest transient (~25 MB),
     // then give the freed heap back to the kernel.
-    let probes = probes::load::Probes::load()?;
+    let mut features = probes::features::Features::probe()?;
+    if a.no_uprobe_multi {
+        features.without(probes::features::UPROBE_MULTI);
+    }
+    let probes = probes::load::Probes::load_with(features)?;
     ingero_agent::heap::release_free();
     let rt = agent::runtime()?;
     let (sink, embedded) = sink(&a, &rt)?;

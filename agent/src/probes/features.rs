@@ -97,6 +97,15 @@ impl Features {
         Ok(Features { has })
     }
 
+    /// As if the kernel lacked `f` (a flag turned it off).
+    pub fn without(&mut self, f: Feature) {
+        for (g, ok) in &mut self.has {
+            if *g == f {
+                *ok = false;
+            }
+        }
+    }
+
     pub fn has(&self, f: Feature) -> bool {
         self.has.iter().any(|&(g, ok)| g == f && ok)
     }
