@@ -3,7 +3,8 @@
 //! threads whose history is full, for a short cycle (a copy and a sync, as a
 //! data-parallel loop makes) and the longest looked for (256 calls: FSDP's
 //! collectives per layer), and for threads with no cycle at all (every
-//! period is tried and fails: the worst case).
+//! period is tried and fails: the worst case), each with all threads new;
+//! and the steady case, every thread's cycle known from the window before.
 //!
 //! `cargo bench -p ingero-agent --bench steps`
 
@@ -37,6 +38,27 @@ fn window(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::from_parameter(name), &(period, cyclic), |b, &(period, cyclic)| {
             b.iter_batched(
                 || loaded(64, 896, period, cyclic),
+                |(mut s, end)| s.window(end),
+                criterion::BatchSize::LargeInput,
+            );
+        });
+    }
+    // The usual window: every thread's cycle known from the last one, one
+    // window of new calls each (20 steps of the cycle), so no search.
+    for (name, period) in [("steady_cycle_of_2", 2u64), ("steady_cycle_of_256", 256)] {
+        g.bench_with_input(BenchmarkId::from_parameter(name), &period, |b, &period| {
+            b.iter_batched(
+                || {
+                    let (mut s, end) = loaded(64, 896, period, true);
+                    s.window(end);
+                    let more = 20 * period;
+                    for tid in 1..=64u32 {
+                        for i in 0..more {
+                            s.push_call(tid, tid, ((896 + i) % period) as u16, end + i * MS, 10_000);
+                        }
+                    }
+                    (s, end + more * MS)
+                },
                 |(mut s, end)| s.window(end),
                 criterion::BatchSize::LargeInput,
             );

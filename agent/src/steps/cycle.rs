@@ -79,11 +79,40 @@ pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
         .map(|(_, _, _, op)| op)
 }
 
-/// The op that ends each step of this sequence: at its shortest period
-/// that has one. None: no cycle.
-pub(crate) fn step_op(marks: &[Mark]) -> Option<u16> {
+/// A step cycle: its period in calls and the op whose return ends a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cycle {
+    pub period: usize,
+    pub op: u16,
+}
+
+/// The cycle of this sequence: its shortest period with an op that ends
+/// each step. None: no cycle.
+pub(crate) fn find(marks: &[Mark]) -> Option<Cycle> {
     let ops: Vec<u16> = marks.iter().map(|m| m.op).collect();
-    periods(&ops).into_iter().find_map(|p| anchor(marks, p))
+    periods(&ops).into_iter().find_map(|period| anchor(marks, period).map(|op| Cycle { period, op }))
+}
+
+/// The op that ends each step of this sequence (`find`'s).
+#[cfg(test)]
+pub(crate) fn step_op(marks: &[Mark]) -> Option<u16> {
+    find(marks).map(|c| c.op)
+}
+
+/// True when the last `new` calls (at least `MIN_CYCLES` periods of them,
+/// at most the history kept) still follow `c`: they repeat at its period and make its op once a
+/// cycle. O(new) where `find` is O(history x MAX_PERIOD), so a steady loop
+/// is not searched again every window; a loop that changes is.
+pub(crate) fn still_holds(marks: &[Mark], c: Cycle, new: usize) -> bool {
+    // As `find` asks: at least MIN_CYCLES periods of calls in all.
+    let len = (new.max(MIN_CYCLES * c.period) + c.period).min(marks.len());
+    if len < MIN_CYCLES * c.period {
+        return false;
+    }
+    let ops: Vec<u16> = marks[marks.len() - len..].iter().map(|m| m.op).collect();
+    let cycles = (len - c.period) as f64 / c.period as f64;
+    let made = ops[c.period..].iter().filter(|&&op| op == c.op).count() as f64;
+    repeats(&ops, c.period) >= MIN_MATCH && (made / cycles - 1.0).abs() <= 0.2
 }
 
 #[cfg(test)]
@@ -151,6 +180,21 @@ mod tests {
         assert!(periods(&ops).is_empty(), "{:?}", periods(&ops));
         assert!(periods(&[1, 2, 1, 2, 1]).is_empty(), "two cycles and a half");
         assert!(periods(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_steady_loop_still_holds_and_a_changed_one_does_not() {
+        let m = steps(&[(1, 10_000), (2, 40_000_000)], 20);
+        let c = find(&m).unwrap();
+        assert_eq!(c, Cycle { period: 2, op: 2 });
+        assert!(still_holds(&m, c, 10));
+        // The loop turns to 3 calls a step, the sync now the second: a search again.
+        let mut changed = m.clone();
+        changed.extend(steps(&[(1, 1), (2, 1), (3, 1)], 6));
+        assert!(!still_holds(&changed, c, 18));
+        assert_eq!(find(&changed[changed.len() - 18..]).map(|c| c.period), Some(3));
+        // Too few calls to tell: a search.
+        assert!(!still_holds(&m[..5], c, 5));
     }
 
     #[test]

@@ -42,8 +42,9 @@ struct Thread {
     marks: VecDeque<Mark>,
     /// Returns before this (monotonic ns) are counted in a closed window.
     counted_to: u64,
-    new_marks: bool,
-    step_op: Option<u16>,
+    /// Calls since the cycle was last looked at.
+    new_marks: usize,
+    cycle: Option<cycle::Cycle>,
 }
 
 /// The step state of every thread that makes return-probed calls.
@@ -76,7 +77,7 @@ impl Steps {
             t.marks.pop_front();
         }
         t.marks.push_back(Mark { op, ts_ns, dur_ns });
-        t.new_marks = true;
+        t.new_marks += 1;
     }
 
     fn evict_quietest(&mut self) {
@@ -112,12 +113,16 @@ impl Steps {
 
 impl Thread {
     fn close(&mut self, end_ns: u64) -> Option<StepStats> {
-        if std::mem::take(&mut self.new_marks) {
-            let marks: Vec<Mark> = self.marks.iter().copied().collect();
-            self.step_op = cycle::step_op(&marks);
+        let new = std::mem::take(&mut self.new_marks);
+        if new > 0 {
+            let marks = self.marks.make_contiguous();
+            // The known cycle is kept while the new calls follow it.
+            if !self.cycle.is_some_and(|c| cycle::still_holds(marks, c, new)) {
+                self.cycle = cycle::find(marks);
+            }
         }
         let from = std::mem::replace(&mut self.counted_to, end_ns);
-        let op = self.step_op?;
+        let op = self.cycle?.op;
         let mut prev = self.marks.iter().filter(|m| m.op == op && m.ts_ns < from).map(|m| m.ts_ns).next_back();
         let mut steps = 0u32;
         let mut times = Vec::new();
