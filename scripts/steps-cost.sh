@@ -14,13 +14,8 @@ agent="${1:-target/release/ingero-agent}"
 calls="${2:-1000000}"
 rounds="${3:-5}"
 sym=cudaStreamSynchronize
-lib="$(python3 -c 'import nvidia.cuda_runtime as m; print(list(m.__path__)[0])')/lib/libcudart.so.12"
-[ -f "$lib" ] || { echo "no $lib: pip install nvidia-cuda-runtime-cu12" >&2; exit 1; }
-[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-node)" >&2; exit 1; }
-work="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-gcc -O2 -o "$work/callbench" "$(dirname "$0")/../node/tests/native/callbench.c" -ldl
 . "$(dirname "$0")/lib/agent-bench.sh"
+bench_setup "cargo build --release -p ingero-node"
 bench() { "$work/callbench" "$lib" "$sym" "$calls"; }
 
 declare -a none off on

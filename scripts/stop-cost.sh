@@ -16,13 +16,8 @@ set -euo pipefail
 agent="${1:-target/release/ingero-agent}"
 rounds="${2:-5}"
 calls="${3:-200000}"
-lib="$(python3 -c 'import nvidia.cuda_runtime as m; print(list(m.__path__)[0])')/lib/libcudart.so.12"
-[ -f "$lib" ] || { echo "no $lib: pip install nvidia-cuda-runtime-cu12" >&2; exit 1; }
-[ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-node --features store)" >&2; exit 1; }
-work="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-gcc -O2 -o "$work/callbench" "$(dirname "$0")/../node/tests/native/callbench.c" -ldl
 . "$(dirname "$0")/lib/agent-bench.sh"
+bench_setup "cargo build --release -p ingero-node --features store"
 
 now() { date +%s.%N; }
 # one VARIANT_FLAGS...: prints "probes start_s stop_s ns_per_call". The agent

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by the cost scripts (switch-cost.sh, syscall-cost.sh,
-# steps-cost.sh): an agent started and stopped around a measurement, and
+# steps-cost.sh, stop-cost.sh): an agent started and stopped around a measurement, and
 # the median of a round's results. Needs $agent (the binary) and $work (a
 # scratch directory).
 
@@ -41,4 +41,16 @@ for p in json.loads(after):
         ns = (p.get("run_time_ns", 0) - o.get("run_time_ns", 0)) / runs
         print(f"  {p['name']} ({label}) {ns:6.1f} ns a run over {runs} runs (BPF_STATS_RUN_TIME)")
 PY
+}
+
+# bench_setup HINT: $lib (NVIDIA's libcudart from pip nvidia-cuda-runtime-cu12),
+# $work (removed at exit, with any agent still running) and $work/callbench;
+# HINT says how to build $agent where it is missing.
+bench_setup() {
+  lib="$(python3 -c 'import nvidia.cuda_runtime as m; print(list(m.__path__)[0])')/lib/libcudart.so.12"
+  [ -f "$lib" ] || { echo "no $lib: pip install nvidia-cuda-runtime-cu12" >&2; exit 1; }
+  [ -x "$agent" ] || { echo "no agent binary at $agent ($1)" >&2; exit 1; }
+  work="$(mktemp -d)"
+  trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+  gcc -O2 -o "$work/callbench" "$(dirname "${BASH_SOURCE[0]}")/../../node/tests/native/callbench.c" -ldl
 }

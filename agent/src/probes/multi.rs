@@ -61,28 +61,32 @@ pub(crate) fn attach_plan(
     plan: &[Planned],
     links: &mut Links,
 ) -> std::io::Result<Vec<&'static str>> {
-    let returns: Vec<&Planned> = plan.iter().filter(|p| p.ret).collect();
-    let all = |ps: &[&Planned]| -> (Vec<u64>, Vec<u64>) { ps.iter().map(|p| (p.offset, p.cookie)).unzip() };
-    let (offs, cookies) = all(&returns);
-    let whole = (!returns.is_empty()).then(|| attach(ret, path, &offs, &cookies, true)).transpose();
-    let entries: Vec<&Planned> = plan.iter().collect();
-    let (offs, cookies) = all(&entries);
-    match whole {
-        Ok(r) => {
-            let e = if entries.is_empty() { None } else { Some(attach(entry, path, &offs, &cookies, false)) };
-            match e.transpose() {
-                Ok(e) => {
-                    links.extend(r.into_iter().chain(e).map(Link::Multi));
-                    Ok(plan.iter().map(|p| p.op.symbol).collect())
-                }
-                Err(_) => {
-                    drop(r);
-                    one_by_one((entry, ret), path, plan, links)
-                }
-            }
+    match place((entry, ret), path, plan) {
+        Ok(placed) => {
+            links.extend(placed);
+            Ok(plan.iter().map(|p| p.op.symbol).collect())
         }
         Err(_) => one_by_one((entry, ret), path, plan, links),
     }
+}
+
+/// The return link of `planned` (its timed ops), then its entry link; a
+/// refused entry link drops the return link placed just before it.
+fn place((entry, ret): (BorrowedFd<'_>, BorrowedFd<'_>), path: &Path, planned: &[Planned]) -> std::io::Result<Links> {
+    let r = link_of(ret, path, planned.iter().filter(|p| p.ret), true)?;
+    let e = link_of(entry, path, planned.iter(), false)?;
+    Ok(r.into_iter().chain(e).map(Link::Multi).collect())
+}
+
+/// One link of `prog` at the planned probes (none: no link).
+fn link_of<'a>(
+    prog: BorrowedFd<'_>,
+    path: &Path,
+    planned: impl Iterator<Item = &'a Planned>,
+    ret: bool,
+) -> std::io::Result<Option<MultiLink>> {
+    let (offsets, cookies): (Vec<u64>, Vec<u64>) = planned.map(|p| (p.offset, p.cookie)).unzip();
+    if offsets.is_empty() { Ok(None) } else { attach(prog, path, &offsets, &cookies, ret).map(Some) }
 }
 
 /// A link per probe: the ops the kernel refuses are left out, as the
@@ -96,11 +100,9 @@ fn one_by_one(
     let mut done = Vec::new();
     let mut last = None;
     for p in plan {
-        let r = if p.ret { attach(ret, path, &[p.offset], &[p.cookie], true).map(Some) } else { Ok(None) };
-        let placed = r.and_then(|r| attach(entry, path, &[p.offset], &[p.cookie], false).map(|e| (r, e)));
-        match placed {
-            Ok((r, e)) => {
-                links.extend(r.into_iter().chain([e]).map(Link::Multi));
+        match place((entry, ret), path, std::slice::from_ref(p)) {
+            Ok(placed) => {
+                links.extend(placed);
                 done.push(p.op.symbol);
             }
             Err(e) => {
