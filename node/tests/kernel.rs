@@ -425,23 +425,10 @@ async fn a_runtime_linked_into_the_executable_is_found_by_its_symbols() {
     build(&dir.path().join("bin"));
     let driver = dir.path().join("bin/libcuda.so.1");
     let exe = dir.path().join("bin/train_cuda");
-    let st = std::process::Command::new("cc")
-        .args([
-            "-O1",
-            "-fno-inline",
-            "-fno-omit-frame-pointer",
-            "-mno-omit-leaf-frame-pointer",
-            "-fcf-protection=none",
-            "-I",
-        ])
-        .arg(native_dir())
-        .arg("-o")
-        .arg(&exe)
-        .arg(native_dir().join("static_cuda.c"))
-        .arg("-ldl")
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let inc = native_dir();
+    let flags =
+        ["-O1", "-fno-inline", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-fcf-protection=none"];
+    cc(&[&flags[..], &["-I", inc.to_str().unwrap(), "-o"]].concat(), &exe, "static_cuda.c", &["-ldl"]);
     let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
     let w = Workload::start(&exe, &driver, &["600", "3000"], &cg);
     let pid = w.pid();

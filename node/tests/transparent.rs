@@ -17,8 +17,7 @@ use fixtures::*;
 use ingero_model::Table;
 
 fn cc(args: &[&str], out: &Path, src: &str) {
-    let st = Command::new("cc").args(args).arg("-o").arg(out).arg(native_dir().join(src)).args(["-ldl"]).status();
-    assert!(st.expect("cc (gcc) is required").success(), "compiling {src}");
+    fixtures::cc(&[args, &["-o"]].concat(), out, src, &["-ldl"]);
 }
 
 /// loader/libloader.so (RUNPATH $ORIGIN/plugins), loader/plugins/{libplugin.so,
