@@ -11,12 +11,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=ingero.proto");
     println!("cargo:rerun-if-changed=podresources.proto");
     let fds = protox::compile(["ingero.proto", "podresources.proto"], ["."])?;
+    // Without feature `grpc` the crate has no tonic: messages only.
+    let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
-        .build_client(true)
+        .build_client(grpc)
         .build_server(false)
         // Payload bytes are shared, not copied, between decode, WAL and buffer.
         .bytes(".ingero.v1")
         .compile_fds(fds.clone())?;
+    if !grpc {
+        return Ok(());
+    }
 
     let servers = PathBuf::from(std::env::var("OUT_DIR")?).join("servers");
     std::fs::create_dir_all(&servers)?;

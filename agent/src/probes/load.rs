@@ -548,15 +548,40 @@ fn compat_names(op: &ops::Op) -> (String, String) {
 /// Every op's programs, loaded at start as the full object's pair is: a
 /// library mapped later is probed as fast on either object (loading them
 /// at first use delayed a new library's probes by the verifier's time).
+/// The kernel verifies privileged loads in parallel (no verifier lock since
+/// 5.0), so up to 4 threads share the ~200 programs: the agent's start on a
+/// 5.10 node is the verifier's time over the threads, and 4 keeps a start
+/// from taking more of a busy node than a few cores for a moment.
 fn load_compat_calls(ebpf: &mut Ebpf) -> Result<()> {
-    for op in ops::all() {
-        let (entry, ret) = compat_names(&op);
-        let names = if op.return_probed() { vec![entry, ret] } else { vec![entry] };
-        for name in names {
-            as_uprobe(prog(ebpf, &name)?)?.load().map_err(Error::program(format!("loading {name}")))?;
-        }
+    let names: HashSet<String> = ops::all()
+        .iter()
+        .flat_map(|op| {
+            let (entry, ret) = compat_names(op);
+            if op.return_probed() { vec![entry, ret] } else { vec![entry] }
+        })
+        .collect();
+    let mut progs: Vec<(&str, &mut aya::programs::Program)> =
+        ebpf.programs_mut().filter(|(n, _)| names.contains(*n)).collect();
+    if progs.len() < names.len() {
+        let have: HashSet<&str> = progs.iter().map(|(n, _)| *n).collect();
+        let name = names.iter().find(|n| !have.contains(n.as_str())).cloned().unwrap_or_default();
+        return Err(Error::Missing { kind: "program", name });
     }
-    Ok(())
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+    let chunk = progs.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let loads: Vec<_> = progs
+            .chunks_mut(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter_mut().try_for_each(|(name, p)| {
+                        as_uprobe(p)?.load().map_err(Error::program(format!("loading {name}")))
+                    })
+                })
+            })
+            .collect();
+        loads.into_iter().try_for_each(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+    })
 }
 
 /// A cgroup v2 directory's id (its inode number) and its depth below the
