@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, CgroupArray, HashMap as BpfHashMap, MapData};
-use aya::programs::UProbe;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope};
 use aya::{Btf, Ebpf, EbpfLoader};
 
@@ -20,6 +19,10 @@ use super::libs::Found;
 use super::link::{Closing, Link, Links};
 use super::ops::{self, Lib};
 use crate::error::{Error, Result};
+
+/// Also where other modules look maps up by name.
+pub use super::handles::map;
+use super::handles::{as_uprobe, prog};
 
 /// The compiled programs (built by build.rs from ebpf/*.c): for Linux
 /// >= 5.17, and the compat build for 5.10 to 5.16 (`features::Object`).
@@ -109,8 +112,7 @@ impl Probes {
                 load_hold(&mut ebpf, &features)
             }
             Object::Compat => {
-                write_op_cookies(&mut ebpf)?;
-                load_compat_calls(&mut ebpf)?;
+                super::compat::load_calls(&mut ebpf)?;
                 tracing::warn!("{NO_HOLD}");
                 false
             }
@@ -144,7 +146,7 @@ impl Probes {
     fn call_programs(&self, op: &ops::Op) -> (String, String) {
         match self.features.object() {
             Object::Full => ("call_entry".into(), "call_return".into()),
-            Object::Compat => compat_names(op),
+            Object::Compat => super::compat::names(op),
         }
     }
 
@@ -532,58 +534,6 @@ fn load_hold(ebpf: &mut Ebpf, features: &Features) -> bool {
     load_or_warn(ebpf, "dlsym_entry", "no library hold: a library dlopen'd and called at once misses its first calls")
 }
 
-/// The compat object's programs read their op's cookie from `op_cookies`.
-fn write_op_cookies(ebpf: &mut Ebpf) -> Result<()> {
-    let mut m: Array<&mut MapData, u64> = map(ebpf, "op_cookies")?;
-    for op in ops::all() {
-        m.set(u32::from(op.id), op.cookie(), 0).map_err(Error::map("op_cookies"))?;
-    }
-    Ok(())
-}
-
-fn compat_names(op: &ops::Op) -> (String, String) {
-    (format!("call_entry_{}", op.id), format!("call_return_{}", op.id))
-}
-
-/// Every op's programs, loaded at start as the full object's pair is: a
-/// library mapped later is probed as fast on either object (loading them
-/// at first use delayed a new library's probes by the verifier's time).
-/// The kernel verifies privileged loads in parallel (no verifier lock since
-/// 5.0), so up to 4 threads share the ~200 programs: the agent's start on a
-/// 5.10 node is the verifier's time over the threads, and 4 keeps a start
-/// from taking more of a busy node than a few cores for a moment.
-fn load_compat_calls(ebpf: &mut Ebpf) -> Result<()> {
-    let names: HashSet<String> = ops::all()
-        .iter()
-        .flat_map(|op| {
-            let (entry, ret) = compat_names(op);
-            if op.return_probed() { vec![entry, ret] } else { vec![entry] }
-        })
-        .collect();
-    let mut progs: Vec<(&str, &mut aya::programs::Program)> =
-        ebpf.programs_mut().filter(|(n, _)| names.contains(*n)).collect();
-    if progs.len() < names.len() {
-        let have: HashSet<&str> = progs.iter().map(|(n, _)| *n).collect();
-        let name = names.iter().find(|n| !have.contains(n.as_str())).cloned().unwrap_or_default();
-        return Err(Error::Missing { kind: "program", name });
-    }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
-    let chunk = progs.len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let loads: Vec<_> = progs
-            .chunks_mut(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    part.iter_mut().try_for_each(|(name, p)| {
-                        as_uprobe(p)?.load().map_err(Error::program(format!("loading {name}")))
-                    })
-                })
-            })
-            .collect();
-        loads.into_iter().try_for_each(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-    })
-}
-
 /// A cgroup v2 directory's id (its inode number) and its depth below the
 /// hierarchy's root (the mount point, whose parent is another filesystem).
 fn cgroup_id_and_level(dir: &Path) -> std::io::Result<(u64, u32)> {
@@ -600,21 +550,4 @@ fn cgroup_id_and_level(dir: &Path) -> std::io::Result<(u64, u32)> {
         p = parent;
     }
     Ok((md.ino(), level))
-}
-
-fn as_uprobe(p: &mut aya::programs::Program) -> Result<&mut UProbe> {
-    p.try_into().map_err(Error::program("uprobe"))
-}
-
-fn prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
-    ebpf.program_mut(name).ok_or_else(|| Error::Missing { kind: "program", name: name.into() })
-}
-
-/// A typed view of a map by name.
-pub fn map<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<T>
-where
-    T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let m = ebpf.map_mut(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
-    T::try_from(m).map_err(Error::map(name))
 }

@@ -7,10 +7,12 @@ pub(crate) mod abi;
 #[cfg(test)]
 mod arch_check;
 mod attached;
+mod compat;
 pub(crate) mod drain;
 pub mod features;
 pub(crate) mod files;
 pub(crate) mod grace;
+mod handles;
 pub mod libs;
 pub(crate) mod link;
 pub mod load;
