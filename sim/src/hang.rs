@@ -16,7 +16,7 @@ use crate::faults::{FaultKind, Injection};
 /// The op the waiting ranks are inside.
 const WAITED_OP: (&str, &str) = ("nccl", "ncclAllReduce");
 /// The call whose return ends each simulated step (its sync).
-const STEP_OP: &str = "cudaStreamSynchronize";
+pub(crate) const STEP_OP: &str = "cudaStreamSynchronize";
 
 /// One rank of a hung job in one window.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,7 @@
 use ingero_model::hist::Histogram;
 use ingero_model::rows::{BatchBuilder, TimestampUs};
 use ingero_model::signals::Signals;
-use ingero_model::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, ProcessMetaRow, SchedRow};
+use ingero_model::tables::{CallRow, CgroupRow, Common, HostEventRow, IoRow, ProcessMetaRow, ProgressRow, SchedRow};
 use ingero_model::{Table, Tables};
 
 use crate::faults::{FaultKind, Injection};
@@ -45,6 +45,8 @@ impl Rng {
 #[derive(Debug, Clone, Default)]
 pub struct RankWindow {
     pub steps: f64,
+    /// Each step's time (ms): the job's pace, alike on every rank.
+    pub step_ms: f64,
     pub host_ms: f64,
     pub compute_ms: f64,
     pub runq_ms: f64,
@@ -141,6 +143,7 @@ pub fn settle(out: &mut [RankWindow], net_extra: &[f64]) {
     let step = slowest + ALLREDUCE_MS + 0.6 * slow_net;
     for r in out.iter_mut() {
         r.steps = (1000.0 / step).max(0.5);
+        r.step_ms = step;
         r.copy_ms = FORWARD_SHARE * r.compute_ms;
         r.sync_ms = (step - host(r) - r.copy_ms).max(0.0);
     }
@@ -149,7 +152,8 @@ pub fn settle(out: &mut [RankWindow], net_extra: &[f64]) {
 /// The node-window signals the aggregator derives from [`rows`] (what
 /// `ingero_model::signals::of_tables` computes from them), without building
 /// the rows: for simulations of whole fleet-days. A test holds the two equal.
-/// Hung windows are not modelled here (fleet-days inject no hangs).
+/// Hung windows are not modelled here (fleet-days inject no hangs), nor the
+/// processes' progress (`procs`: their steps are shown, never scored).
 pub fn signals(r: &RankWindow) -> Signals {
     debug_assert!(r.hung.is_none(), "fleet-day signals of a hung window");
     let count = |x: f64| x.round().max(0.0) as u64;
@@ -291,6 +295,7 @@ impl RowSink {
         cgroups(&mut self.cgroups, id, r, &common, &sched);
         io(&mut self.io, r, &common);
         mem_events(&mut self.host, id, r, &common);
+        self.progress.append(&common, &progress_row(r)).expect("simulated row fits the schema");
     }
 
     /// One batch per table that has rows.
@@ -300,6 +305,27 @@ impl RowSink {
             .filter(|b| !b.is_empty())
             .map(|mut b| (b.table(), b.finish().expect("valid")))
             .collect()
+    }
+}
+
+/// The steps the rank's agent found (every return of the end-of-step sync
+/// ends one) and what it is inside at the window's end: between calls, its
+/// last sync a moment ago.
+fn progress_row(r: &RankWindow) -> ProgressRow<'static> {
+    let step_ns = (r.step_ms * 1e6) as u64;
+    ProgressRow {
+        threads_in_call: 0,
+        oldest_library: None,
+        oldest_op: None,
+        oldest_tid: None,
+        oldest_age_ns: None,
+        last_call_age_ns: Some(1_000_000),
+        proc_state: Some("S"),
+        steps: Some(r.steps.round() as u32),
+        step_p50_ns: Some(step_ns),
+        // Steps within one window vary a little around the job's pace.
+        step_max_ns: Some(step_ns + step_ns / 20),
+        step_op: Some(crate::hang::STEP_OP),
     }
 }
 
@@ -439,9 +465,14 @@ mod tests {
                 let id = RankId { node: "n", job: "j", rank, world: 8, window_start_us: 0 };
                 let tables: Vec<(Table, Vec<arrow::array::RecordBatch>)> =
                     rows(&id, r, false, &mut rng).into_iter().map(|(t, b)| (t, vec![b])).collect();
-                let from_rows = ingero_model::signals::of_tables(&tables);
+                let mut from_rows = ingero_model::signals::of_tables(&tables);
                 assert_eq!(from_rows.len(), 1);
+                let procs = std::mem::take(&mut from_rows[0].1.procs);
                 assert_eq!(signals(r), from_rows[0].1, "rank {rank} window {w}: {r:?}");
+                // The agent found the job's steps: its pace, on every rank.
+                assert_eq!(procs.len(), 1, "{procs:?}");
+                assert_eq!(procs[0].steps, Some((1000.0 / r.step_ms).round() as u32), "{r:?}");
+                assert_eq!(procs[0].step_p50_ns, Some((r.step_ms * 1e6) as u64), "{r:?}");
             }
         }
     }
@@ -462,7 +493,7 @@ mod tests {
                 let id = RankId { node: &node, job: "j", rank: i, world: 2, window_start_us: t as i64 * 1_000_000 };
                 let tables = rows(&id, r, false, &mut rng);
                 let has = |table| tables.iter().any(|(tb, _)| *tb == table);
-                assert_eq!((has(Table::CallWindows), has(Table::ProgressWindows)), (!hung, hung), "t={t}");
+                assert_eq!((has(Table::CallWindows), has(Table::ProgressWindows)), (!hung, true), "t={t}");
                 if !hung {
                     continue;
                 }

@@ -4,7 +4,7 @@
 use ingero_model::hist::Histogram;
 use serde::Serialize;
 
-use super::data::{ReportData, median};
+use super::data::{Point, ReportData, median};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -62,6 +62,12 @@ pub struct Summary {
     pub peer_stall_share: Option<f64>,
     pub launch_rate_baseline: f64,
     pub launch_rate_worst: f64,
+    /// Mean step time in the calmest and the most stalled third of the
+    /// windows, where the agents found steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_baseline_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_worst_ns: Option<u64>,
     pub mem_events: usize,
     pub oom_kills: usize,
 }
@@ -83,6 +89,12 @@ pub(crate) fn fmt_ns(ns: u64) -> String {
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
     if n == 0 { 0.0 } else { s / n as f64 }
+}
+
+/// The mean step time of the windows that have one.
+fn mean_step<'a>(points: impl Iterator<Item = &'a Point>) -> Option<u64> {
+    let steps: Vec<f64> = points.filter_map(|p| p.step_p50_ns).map(|n| n as f64).collect();
+    (!steps.is_empty()).then(|| mean(steps.into_iter()) as u64)
 }
 
 pub(crate) fn summarize(d: &ReportData) -> Summary {
@@ -130,6 +142,8 @@ pub(crate) fn summarize(d: &ReportData) -> Summary {
         peer_stall_share: (!peers_s.is_empty()).then(|| median(peers_s)),
         launch_rate_baseline: mean(calm.iter().map(|&i| s[i].launches_per_s)),
         launch_rate_worst: mean(worst.iter().map(|&i| s[i].launches_per_s)),
+        step_baseline_ns: mean_step(calm.iter().map(|&i| &s[i])),
+        step_worst_ns: mean_step(worst.iter().map(|&i| &s[i])),
         mem_events: d
             .events
             .iter()
@@ -158,6 +172,17 @@ fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
             (1.0 - s.launch_rate_worst / s.launch_rate_baseline) * 100.0,
             s.launch_rate_baseline,
             s.launch_rate_worst
+        ));
+    }
+    // What users compare: the cost of each training step.
+    if let (Some(b), Some(w)) = (s.step_baseline_ns, s.step_worst_ns)
+        && w as f64 > b as f64 * 1.1
+    {
+        out.push(format!(
+            "each training step took {:.0}% longer ({} → {})",
+            (w as f64 / b.max(1) as f64 - 1.0) * 100.0,
+            fmt_ns(b),
+            fmt_ns(w)
         ));
     }
     if let Some(peer) = s.peer_wait_share
@@ -414,7 +439,6 @@ call_sites: Vec::new(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::data::Point;
 
     fn pod(offcpu: f64, host_offcpu: f64) -> ReportData {
         let series = (0..10)
@@ -431,6 +455,30 @@ mod tests {
 
     fn causes(d: &ReportData) -> Vec<String> {
         diagnose(d, &summarize(d)).into_iter().map(|c| c.cause).collect()
+    }
+
+    /// The stalled third's steps against the calm third's, where steps were found.
+    #[test]
+    fn a_stall_that_slows_the_steps_says_by_how_much() {
+        let mut d = pod(0.0, 0.0);
+        for (i, p) in d.series.iter_mut().enumerate() {
+            p.step_p50_ns = Some(95_000_000);
+            if i >= 5 {
+                p.runq_share = 0.35;
+                p.step_p50_ns = Some(145_000_000);
+            }
+        }
+        let s = summarize(&d);
+        assert_eq!((s.step_baseline_ns, s.step_worst_ns), (Some(95_000_000), Some(145_000_000)));
+        let effects = gpu_effects(&d, &s);
+        assert!(effects.contains(&"each training step took 53% longer (95.0ms → 145.0ms)".to_string()), "{effects:?}");
+        // No steps found, or steps no slower: nothing said.
+        for p in d.series.iter_mut() {
+            p.step_p50_ns = p.step_p50_ns.filter(|_| p.runq_share == 0.0);
+        }
+        let s = summarize(&d);
+        assert_eq!(s.step_worst_ns, None);
+        assert!(!gpu_effects(&d, &s).iter().any(|e| e.contains("step")), "{s:?}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::query::columns::Columns;
 use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
 use crate::rank::signals::{is_blocking_copy, is_device_wait, is_launch, is_sync_op};
-use ingero_model::table::names::{CALL_WINDOWS, CGROUP_WINDOWS, HOST_EVENTS, IO_WINDOWS, SCHED_WINDOWS};
+use ingero_model::table::names::{CALL_WINDOWS, CGROUP_WINDOWS, HOST_EVENTS, IO_WINDOWS, PROGRESS_WINDOWS, SCHED_WINDOWS};
 use ingero_model::time::rfc3339;
 
 /// Window start as µs, for grouping.
@@ -49,6 +49,7 @@ pub(crate) async fn collect(engine: &QueryEngine, target: &Target, start_us: i64
     let waiting = c.calls().await?;
     c.host_share(off_cpu, waiting);
     c.io().await?;
+    c.steps().await?;
     c.events().await?;
     c.neighbours().await?;
     c.reference().await?;
@@ -232,6 +233,27 @@ impl Collector<'_> {
             let (tot, wu) = (f64s(b, "total")?, f64s(b, "wu")?);
             for i in 0..b.num_rows() {
                 self.points.entry(t.value(i)).or_default().io_share = tot[i] / (wu[i].max(1.0) * 1e3);
+            }
+        }
+        Ok(())
+    }
+
+    /// Each window's step time: the median of its processes' (found by the agents).
+    async fn steps(&mut self) -> Result<()> {
+        let steps = self
+            .sql(&format!(
+                "SELECT {W} AS t, CAST(median(step_p50_ns) AS DOUBLE) AS p50 FROM {PROGRESS_WINDOWS} \
+                 WHERE step_p50_ns IS NOT NULL AND {} GROUP BY 1",
+                self.filter
+            ))
+            .await?;
+        for b in &steps {
+            let (t, p50) = (b.primitives::<Int64Type>("t")?, f64s(b, "p50")?);
+            for i in 0..b.num_rows() {
+                // Only windows the target's other rows made: a step time alone draws no point.
+                if let Some(p) = self.points.get_mut(&t.value(i)) {
+                    p.step_p50_ns = Some(p50[i] as u64);
+                }
             }
         }
         Ok(())

@@ -83,6 +83,10 @@ pub struct Point {
     #[serde(default)]
     pub peer_copy_share: Option<f64>,
     pub peer_stall_share: Option<f64>,
+    /// Median step time of the target's processes, where the agents found
+    /// their steps (`progress_windows`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_p50_ns: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]

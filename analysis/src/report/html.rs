@@ -235,7 +235,20 @@ fn charts(r: &Report) -> Markup {
         ],
         &marks,
     );
-    html! { (stall) (sync) (nccl) }
+    // Steps, where the agents found them: what each stall costs the job.
+    let steps = r.series.iter().any(|p| p.step_p50_ns.is_some()).then(|| {
+        chart(
+            "Step time (median per window, found from the cycle of its calls)",
+            "ms",
+            &[Line {
+                label: "this",
+                color: "#2ca02c",
+                points: r.series.iter().map(|p| (x(p.t_us), p.step_p50_ns.map(|n| n as f64 / 1e6))).collect(),
+            }],
+            &marks,
+        )
+    });
+    html! { (stall) @if let Some(s) = steps { (s) } (sync) (nccl) }
 }
 
 fn chains(r: &Report) -> Markup {

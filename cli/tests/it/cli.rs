@@ -49,6 +49,7 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     let o = ingero(&["stragglers", &store, "--since=5m"]);
     let (out, _) = text(&o);
     assert!(out.starts_with("NODE") && out.contains("node-2") && out.lines().all(|l| l.chars().count() <= 80), "{out}");
+    assert!(out.contains("× the job's"), "no step time: {out}");
 
     let o = ingero(&["sql", "SELECT count(*) AS n FROM call_windows WHERE node = 'node-2'", &store, "--format=json"]);
     let (out, err) = text(&o);
@@ -84,6 +85,10 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     let o = ingero(&["report", "--pod=ml/llama-pretrain-worker-2", &store, "--since=5m", "--format=json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["chains"][0]["cause"], "cpu_contention", "{v}");
+    // The simulated steps slow by the contention: the chain says by how much.
+    let effects = v["chains"][0]["effect"].to_string();
+    assert!(effects.contains("each training step took"), "{effects}");
+    assert!(v["steps"]["count"].as_u64().unwrap() > 0, "{v}");
     check_in_chromium(&report, dir.path());
 
     let o = ingero(&["report", "--pod=ml/nobody", &store, "--since=5m"]);
@@ -118,7 +123,8 @@ fn check_in_chromium(page: &Path, tmp: &Path) {
         .unwrap();
     let dom = String::from_utf8_lossy(&dom.stdout);
     assert!(dom.contains("CPU scheduling contention"), "chain not in the rendered DOM");
-    assert_eq!(dom.matches("<svg").count(), 3, "expected three plots");
+    assert_eq!(dom.matches("<svg").count(), 4, "expected four plots");
+    assert!(dom.contains("Step time (median per window"), "no step-time plot");
     assert!(dom.contains("job's other nodes"), "plots lack the peer comparison");
     let shot = tmp.join("report.png");
     let o = Command::new(chromium.unwrap())
