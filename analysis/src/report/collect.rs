@@ -14,7 +14,9 @@ use crate::error::{Error, Result};
 use crate::query::columns::Columns;
 use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
 use crate::rank::signals::{is_blocking_copy, is_device_wait, is_launch, is_sync_op};
-use ingero_model::table::names::{CALL_WINDOWS, CGROUP_WINDOWS, HOST_EVENTS, IO_WINDOWS, PROGRESS_WINDOWS, SCHED_WINDOWS};
+use ingero_model::table::names::{
+    CALL_WINDOWS, CGROUP_WINDOWS, HOST_EVENTS, IO_WINDOWS, PROGRESS_WINDOWS, SCHED_WINDOWS,
+};
 use ingero_model::time::rfc3339;
 
 /// Window start as µs, for grouping.
