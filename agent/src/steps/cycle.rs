@@ -41,17 +41,35 @@ pub(crate) fn periods(ops: &[u16]) -> Vec<usize> {
 }
 
 /// True when the time between an op's returns is spread evenly: most of it
-/// lies in intervals within 2x of the median interval.
+/// lies in intervals within 2x of the median interval. One slow step does
+/// not undo that (a loop seen for a few steps whose one step was slow): the
+/// longest interval is set aside when the calls within it are as many as
+/// within the median interval — a step like the others, only longer. The
+/// long gap of an op that is not the step's end (the copies at a step's
+/// start) holds other calls than its short ones, and is never set aside.
 fn splits_time_evenly(marks: &[Mark], op: u16) -> bool {
-    let ts: Vec<u64> = marks.iter().filter(|m| m.op == op).map(|m| m.ts_ns).collect();
-    let mut gaps: Vec<u64> = ts.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    // (time to the next return of `op`, calls made in between)
+    let at: Vec<(usize, u64)> =
+        marks.iter().enumerate().filter(|(_, m)| m.op == op).map(|(i, m)| (i, m.ts_ns)).collect();
+    let mut gaps: Vec<(u64, usize)> = at.windows(2).map(|w| (w[1].1.saturating_sub(w[0].1), w[1].0 - w[0].0)).collect();
     if gaps.is_empty() {
         return false;
     }
-    let total: u64 = gaps.iter().sum();
     gaps.sort_unstable();
-    let median = gaps[(gaps.len() - 1) / 2];
-    let typical: u64 = gaps.iter().filter(|&&g| g >= median / 2 && g <= median.saturating_mul(2)).sum();
+    if even(&gaps) {
+        return true;
+    }
+    let mut calls: Vec<usize> = gaps.iter().map(|g| g.1).collect();
+    calls.sort_unstable();
+    let (longest, median_calls) = (gaps[gaps.len() - 1], calls[(calls.len() - 1) / 2]);
+    gaps.len() >= 3 && longest.1 == median_calls && even(&gaps[..gaps.len() - 1])
+}
+
+/// `gaps` sorted: at least EVEN_TIME of their time within 2x of their median.
+fn even(gaps: &[(u64, usize)]) -> bool {
+    let total: u64 = gaps.iter().map(|g| g.0).sum();
+    let median = gaps[(gaps.len() - 1) / 2].0;
+    let typical: u64 = gaps.iter().map(|g| g.0).filter(|&g| g >= median / 2 && g <= median.saturating_mul(2)).sum();
     total > 0 && typical as f64 >= EVEN_TIME * total as f64
 }
 
@@ -145,6 +163,21 @@ mod tests {
         // Period 1 repeats 90%, but the copies leave the step's time to one gap.
         assert_eq!(periods(&m.iter().map(|m| m.op).collect::<Vec<_>>())[0], 1);
         assert_eq!(step_op(&m), Some(2));
+    }
+
+    #[test]
+    fn one_slow_step_is_set_aside_but_the_copies_long_gap_is_not() {
+        // Five steps, the third 20x longer: most of the time is in one step.
+        let mut m = steps(&[(1, 10_000), (2, 40_000_000)], 5);
+        for x in &mut m[5..] {
+            x.ts_ns += 2_000_000_000;
+        }
+        assert_eq!(step_op(&m), Some(2));
+        // Two steps of nine copies and a sync: the copies' long gap holds
+        // the sync, unlike their short ones. Not a cycle of copies.
+        let mut cycle = vec![(1, 1000); 9];
+        cycle.push((2, 1000));
+        assert_eq!(step_op(&steps(&cycle, 2)), None);
     }
 
     #[test]

@@ -180,6 +180,22 @@ mod tests {
         assert_eq!(w3[&10].steps, 13);
     }
 
+    /// A slow step before the cycle is known does not hide it: the first
+    /// window already has its steps, the slow one among them.
+    #[test]
+    fn a_slow_step_among_the_first_few_is_counted() {
+        let mut s = Steps::default();
+        // 50-ms steps; the 3rd takes 500 ms more (more than half the window's time).
+        let marks = loop_marks(10, 10, 0, 50, 30, 2, 500);
+        let (first, rest): (Vec<CallMark>, Vec<CallMark>) = marks.into_iter().partition(|m| m.ts_ns < 1000 * MS);
+        s.push(first);
+        let w1 = s.window(1000 * MS);
+        // Ends at 50, 100, 650, 700, ..., 950: 9, the first one's start unknown.
+        assert_eq!(w1[&10], StepStats { steps: 9, p50_ns: Some(50 * MS), max_ns: Some(550 * MS), op: 5 });
+        s.push(rest);
+        assert_eq!(s.window(2000 * MS)[&10].steps, 20);
+    }
+
     #[test]
     fn a_process_without_a_cycle_has_no_steps() {
         let mut s = Steps::default();
