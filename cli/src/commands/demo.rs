@@ -39,8 +39,17 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
     if inj.at >= a.duration {
         return Err(Failure::Usage("the injection must happen before the end of --duration".into()));
     }
-    let tmp = tempdir()?;
-    let root = a.keep.clone().unwrap_or_else(|| tmp.clone());
+    // The dataset goes where --keep says (relative to here), else into a
+    // directory removed however the demo ends.
+    let tmp = match &a.keep {
+        Some(_) => None,
+        None => Some(TempDir::new()?),
+    };
+    let root = match (&a.keep, &tmp) {
+        (Some(k), _) => std::path::absolute(k).map_err(|e| Failure::Usage(format!("--keep {}: {e}", k.display())))?,
+        (None, Some(t)) => t.0.clone(),
+        (None, None) => unreachable!("a temporary directory without --keep"),
+    };
     let store = StoreUrl::parse(&format!("file://{}", root.join("data").display()))
         .map_err(|e| Failure::Usage(e.to_string()))?;
     let mut cfg =
@@ -90,17 +99,26 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", a.html.display()))?;
     println!("HTML report: {}", a.html.display());
     server.shutdown().await?;
-    if a.keep.is_none() {
-        let _ = std::fs::remove_dir_all(&tmp);
-    } else {
+    if a.keep.is_some() {
         println!("dataset kept in {}", root.display());
         eprintln!("try: ingero stragglers --store {store} --since 5m");
     }
     Ok(())
 }
 
-fn tempdir() -> CmdResult<PathBuf> {
-    let p = std::env::temp_dir().join(format!("ingero-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&p).map_err(|e| anyhow::anyhow!("creating {}: {e}", p.display()))?;
-    Ok(p)
+/// The demo's own directory, removed however the demo returns (success or error).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> CmdResult<TempDir> {
+        let p = std::env::temp_dir().join(format!("ingero-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&p).map_err(|e| anyhow::anyhow!("creating {}: {e}", p.display()))?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -20,16 +20,16 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("demo.html");
     let keep = dir.path().join("ds");
-    let o = ingero(&[
-        "demo",
-        "--nodes=6",
-        "--duration=12s",
-        "--inject=cpu@2:4s",
-        &format!("--html={}", html.display()),
-        &format!("--keep={}", keep.display()),
-    ]);
+    // --keep relative to where the demo runs.
+    let o = Command::new(env!("CARGO_BIN_EXE_ingero"))
+        .args(["demo", "--nodes=6", "--duration=12s", "--inject=cpu@2:4s", "--keep=ds"])
+        .arg(format!("--html={}", html.display()))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "demo failed: {err}");
+    assert!(out.contains(&format!("dataset kept in {}", keep.display())), "{out}");
     assert!(out.contains("cpu@node-2") && !out.contains("NOT FLAGGED"), "{out}");
     assert!(out.contains("CPU scheduling contention"), "{out}");
     assert!(
