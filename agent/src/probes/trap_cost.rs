@@ -99,16 +99,15 @@ pub(crate) fn measure(ebpf: &mut Ebpf) -> Result<f64> {
         .map_err(Error::program("bare_uprobe"))?;
     prog.load().map_err(Error::program("loading bare_uprobe"))?;
     let me = NonZeroU32::new(std::process::id()).ok_or_else(|| Error::Config("process id 0".into()))?;
-    let (mut bare, mut probed) = (Duration::MAX, Duration::MAX);
-    for _ in 0..ROUNDS {
-        bare = bare.min(time_calls(target));
-        let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: None };
-        let link = prog
-            .attach(point, &path, UProbeScope::OneProcess(me))
-            .map_err(Error::program(format!("bare_uprobe on {}", path.display())))?;
-        probed = probed.min(time_calls(target));
-        prog.detach(link).map_err(Error::program("detaching bare_uprobe"))?;
-    }
+    // Minima of a few runs each (other work on the CPU only adds time);
+    // one attachment: each detach waits out a grace period in the kernel.
+    let bare = (0..ROUNDS).map(|_| time_calls(target)).min().unwrap_or(Duration::MAX);
+    let point = UProbeAttachPoint { location: UProbeAttachLocation::AbsoluteOffset(offset), cookie: None };
+    let link = prog
+        .attach(point, &path, UProbeScope::OneProcess(me))
+        .map_err(Error::program(format!("bare_uprobe on {}", path.display())))?;
+    let probed = (0..ROUNDS).map(|_| time_calls(target)).min().unwrap_or(Duration::MAX);
+    prog.detach(link).map_err(Error::program("detaching bare_uprobe"))?;
     prog.unload().map_err(Error::program("unloading bare_uprobe"))?;
     Ok(probed.saturating_sub(bare).as_nanos() as f64 / f64::from(CALLS))
 }
