@@ -251,10 +251,10 @@ impl Collector<'_> {
             .await?;
         for b in &steps {
             let (t, p50) = (b.primitives::<Int64Type>("t")?, f64s(b, "p50")?);
-            for i in 0..b.num_rows() {
+            for (i, ns) in p50.iter().enumerate() {
                 // Only windows the target's other rows made: a step time alone draws no point.
                 if let Some(p) = self.points.get_mut(&t.value(i)) {
-                    p.step_p50_ns = Some(p50[i] as u64);
+                    p.step_p50_ns = Some(*ns as u64);
                 }
             }
         }
