@@ -41,14 +41,12 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
     }
     // The dataset goes where --keep says (relative to here), else into a
     // directory removed however the demo ends.
-    let tmp = match &a.keep {
-        Some(_) => None,
-        None => Some(TempDir::new()?),
-    };
-    let root = match (&a.keep, &tmp) {
-        (Some(k), _) => std::path::absolute(k).map_err(|e| Failure::Usage(format!("--keep {}: {e}", k.display())))?,
-        (None, Some(t)) => t.0.clone(),
-        (None, None) => unreachable!("a temporary directory without --keep"),
+    let (root, _tmp) = match &a.keep {
+        Some(k) => (std::path::absolute(k).map_err(|e| Failure::Usage(format!("--keep {}: {e}", k.display())))?, None),
+        None => {
+            let t = TempDir::new()?;
+            (t.0.clone(), Some(t))
+        }
     };
     let store = StoreUrl::parse(&format!("file://{}", root.join("data").display()))
         .map_err(|e| Failure::Usage(e.to_string()))?;
