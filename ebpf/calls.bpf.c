@@ -453,8 +453,9 @@ static __always_inline void outlier(struct pt_regs *ctx, __u64 pid_tgid, __u32 o
 	 * frame is its call site. */
 	e->ustack_bytes = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 	e->py_frames = py_stack(e->tgid, e);
-	/* No wakeup: userspace polls once per window. */
-	if (bpf_ringbuf_output(&stalls, e, sizeof(*e), BPF_RB_NO_WAKEUP)) {
+	/* Wakes the stacks worker (outliers are rare): it reads the frames'
+	 * code objects while the process lives. */
+	if (bpf_ringbuf_output(&stalls, e, sizeof(*e), 0)) {
 		struct counters *cn = ctrs();
 		if (cn)
 			cn->ringbuf_drops++;

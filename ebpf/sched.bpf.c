@@ -356,7 +356,8 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	e->reason = ((__u32)nr & OFFCPU_NR_MASK) | (sleep_only(ts) ? OFFCPU_NO_FDS : 0);
 	e->ustack_bytes = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 	e->py_frames = py_stack(e->tgid, e);
-	if (bpf_ringbuf_output(&offcpu, e, sizeof(*e), BPF_RB_NO_WAKEUP)) {
+	/* Wakes the stacks worker, as an outlier call does. */
+	if (bpf_ringbuf_output(&offcpu, e, sizeof(*e), 0)) {
 		struct counters *cn = ctrs();
 		if (cn)
 			cn->ringbuf_drops++;

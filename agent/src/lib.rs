@@ -24,5 +24,6 @@ pub(crate) mod stacks;
 pub mod steps;
 pub(crate) mod syscalls;
 pub(crate) mod thresholds;
+pub(crate) mod wake;
 pub mod watchdog;
 pub(crate) mod window;

@@ -19,7 +19,7 @@ use crate::host::HostFacts;
 use crate::probes::abi::{
     Counters, PROC_COMM_INIT, PROC_DLOPEN, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_LIB_LOOKUP, ProcEvent,
 };
-use crate::probes::drain::{self, Rings};
+use crate::probes::drain::{self, Rings, StallRings};
 use crate::probes::grace::Grace;
 use crate::probes::libs;
 use crate::probes::load::{Attached, Probes};
@@ -27,8 +27,9 @@ use crate::probes::ops::Lib;
 use crate::probes::statics::StaticRuntimes;
 use crate::probes::thread_counts::ThreadCounts;
 use crate::probes::unpreempted::Unpreempted;
-use crate::stacks::Stacks;
-use crate::window::{Stall, WindowBuilder, WindowCtx};
+use crate::stacks::Stall;
+use crate::stacks::worker::Stacks;
+use crate::window::{WindowBuilder, WindowCtx};
 
 pub use crate::loop_config::{LoopConfig, LoopStats};
 
@@ -56,10 +57,10 @@ pub struct ProbeLoop {
     attr: Attributor,
     host: HostFacts,
     statics: StaticRuntimes,
-    /// Interpreters and mappings of CUDA-using processes (stack resolution).
+    /// The stacks worker: outlier calls resolved as they arrive (a process
+    /// that exits at once keeps its frames).
     stacks: Stacks,
-    /// Outlier calls of the current window, resolved as they arrive (a
-    /// process that exits later in the window keeps its frames).
+    /// Outlier calls of the current window, resolved.
     stalls: Vec<Stall>,
     pid_filter: HashSet<u32>,
     cg_paths: HashMap<u64, String>,
@@ -109,6 +110,7 @@ impl ProbeLoop {
         kube: crate::attribution::KubeSources,
     ) -> Result<ProbeLoop> {
         let rings = Rings::take(&mut probes)?;
+        let stacks = Stacks::start(StallRings::take(&mut probes)?)?;
         stats.watchdog.set_limit(cfg.watchdog);
         if let Some(root) = &cfg.cgroup_root {
             probes.set_scope(root)?;
@@ -133,7 +135,7 @@ impl ProbeLoop {
             attr: Attributor::new(cfg.cgroup_mount.clone()).with_kubernetes(kube.watch, kube.gpus),
             host: HostFacts::read(),
             statics: StaticRuntimes::default(),
-            stacks: Stacks::default(),
+            stacks,
             stalls: Vec::new(),
             pid_filter: cfg.pids.iter().copied().collect(),
             cg_paths: crate::attribution::cgroup::paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref()),
@@ -272,9 +274,7 @@ impl ProbeLoop {
                 self.on_proc_event(e);
             }
             drop(busy);
-            let busy = dog.enter(Step::StallStacks);
-            self.take_stalls();
-            drop(busy);
+            self.stalls.extend(self.stacks.take());
             self.steps.push(self.rings.marks());
             let now = Instant::now();
             let due: Vec<u32> = self.follow_ups.iter().filter(|(t, _)| *t <= now).map(|(_, p)| *p).collect();
@@ -288,24 +288,6 @@ impl ProbeLoop {
                 self.scan(&libs::pids(self.cfg.cgroup_root.as_deref()));
                 self.next_scan = Instant::now() + self.cfg.rescan;
             }
-        }
-    }
-
-    /// Outlier calls so far, with their stacks resolved now, while the
-    /// process is most likely alive.
-    fn take_stalls(&mut self) {
-        for event in self.rings.stalls() {
-            let stack = self.stacks.resolve(&event);
-            tracing::debug!(
-                pid = event.tgid,
-                tid = event.tid,
-                native = event.native().len(),
-                ustack_bytes = event.ustack_bytes,
-                python = event.py_frames,
-                frames = stack.as_ref().map_or(0, |s| s.frames.len()),
-                "stall"
-            );
-            self.stalls.push(Stall { event, stack });
         }
     }
 
@@ -416,7 +398,8 @@ impl ProbeLoop {
             d.sched.retain(|(p, _)| keep.contains(p));
             d.io.retain(|(k, _)| keep.contains(&k.tgid));
         }
-        self.take_stalls();
+        let flushed = self.stacks.flush();
+        self.stalls.extend(flushed);
         self.steps.push(self.rings.marks());
         self.count_cost(&d);
         let stalls = std::mem::take(&mut self.stalls);

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     ProcessEvents,
-    StallStacks,
     ScanNew,
     Rescan,
     Settle,
@@ -22,20 +21,12 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 7] = [
-        Step::ProcessEvents,
-        Step::StallStacks,
-        Step::ScanNew,
-        Step::Rescan,
-        Step::Settle,
-        Step::CloseWindow,
-        Step::SendWindow,
-    ];
+    const ALL: [Step; 6] =
+        [Step::ProcessEvents, Step::ScanNew, Step::Rescan, Step::Settle, Step::CloseWindow, Step::SendWindow];
 
     pub fn what(self) -> &'static str {
         match self {
             Step::ProcessEvents => "handling process events",
-            Step::StallStacks => "resolving stall stacks",
             Step::ScanNew => "scanning new processes",
             Step::Rescan => "rescanning processes",
             Step::Settle => "waiting for the probes to finish with the last window",

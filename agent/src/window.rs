@@ -11,13 +11,11 @@ use ingero_model::tables::{
 use ingero_model::{Table, Tables};
 
 use crate::attribution::{Attributor, ProcInfo};
-use crate::probes::abi::{
-    Counters, HIST_BUCKETS, OP_OFFCPU, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent, StallEvent,
-};
+use crate::probes::abi::{Counters, HIST_BUCKETS, OP_OFFCPU, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent};
 use crate::probes::drain::Drained;
 use crate::probes::ops;
 use crate::progress::Progress;
-use crate::stacks::Stack;
+use crate::stacks::{Stack, Stall};
 
 /// Identity of this node and the window being built.
 pub(crate) struct WindowCtx<'a> {
@@ -70,13 +68,6 @@ pub(crate) struct Built {
     /// Rows refused by the schema check (a bug, never expected): counted in
     /// `ingero_agent_rows_invalid_total` and logged, not silently dropped.
     pub invalid_rows: u64,
-}
-
-/// One outlier call and where it was made.
-#[derive(Debug, Clone)]
-pub(crate) struct Stall {
-    pub event: StallEvent,
-    pub stack: Option<std::sync::Arc<Stack>>,
 }
 
 /// Builds the tables of one window, one named step per table.

@@ -129,10 +129,6 @@ pub(crate) fn counters(probes: &mut Probes) -> Result<Counters> {
 
 /// The ring buffers, owned outside the `Ebpf` so they stay mapped.
 pub(crate) struct Rings {
-    stalls: RingBuf<aya::maps::MapData>,
-    /// Off-CPU episodes outside calls, with their sites (their own ring:
-    /// they never crowd outlier calls out).
-    offcpu: RingBuf<aya::maps::MapData>,
     procs: RingBuf<aya::maps::MapData>,
     /// Return-probed calls as they return (steps).
     marks: RingBuf<aya::maps::MapData>,
@@ -144,13 +140,56 @@ impl std::fmt::Debug for Rings {
     }
 }
 
+fn take_ring(probes: &mut Probes, name: &str) -> Result<RingBuf<MapData>> {
+    let m = probes.ebpf.take_map(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
+    RingBuf::try_from(m).map_err(Error::map(name))
+}
+
+/// Outlier calls and off-CPU episodes with their sites: read by the stacks
+/// worker as they come (`crate::stacks::worker`), while their processes live.
+pub(crate) struct StallRings {
+    stalls: RingBuf<aya::maps::MapData>,
+    /// Off-CPU episodes outside calls (their own ring: they never crowd
+    /// outlier calls out).
+    offcpu: RingBuf<aya::maps::MapData>,
+}
+
+impl std::fmt::Debug for StallRings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StallRings").finish_non_exhaustive()
+    }
+}
+
+impl StallRings {
+    pub(crate) fn take(probes: &mut Probes) -> Result<StallRings> {
+        Ok(StallRings { stalls: take_ring(probes, "stalls")?, offcpu: take_ring(probes, "offcpu")? })
+    }
+
+    /// Outlier calls, then off-CPU episodes (`op` [`super::abi::OP_OFFCPU`]).
+    pub(crate) fn read(&mut self) -> Vec<StallEvent> {
+        let mut out = Vec::new();
+        while let Some(item) = self.stalls.next() {
+            out.extend(read_event::<StallEvent>(&item));
+        }
+        while let Some(item) = self.offcpu.next() {
+            out.extend(read_event::<StallEvent>(&item));
+        }
+        out
+    }
+
+    /// Sleeps until an event is ready, `also` is readable, or `timeout` passes.
+    pub(crate) fn wait(&self, also: std::os::fd::RawFd, timeout: Duration) {
+        use std::os::fd::AsRawFd;
+        let pfd = |fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut fds = [pfd(self.stalls.as_raw_fd()), pfd(self.offcpu.as_raw_fd()), pfd(also)];
+        // SAFETY: valid pollfds we own, for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 3, timeout.as_millis().max(1) as i32) };
+    }
+}
+
 impl Rings {
     pub(crate) fn take(probes: &mut Probes) -> Result<Rings> {
-        let mut take = |name: &str| -> Result<RingBuf<MapData>> {
-            let m = probes.ebpf.take_map(name).ok_or_else(|| Error::Missing { kind: "map", name: name.into() })?;
-            RingBuf::try_from(m).map_err(Error::map(name))
-        };
-        Ok(Rings { stalls: take("stalls")?, offcpu: take("offcpu")?, procs: take("procs")?, marks: take("marks")? })
+        Ok(Rings { procs: take_ring(probes, "procs")?, marks: take_ring(probes, "marks")? })
     }
 
     /// Return-probed calls as they returned, oldest first.
@@ -158,18 +197,6 @@ impl Rings {
         let mut out = Vec::new();
         while let Some(item) = self.marks.next() {
             out.extend(read_event::<CallMark>(&item));
-        }
-        out
-    }
-
-    /// Outlier calls, then off-CPU episodes (`op` [`super::abi::OP_OFFCPU`]).
-    pub(crate) fn stalls(&mut self) -> Vec<StallEvent> {
-        let mut out = Vec::new();
-        while let Some(item) = self.stalls.next() {
-            out.extend(read_event::<StallEvent>(&item));
-        }
-        while let Some(item) = self.offcpu.next() {
-            out.extend(read_event::<StallEvent>(&item));
         }
         out
     }

@@ -12,13 +12,14 @@
 //! periods from ending until it is released, and the probe loop is what
 //! releases it: the loop keeps handling process events meanwhile.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::wake::Wake;
 
 /// A grace-period waiter: `begin` after the flip, then `done` until true.
 #[derive(Debug)]
@@ -28,21 +29,12 @@ pub(crate) struct Grace {
     completed: Arc<AtomicU64>,
     asked: u64,
     /// Readable when a request completes (polled with the process events).
-    ready: Arc<OwnedFd>,
+    ready: Arc<Wake>,
 }
 
 impl Grace {
     pub(crate) fn start() -> Result<Grace> {
-        // SAFETY: no pointers; the fd returned is ours alone.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::Runtime {
-                what: "eventfd for the grace-period waiter",
-                cause: std::io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: fd is a fresh descriptor nothing else owns.
-        let ready = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let ready = Arc::new(Wake::new("eventfd for the grace-period waiter")?);
         let completed = Arc::new(AtomicU64::new(0));
         let (requests, rx) = mpsc::channel::<u64>();
         let (done, signal) = (completed.clone(), ready.clone());
@@ -52,9 +44,7 @@ impl Grace {
                 while let Ok(n) = rx.recv() {
                     synchronize();
                     done.store(n, Ordering::Release);
-                    let one: u64 = 1;
-                    // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-                    unsafe { libc::write(signal.as_raw_fd(), (&one as *const u64).cast(), 8) };
+                    signal.signal();
                 }
             })
             .map_err(|cause| Error::Runtime { what: "spawning the grace-period waiter", cause })?;
@@ -73,15 +63,13 @@ impl Grace {
 
     /// True once the grace period asked for last has ended.
     pub(crate) fn done(&self) -> bool {
-        let mut buf = 0u64;
-        // SAFETY: reads at most 8 bytes into a live u64; non-blocking.
-        unsafe { libc::read(self.ready.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) };
+        self.ready.clear();
         self.completed.load(Ordering::Acquire) >= self.asked
     }
 
     /// Polled beside the process-event ring: readable when a wait ends.
     pub(crate) fn fd(&self) -> RawFd {
-        self.ready.as_raw_fd()
+        self.ready.fd()
     }
 }
 

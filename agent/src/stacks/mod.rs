@@ -3,21 +3,24 @@
 //! captures return addresses and, for CPython threads, (code object,
 //! instruction) pairs; this stage turns them into file / function / line
 //! frames while the process lives, and gives each distinct stack an id (a
-//! hash of its frames, the same in every window and on every node).
+//! hash of its frames, the same in every window and on every node). It runs
+//! on its own thread (`worker`): a process that stalls and exits while the
+//! probe loop is busy (scanning another process, closing a window) keeps
+//! its frames.
 
 pub(crate) mod elf;
 pub(crate) mod linetable;
 pub(crate) mod pymem;
 pub(crate) mod python;
+pub(crate) mod worker;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use elf::{Elf, Mapping};
 use pymem::ProcMem;
 
 use crate::probes::abi::StallEvent;
-use crate::probes::load::Probes;
 
 /// ELF files whose symbols are kept (by device and inode)...
 const MAX_FILES: usize = 512;
@@ -78,55 +81,54 @@ impl Stack {
     }
 }
 
+/// One outlier call (or off-CPU episode) and where it was made.
+#[derive(Debug, Clone)]
+pub(crate) struct Stall {
+    pub event: StallEvent,
+    pub stack: Option<Arc<Stack>>,
+}
+
+/// A CPython process found: its memory, ready for code objects, and its maps.
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub mem: ProcMem,
+    pub maps: Vec<Mapping>,
+    pub file: std::path::PathBuf,
+}
+
+/// Looks at a process for a CPython interpreter.
+pub(crate) fn find(pid: u32) -> Result<Option<Found>, String> {
+    let Ok(text) = crate::podfs::read_maps(pid) else { return Ok(None) };
+    let maps = elf::parse_maps(&text);
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok();
+    let read = |addr: u64, len: usize| {
+        use std::os::unix::fs::FileExt;
+        let mut b = vec![0u8; len];
+        mem.as_ref()?.read_exact_at(&mut b, addr).ok().map(|_| b)
+    };
+    let Some(interp) = python::find(pid, &maps, &read)? else { return Ok(None) };
+    let mem = ProcMem::open(pid, interp.layout).map_err(|e| e.to_string())?;
+    Ok(Some(Found { mem, maps, file: interp.file }))
+}
+
 #[derive(Debug, Default)]
 struct Proc {
     python: Option<ProcMem>,
     maps: Vec<Mapping>,
 }
 
-/// What is known of each process's interpreter and mappings.
+/// What is known of each process's interpreter and mappings (the worker's).
 #[derive(Debug, Default)]
-pub(crate) struct Stacks {
+pub(crate) struct Resolver {
     procs: HashMap<u32, Proc>,
-    /// Processes already looked at for an interpreter.
-    checked: HashSet<u32>,
     files: HashMap<(u64, u64), Option<Arc<Elf>>>,
     /// What `files` holds, by `Elf::bytes`.
     files_bytes: usize,
 }
 
-impl Stacks {
-    /// Looks once at a process that uses CUDA for a CPython interpreter and,
-    /// when there is one, tells the programs how to walk its frames.
-    pub(crate) fn register(&mut self, pid: u32, probes: &mut Probes) {
-        if !self.checked.insert(pid) {
-            return;
-        }
-        let Ok(text) = crate::podfs::read_maps(pid) else { return };
-        let maps = elf::parse_maps(&text);
-        let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok();
-        let read = |addr: u64, len: usize| {
-            use std::os::unix::fs::FileExt;
-            let mut b = vec![0u8; len];
-            mem.as_ref()?.read_exact_at(&mut b, addr).ok().map(|_| b)
-        };
-        match python::find(pid, &maps, &read) {
-            Ok(Some(interp)) => {
-                let layout = interp.layout;
-                match ProcMem::open(pid, layout).map_err(|e| e.to_string()).and_then(|m| {
-                    probes.set_python(pid, &layout.kernel).map_err(|e| e.to_string())?;
-                    Ok(m)
-                }) {
-                    Ok(m) => {
-                        tracing::info!(pid, version = %layout.version, file = %interp.file.display(), "Python frames on");
-                        self.procs.insert(pid, Proc { python: Some(m), maps });
-                    }
-                    Err(e) => tracing::warn!(pid, error = %e, "no Python frames for this process"),
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(pid, error = %e, "no Python frames for this process"),
-        }
+impl Resolver {
+    pub(crate) fn insert(&mut self, pid: u32, interp: Found) {
+        self.procs.insert(pid, Proc { python: Some(interp.mem), maps: interp.maps });
     }
 
     /// The stack of one outlier call; None when nothing could be resolved
@@ -215,6 +217,5 @@ impl Stacks {
     /// Forgets an exited process (its entry in the kernel goes with `Probes::forget`).
     pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
-        self.checked.remove(&pid);
     }
 }
