@@ -31,9 +31,12 @@ use crate::wake::Wake;
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
 /// The worker wakes for events and flushes; this only bounds a missed wakeup.
 const IDLE_WAIT: Duration = Duration::from_millis(200);
-/// After a batch, what comes next waits this long (a flush does not): at most
-/// 200 wakeups a second however many threads sleep past `--offcpu-site-min`,
-/// still far inside the time a process takes to exit.
+/// Past `BATCHES_FREE` batches in `BATCH_SPAN`, what comes next waits
+/// `BATCH_GAP` (a flush does not): at most ~400 wakeups a second however many
+/// threads sleep past `--offcpu-site-min`, and none while stalls are rare (a
+/// process that stalls as it ends exits within milliseconds).
+const BATCHES_FREE: u32 = 20;
+const BATCH_SPAN: Duration = Duration::from_millis(100);
 const BATCH_GAP: Duration = Duration::from_millis(5);
 /// Resolved stalls waiting for the probe loop: past this the worker waits,
 /// the kernel's rings fill and count their drops (`ringbuf_drops`).
@@ -75,7 +78,15 @@ impl Stacks {
         let wake = Arc::new(Wake::new("eventfd for the stacks worker")?);
         let (cmds, cmd_rx) = mpsc::channel();
         let (out_tx, out) = mpsc::sync_channel(OUT_BOUND);
-        let w = Worker { rings, cmds: cmd_rx, out: out_tx, wake: wake.clone(), resolver: Resolver::default() };
+        let w = Worker {
+            rings,
+            cmds: cmd_rx,
+            out: out_tx,
+            wake: wake.clone(),
+            resolver: Resolver::default(),
+            batches: 0,
+            span_start: Instant::now(),
+        };
         // Never joined: a worker blocked on a pod's memory must not hold the
         // agent's stop. It returns once this handle is dropped.
         std::thread::Builder::new()
@@ -177,6 +188,9 @@ struct Worker {
     out: mpsc::SyncSender<Out>,
     wake: Arc<Wake>,
     resolver: Resolver,
+    /// Batches since `span_start`.
+    batches: u32,
+    span_start: Instant,
 }
 
 /// The handle is gone: the worker returns.
@@ -202,8 +216,19 @@ impl Worker {
                 self.resolve(more)?;
                 self.out.send(Out::Flushed(n)).map_err(|_| Gone)?;
             } else if batch {
-                self.wake.wait(BATCH_GAP);
+                self.pace();
             }
+        }
+    }
+
+    /// Waits `BATCH_GAP` once batches come faster than `BATCHES_FREE` a span.
+    fn pace(&mut self) {
+        if self.span_start.elapsed() >= BATCH_SPAN {
+            (self.batches, self.span_start) = (0, Instant::now());
+        }
+        self.batches += 1;
+        if self.batches > BATCHES_FREE {
+            self.wake.wait(BATCH_GAP);
         }
     }
 
