@@ -103,6 +103,7 @@ fn main() -> ExitCode {
             match &f {
                 Failure::Usage(msg) => eprintln!("error: {msg}"),
                 Failure::Run(e) => eprintln!("error: {e:#}"),
+                Failure::Interrupted => eprintln!("interrupted"),
             }
             f.exit_code()
         }

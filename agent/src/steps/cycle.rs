@@ -117,6 +117,29 @@ pub(crate) fn step_op(marks: &[Mark]) -> Option<u16> {
     find(marks).map(|c| c.op)
 }
 
+/// Where the run of calls that follows `c` begins: back from the end one
+/// period at a time while each period repeats the next (as `find` asks),
+/// then to the first call that repeats one period later. Calls before it
+/// (a job's setup) are no steps.
+pub(crate) fn run_start(marks: &[Mark], c: Cycle) -> usize {
+    let (p, ops) = (c.period, marks.iter().map(|m| m.op).collect::<Vec<u16>>());
+    if p == 0 || ops.len() < 2 * p {
+        return 0;
+    }
+    let mut i = ops.len() - p;
+    while i >= p && repeats(&ops[i - p..i + p], p) >= MIN_MATCH {
+        i -= p;
+    }
+    // To the call: back over calls that repeat one period later, then past those that do not.
+    while i > 0 && ops[i - 1] == ops[i - 1 + p] {
+        i -= 1;
+    }
+    while i < ops.len() - p && ops[i] != ops[i + p] {
+        i += 1;
+    }
+    i
+}
+
 /// True when the last `new` calls (at least `MIN_CYCLES` periods of them,
 /// at most the history kept) still follow `c`: they repeat at its period and make its op once a
 /// cycle. O(new) where `find` is O(history x MAX_PERIOD), so a steady loop

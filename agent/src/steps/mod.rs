@@ -42,6 +42,8 @@ struct Thread {
     marks: VecDeque<Mark>,
     /// Returns before this (monotonic ns) are counted in a closed window.
     counted_to: u64,
+    /// The last window closed with a cycle: the steps since are all new.
+    steady: bool,
     /// Calls since the cycle was last looked at.
     new_marks: usize,
     cycle: Option<cycle::Cycle>,
@@ -121,12 +123,23 @@ impl Thread {
                 self.cycle = cycle::find(marks);
             }
         }
+        let Some(c) = self.cycle else {
+            // Not counted yet: once a cycle is believed, these steps are.
+            self.steady = false;
+            return None;
+        };
         let from = std::mem::replace(&mut self.counted_to, end_ns);
-        let op = self.cycle?.op;
-        let mut prev = self.marks.iter().filter(|m| m.op == op && m.ts_ns < from).map(|m| m.ts_ns).next_back();
+        let marks = self.marks.make_contiguous();
+        // A loop's first steps (a cycle is believed after three) and those
+        // of windows without one count in this window, from where the loop began.
+        // A step ends at an anchor with a whole cycle of the run before it
+        // (a setup sync just before the loop ends none).
+        let run = if std::mem::replace(&mut self.steady, true) { 0 } else { cycle::run_start(marks, c) };
+        let (run, op) = (&marks[(run + c.period).saturating_sub(1).min(marks.len())..], c.op);
+        let mut prev = run.iter().filter(|m| m.op == op && m.ts_ns < from).map(|m| m.ts_ns).next_back();
         let mut steps = 0u32;
         let mut times = Vec::new();
-        for m in self.marks.iter().filter(|m| m.op == op && m.ts_ns >= from && m.ts_ns < end_ns) {
+        for m in run.iter().filter(|m| m.op == op && m.ts_ns >= from && m.ts_ns < end_ns) {
             steps += 1;
             if let Some(p) = prev {
                 times.push(m.ts_ns - p);
@@ -194,6 +207,41 @@ mod tests {
         assert_eq!(w1[&10], StepStats { steps: 9, p50_ns: Some(50 * MS), max_ns: Some(550 * MS), op: 5 });
         s.push(rest);
         assert_eq!(s.window(2000 * MS)[&10].steps, 20);
+    }
+
+    /// Steps counted over windows of `window_ms` up to `until_ms`, each
+    /// window given the calls that returned in it (as the ring does), and
+    /// the longest step shipped.
+    fn count(marks: Vec<CallMark>, pid: u32, window_ms: u64, until_ms: u64) -> (u32, Option<u64>) {
+        let (mut s, mut ws) = (Steps::default(), Vec::new());
+        for w in 1..=until_ms / window_ms {
+            let (from, to) = ((w - 1) * window_ms * MS, w * window_ms * MS);
+            s.push(marks.iter().copied().filter(|m| m.ts_ns >= from && m.ts_ns < to));
+            ws.extend(s.window(to).remove(&pid));
+        }
+        (ws.iter().map(|w| w.steps).sum(), ws.iter().filter_map(|w| w.max_ns).max())
+    }
+
+    /// 1-s steps: the cycle is believed after three, in the third window;
+    /// the two steps before count then, and no step twice.
+    #[test]
+    fn a_loops_first_steps_count_once_its_cycle_is_believed() {
+        // 20 steps of 1 s from t=0; the 9th takes 5 s more.
+        assert_eq!(count(loop_marks(10, 10, 0, 1000, 20, 8, 5000), 10, 1000, 26_000), (20, Some(6000 * MS)));
+    }
+
+    /// A job's setup (syncs and copies in no order) before its loop: none
+    /// of its syncs is a step.
+    #[test]
+    fn setup_calls_before_the_loop_are_no_steps() {
+        let setup = [(5u32, 40u64), (3, 90), (3, 95), (5, 300), (7, 310), (5, 700), (5, 720)];
+        let mut marks: Vec<CallMark> = setup
+            .iter()
+            .map(|&(op, ms)| CallMark { ts_ns: ms * MS, tgid: 10, tid: 10, op, ..Default::default() })
+            .collect();
+        // Then 12 steps of 500 ms from t=1 s.
+        marks.extend(loop_marks(10, 10, 1000, 500, 12, 99, 0));
+        assert_eq!(count(marks, 10, 1000, 8000), (12, Some(500 * MS)));
     }
 
     #[test]

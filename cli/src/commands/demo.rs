@@ -48,6 +48,14 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
             (t.0.clone(), Some(t))
         }
     };
+    // Ctrl-C returns through here too, so the temporary directory goes.
+    tokio::select! {
+        r = demo(&a, inj, &root) => r,
+        _ = crate::shutdown_signal() => Err(Failure::Interrupted),
+    }
+}
+
+async fn demo(a: &DemoArgs, inj: Injection, root: &std::path::Path) -> CmdResult {
     let store = StoreUrl::parse(&format!("file://{}", root.join("data").display()))
         .map_err(|e| Failure::Usage(e.to_string()))?;
     let mut cfg =
@@ -104,7 +112,8 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
     Ok(())
 }
 
-/// The demo's own directory, removed however the demo returns (success or error).
+/// The demo's own directory, removed however the demo returns (success,
+/// error or Ctrl-C).
 struct TempDir(PathBuf);
 
 impl TempDir {
@@ -117,6 +126,12 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // After Ctrl-C the aggregator's tasks may still be writing into it: try again.
+        for _ in 0..3 {
+            if std::fs::remove_dir_all(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }

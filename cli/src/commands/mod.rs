@@ -27,6 +27,8 @@ use ingero_store::Store;
 pub(crate) enum Failure {
     Usage(String),
     Run(anyhow::Error),
+    /// Stopped by Ctrl-C or SIGTERM after cleaning up (exit 130, as a shell reports SIGINT).
+    Interrupted,
 }
 
 impl Failure {
@@ -35,6 +37,7 @@ impl Failure {
         match self {
             Failure::Usage(_) => std::process::ExitCode::from(2),
             Failure::Run(_) => std::process::ExitCode::from(1),
+            Failure::Interrupted => std::process::ExitCode::from(130),
         }
     }
 

@@ -164,3 +164,37 @@ fn bad_arguments_exit_2_with_one_clear_line() {
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     }
 }
+
+/// Ctrl-C during the demo: exit 130 with one line, and its temporary
+/// directory gone (it was left in /tmp on every interrupted demo).
+#[test]
+fn an_interrupted_demo_removes_its_directory() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ingero"))
+        .args(["demo", "--nodes=2", "--duration=120s", "--inject=cpu@1:60s"])
+        .arg(format!("--html={}", tmp.path().join("demo.html").display()))
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    // The first simulated window: the aggregator is up and writing its files.
+    while !seen.contains("window   1/") {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "the demo ended early: {seen}");
+        seen.push_str(&line);
+    }
+    let dirs =
+        || std::fs::read_dir(tmp.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect::<Vec<_>>();
+    assert!(dirs().iter().any(|n| n.to_string_lossy().starts_with("ingero-demo-")), "{:?}", dirs());
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}{rest}");
+    assert!(rest.contains("interrupted") && !rest.contains("panicked"), "{rest}");
+    assert!(dirs().iter().all(|n| !n.to_string_lossy().starts_with("ingero-demo-")), "left behind: {:?}", dirs());
+}
