@@ -110,7 +110,7 @@ impl ProbeLoop {
         kube: crate::attribution::KubeSources,
     ) -> Result<ProbeLoop> {
         let rings = Rings::take(&mut probes)?;
-        let stacks = Stacks::start(StallRings::take(&mut probes)?)?;
+        let stacks = Stacks::start(StallRings::take(&mut probes)?, probes.set_stall_wakeup()?)?;
         stats.watchdog.set_limit(cfg.watchdog);
         if let Some(root) = &cfg.cgroup_root {
             probes.set_scope(root)?;

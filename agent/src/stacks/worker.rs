@@ -29,8 +29,11 @@ use crate::wake::Wake;
 
 /// How long a window's close waits for the worker to answer a flush.
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
-/// The worker wakes for events and flushes; this only bounds a missed wakeup.
+/// Where the ring wakes the worker, this only bounds a missed wakeup...
 const IDLE_WAIT: Duration = Duration::from_millis(200);
+/// ...where it does not (before 5.19: `Probes::set_stall_wakeup`), the
+/// worker looks this often, as the probe loop did, but never held by it.
+const POLL: Duration = Duration::from_millis(10);
 /// Past `BATCHES_FREE` batches in `BATCH_SPAN`, what comes next waits
 /// `BATCH_GAP` (a flush does not): at most ~400 wakeups a second however many
 /// threads sleep past `--offcpu-site-min`, and none while stalls are rare (a
@@ -74,7 +77,8 @@ impl std::fmt::Debug for Stacks {
 }
 
 impl Stacks {
-    pub(crate) fn start(rings: StallRings) -> Result<Stacks> {
+    /// `woken`: the programs wake the worker (else it polls every `POLL`).
+    pub(crate) fn start(rings: StallRings, woken: bool) -> Result<Stacks> {
         let wake = Arc::new(Wake::new("eventfd for the stacks worker")?);
         let (cmds, cmd_rx) = mpsc::channel();
         let (out_tx, out) = mpsc::sync_channel(OUT_BOUND);
@@ -84,6 +88,7 @@ impl Stacks {
             out: out_tx,
             wake: wake.clone(),
             resolver: Resolver::default(),
+            idle: if woken { IDLE_WAIT } else { POLL },
             batches: 0,
             span_start: Instant::now(),
         };
@@ -188,6 +193,7 @@ struct Worker {
     out: mpsc::SyncSender<Out>,
     wake: Arc<Wake>,
     resolver: Resolver,
+    idle: Duration,
     /// Batches since `span_start`.
     batches: u32,
     span_start: Instant,
@@ -203,7 +209,7 @@ impl Worker {
 
     fn serve(&mut self) -> std::result::Result<(), Gone> {
         loop {
-            self.rings.wait(self.wake.fd(), IDLE_WAIT);
+            self.rings.wait(self.wake.fd(), self.idle);
             self.wake.clear();
             // Read before the commands: each event's process is registered.
             let events = self.rings.read();
