@@ -91,6 +91,7 @@ fn failure(f: Failure) -> String {
     match f {
         Failure::Usage(m) => m,
         Failure::Run(e) => format!("{e:#}"),
+        Failure::Interrupted => "interrupted".into(),
     }
 }
 
