@@ -41,7 +41,7 @@ static __always_inline void outlier(struct pt_regs *ctx, __u64 pid_tgid, __u32 o
 	e->py_frames = py_stack(e->tgid, e);
 	/* Wakes the stacks worker (outliers are rare): it reads the frames'
 	 * code objects while the process lives. */
-	if (bpf_ringbuf_output(&stalls, e, sizeof(*e), stall_ring_flags())) {
+	if (bpf_ringbuf_output(&stalls, e, sizeof(*e), 0)) {
 		struct counters *cn = ctrs();
 		if (cn)
 			cn->ringbuf_drops++;

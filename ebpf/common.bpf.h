@@ -80,14 +80,6 @@ static __always_inline void count_map_full(void)
 }
 
 /* True when the current task is in the traced cgroup subtree. */
-/* Ring flags for an outlier or off-CPU site: a wakeup where userspace
- * asked for one (config.stall_wakeup). */
-static __always_inline __u64 stall_ring_flags(void)
-{
-	struct config *c = cfg();
-	return c && c->stall_wakeup ? 0 : BPF_RB_NO_WAKEUP;
-}
-
 static __always_inline int in_scope(struct config *c)
 {
 	if (!c || !c->scoped)

@@ -211,8 +211,6 @@ struct config {
 	__u32 hold_max_ms;     /* longest hold at a library lookup; 0: 1000 */
 	__u32 offcpu_site_us;  /* off-CPU episodes outside calls this long ship their site; 0: none */
 	__u32 call_marks;      /* 1: every return-probed call's return goes to the marks ring */
-	__u32 stall_wakeup;    /* 1: outliers and off-CPU sites wake the stacks worker (5.19+) */
-	__u32 pad;
 };
 
 /* One return-probed call (a sync, copy, collective, allocation) as it

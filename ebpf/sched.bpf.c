@@ -357,7 +357,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	e->ustack_bytes = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 	e->py_frames = py_stack(e->tgid, e);
 	/* Wakes the stacks worker, as an outlier call does. */
-	if (bpf_ringbuf_output(&offcpu, e, sizeof(*e), stall_ring_flags())) {
+	if (bpf_ringbuf_output(&offcpu, e, sizeof(*e), 0)) {
 		struct counters *cn = ctrs();
 		if (cn)
 			cn->ringbuf_drops++;

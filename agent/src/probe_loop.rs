@@ -110,7 +110,7 @@ impl ProbeLoop {
         kube: crate::attribution::KubeSources,
     ) -> Result<ProbeLoop> {
         let rings = Rings::take(&mut probes)?;
-        let stacks = Stacks::start(StallRings::take(&mut probes)?, probes.set_stall_wakeup()?)?;
+        let stacks = Stacks::start(StallRings::take(&mut probes)?)?;
         stats.watchdog.set_limit(cfg.watchdog);
         if let Some(root) = &cfg.cgroup_root {
             probes.set_scope(root)?;
@@ -187,7 +187,7 @@ impl ProbeLoop {
             let stats = self.stats.clone();
             let flipped = self.flip_and_settle()?;
             let busy = stats.watchdog.enter(Step::CloseWindow);
-            let tables = self.close_window(flipped, window_start, window_us)?;
+            let tables = self.close_window(flipped, window_start, window_us, last)?;
             drop(busy);
             let _busy = stats.watchdog.enter(Step::SendWindow);
             if tx.blocking_send(tables).is_err() || last {
@@ -389,7 +389,13 @@ impl ProbeLoop {
     }
 
     /// Drains the kernel's window (the idle half) and turns it into tables.
-    fn close_window(&mut self, flipped: drain::Flipped, window_start: i64, window_us: i64) -> Result<Tables> {
+    fn close_window(
+        &mut self,
+        flipped: drain::Flipped,
+        window_start: i64,
+        window_us: i64,
+        last: bool,
+    ) -> Result<Tables> {
         let mut d = drain::drain(&mut self.probes, flipped, &mut self.per_thread)?;
         if !self.pid_filter.is_empty() {
             // Library probes fire for every process using the file: keep --pid only.
@@ -398,7 +404,7 @@ impl ProbeLoop {
             d.sched.retain(|(p, _)| keep.contains(p));
             d.io.retain(|(k, _)| keep.contains(&k.tgid));
         }
-        let flushed = self.stacks.flush();
+        let flushed = self.stacks.flush(last);
         self.stalls.extend(flushed);
         self.steps.push(self.rings.marks());
         self.count_cost(&d);

@@ -291,9 +291,6 @@ pub(crate) struct Config {
     pub offcpu_site_us: u32,
     /// 1: return-probed calls go to the marks ring as they return (step inference).
     pub call_marks: u32,
-    /// 1: outliers and off-CPU sites wake the stacks worker (`Probes::stall_wakeup`).
-    pub stall_wakeup: u32,
-    pub pad: u32,
 }
 
 /// A return-probed call as it returned (`marks` ring).
@@ -355,8 +352,7 @@ const _: () = {
     assert!(size_of::<Counters>() == 64);
     assert!(offset_of!(Counters, mark_drops) == 56);
     assert!(offset_of!(Counters, lib_hold_timeouts) == 48);
-    assert!(size_of::<Config>() == 64);
-    assert!(offset_of!(Config, stall_wakeup) == 56);
+    assert!(size_of::<Config>() == 56);
     assert!(offset_of!(Config, offcpu_site_us) == 48);
     assert!(offset_of!(Config, call_marks) == 52);
     assert!(size_of::<CallMark>() == 32);

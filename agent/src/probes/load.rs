@@ -202,18 +202,6 @@ impl Probes {
         self.write_config()
     }
 
-    /// Turns on the wakeup of the stacks worker by each outlier and off-CPU
-    /// site where the uprobe dispatch has no `bpf_prog_active` check (5.19,
-    /// told by sleepable uprobes); returns whether it did. On Debian's 5.10
-    /// a wakeup from the programs lost one launch of 82 in 3 runs of 3 (the
-    /// exact-counts test; not pinned down further); there the worker polls.
-    pub(crate) fn set_stall_wakeup(&mut self) -> Result<bool> {
-        let on = self.features.has(super::features::SLEEPABLE_UPROBE);
-        self.config.stall_wakeup = on as u32;
-        self.write_config()?;
-        Ok(on)
-    }
-
     /// Return-probed calls go to the marks ring as they return (steps).
     pub fn set_call_marks(&mut self, on: bool) -> Result<()> {
         self.config.call_marks = on as u32;

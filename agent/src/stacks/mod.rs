@@ -111,10 +111,18 @@ pub(crate) fn find(pid: u32) -> Result<Option<Found>, String> {
     Ok(Some(Found { mem, maps, file: interp.file }))
 }
 
+/// Stacks remembered per process by their raw frames: a loop's outliers
+/// recur at a few sites, and a flood of them must not cost a read each.
+const MAX_SEEN: usize = 1024;
+
 #[derive(Debug, Default)]
 struct Proc {
     python: Option<ProcMem>,
     maps: Vec<Mapping>,
+    /// Raw frames (return addresses, then (code, instruction) pairs) → the
+    /// stack they resolved to, wholly. A code object's address is trusted
+    /// as `ProcMem`'s own cache trusts it.
+    seen: HashMap<Vec<u64>, Arc<Stack>>,
 }
 
 /// What is known of each process's interpreter and mappings (the worker's).
@@ -128,15 +136,33 @@ pub(crate) struct Resolver {
 
 impl Resolver {
     pub(crate) fn insert(&mut self, pid: u32, interp: Found) {
-        self.procs.insert(pid, Proc { python: Some(interp.mem), maps: interp.maps });
+        self.procs.insert(pid, Proc { python: Some(interp.mem), maps: interp.maps, seen: HashMap::new() });
     }
 
     /// The stack of one outlier call; None when nothing could be resolved
     /// (the process exited before, or it captured no frames).
     pub(crate) fn resolve(&mut self, e: &StallEvent) -> Option<Arc<Stack>> {
+        let raw: Vec<u64> =
+            e.native().iter().copied().chain(e.python().iter().flat_map(|f| [f.code, f.instr])).collect();
+        if let Some(s) = self.procs.get(&e.tgid).and_then(|p| p.seen.get(&raw)) {
+            return Some(s.clone());
+        }
         let mut frames = self.python_frames(e);
         frames.extend(self.native_frames(e));
-        (!frames.is_empty()).then(|| Arc::new(Stack::new(frames)))
+        if frames.is_empty() {
+            return None;
+        }
+        // Only a stack resolved wholly is remembered (a frame missed now may read later).
+        let whole = frames.len() == e.native().len() + e.python().len();
+        let stack = Arc::new(Stack::new(frames));
+        if whole {
+            let p = self.procs.entry(e.tgid).or_default();
+            if p.seen.len() >= MAX_SEEN {
+                p.seen.clear();
+            }
+            p.seen.insert(raw, stack.clone());
+        }
+        Some(stack)
     }
 
     fn python_frames(&mut self, e: &StallEvent) -> Vec<Frame> {

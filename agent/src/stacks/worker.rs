@@ -27,13 +27,13 @@ use crate::probes::drain::StallRings;
 use crate::probes::load::Probes;
 use crate::wake::Wake;
 
-/// How long a window's close waits for the worker to answer a flush.
-const FLUSH_WAIT: Duration = Duration::from_secs(1);
-/// Where the ring wakes the worker, this only bounds a missed wakeup...
+/// A window's close waits for the worker to answer a flush while it makes
+/// progress (a backlog of outliers: a flood, a slow machine), up to
+/// `FLUSH_MAX`; a worker silent for `FLUSH_IDLE` is taken for stuck.
+const FLUSH_IDLE: Duration = Duration::from_secs(1);
+const FLUSH_MAX: Duration = Duration::from_secs(5);
+/// The ring wakes the worker; this only bounds a missed wakeup.
 const IDLE_WAIT: Duration = Duration::from_millis(200);
-/// ...where it does not (before 5.19: `Probes::set_stall_wakeup`), the
-/// worker looks this often, as the probe loop did, but never held by it.
-const POLL: Duration = Duration::from_millis(10);
 /// Past `BATCHES_FREE` batches in `BATCH_SPAN`, what comes next waits
 /// `BATCH_GAP` (a flush does not): at most ~400 wakeups a second however many
 /// threads sleep past `--offcpu-site-min`, and none while stalls are rare (a
@@ -77,8 +77,7 @@ impl std::fmt::Debug for Stacks {
 }
 
 impl Stacks {
-    /// `woken`: the programs wake the worker (else it polls every `POLL`).
-    pub(crate) fn start(rings: StallRings, woken: bool) -> Result<Stacks> {
+    pub(crate) fn start(rings: StallRings) -> Result<Stacks> {
         let wake = Arc::new(Wake::new("eventfd for the stacks worker")?);
         let (cmds, cmd_rx) = mpsc::channel();
         let (out_tx, out) = mpsc::sync_channel(OUT_BOUND);
@@ -88,7 +87,6 @@ impl Stacks {
             out: out_tx,
             wake: wake.clone(),
             resolver: Resolver::default(),
-            idle: if woken { IDLE_WAIT } else { POLL },
             batches: 0,
             span_start: Instant::now(),
         };
@@ -138,43 +136,46 @@ impl Stacks {
         got
     }
 
-    /// Every stall the kernel reported until now, resolved. Waits for the
-    /// worker up to `FLUSH_WAIT`, and not at all while an earlier flush is
-    /// unanswered (a worker stuck on a read costs one wait, not one a window).
-    pub(crate) fn flush(&mut self) -> Vec<Stall> {
-        let mut got = Vec::new();
-        if self.answered == self.asked {
-            self.asked += 1;
-            let _ = self.cmds.send(Cmd::Flush(self.asked));
-            self.wake.signal();
-            let deadline = Instant::now() + FLUSH_WAIT;
-            while self.answered < self.asked {
-                match self.out.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(o) => self.receive(o, &mut got),
-                    Err(_) => {
-                        self.stuck = true;
+    /// Every stall the kernel reported until now, resolved. Not waited for
+    /// while the worker is stuck (a window's close would pay `FLUSH_IDLE`
+    /// each time), except at the last window (`last`): the agent's stop.
+    pub(crate) fn flush(&mut self, last: bool) -> Vec<Stall> {
+        let mut got = self.take();
+        if self.stuck && !last {
+            return got;
+        }
+        self.asked += 1;
+        let _ = self.cmds.send(Cmd::Flush(self.asked));
+        self.wake.signal();
+        let (start, mut progress) = (Instant::now(), Instant::now());
+        while self.answered < self.asked {
+            let until = (progress + FLUSH_IDLE).min(start + FLUSH_MAX);
+            match self.out.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(o) => {
+                    progress = Instant::now();
+                    self.receive(o, &mut got);
+                }
+                Err(_) => {
+                    if !std::mem::replace(&mut self.stuck, true) {
                         tracing::warn!(
-                            wait = ?FLUSH_WAIT,
-                            "the stacks worker did not answer (a read of a process's memory blocked?): outlier calls ship in a later window, if at all"
+                            waited = ?start.elapsed(),
+                            "the stacks worker did not finish (a read of a process's memory blocked, or a flood of outliers): the rest ship in a later window, if at all"
                         );
-                        break;
                     }
+                    break;
                 }
             }
         }
-        got.extend(self.take());
         got
     }
 
     fn receive(&mut self, o: Out, got: &mut Vec<Stall>) {
+        if std::mem::take(&mut self.stuck) {
+            tracing::info!("the stacks worker answers again");
+        }
         match o {
             Out::Stall(s) => got.push(*s),
-            Out::Flushed(n) => {
-                if std::mem::take(&mut self.stuck) {
-                    tracing::info!("the stacks worker answers again");
-                }
-                self.answered = n;
-            }
+            Out::Flushed(n) => self.answered = self.answered.max(n),
         }
     }
 }
@@ -193,7 +194,6 @@ struct Worker {
     out: mpsc::SyncSender<Out>,
     wake: Arc<Wake>,
     resolver: Resolver,
-    idle: Duration,
     /// Batches since `span_start`.
     batches: u32,
     span_start: Instant,
@@ -209,7 +209,7 @@ impl Worker {
 
     fn serve(&mut self) -> std::result::Result<(), Gone> {
         loop {
-            self.rings.wait(self.wake.fd(), self.idle);
+            self.rings.wait(self.wake.fd(), IDLE_WAIT);
             self.wake.clear();
             // Read before the commands: each event's process is registered.
             let events = self.rings.read();
