@@ -48,20 +48,27 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
             (t.0.clone(), Some(t))
         }
     };
-    // Ctrl-C returns through here too, so the temporary directory goes.
-    tokio::select! {
-        r = demo(&a, inj, &root) => r,
-        _ = crate::shutdown_signal() => Err(Failure::Interrupted),
-    }
-}
-
-async fn demo(a: &DemoArgs, inj: Injection, root: &std::path::Path) -> CmdResult {
     let store = StoreUrl::parse(&format!("file://{}", root.join("data").display()))
         .map_err(|e| Failure::Usage(e.to_string()))?;
     let mut cfg =
         with_query(ServeConfig::ephemeral(store.clone(), Default::default(), root.join("wal")), Default::default());
     cfg.commit.flush_age = Duration::from_secs(5);
     let server = Server::start(cfg).await?;
+    // Ctrl-C returns through here too: the aggregator stops writing into
+    // the directory before it goes.
+    let r = tokio::select! {
+        r = demo(&a, inj, &server, &store) => r,
+        _ = crate::shutdown_signal() => Err(Failure::Interrupted),
+    };
+    server.shutdown().await?;
+    if r.is_ok() && a.keep.is_some() {
+        println!("dataset kept in {}", root.display());
+        eprintln!("try: ingero stragglers --store {store} --since 5m");
+    }
+    r
+}
+
+async fn demo(a: &DemoArgs, inj: Injection, server: &Server, store: &StoreUrl) -> CmdResult {
     eprintln!("ingero demo: aggregator on {} (store {store})", server.grpc_url());
     eprintln!(
         "simulating {} nodes of one data-parallel job for {:?}; injecting {} at {:?}",
@@ -104,11 +111,6 @@ async fn demo(a: &DemoArgs, inj: Injection, root: &std::path::Path) -> CmdResult
     std::fs::write(&a.html, report::html::render(&rep))
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", a.html.display()))?;
     println!("HTML report: {}", a.html.display());
-    server.shutdown().await?;
-    if a.keep.is_some() {
-        println!("dataset kept in {}", root.display());
-        eprintln!("try: ingero stragglers --store {store} --since 5m");
-    }
     Ok(())
 }
 
