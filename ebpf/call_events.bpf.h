@@ -24,9 +24,10 @@ struct {
 static __always_inline void outlier(struct pt_regs *ctx, __u64 pid_tgid, __u32 op, __u64 began, __u64 d, __u64 thr)
 {
 	__u32 zero = 0;
-	struct stall_event *e = bpf_map_lookup_elem(&stall_scratch, &zero);
-	if (!e)
+	struct stall_record *r = bpf_map_lookup_elem(&stall_scratch, &zero);
+	if (!r)
 		return;
+	struct stall_event *e = &r->e;
 	e->ts_ns = began;
 	e->duration_ns = d;
 	e->threshold_ns = thr;
@@ -38,10 +39,10 @@ static __always_inline void outlier(struct pt_regs *ctx, __u64 pid_tgid, __u32 o
 	/* At the return the call's own frame is gone: the innermost native
 	 * frame is its call site. */
 	e->ustack_bytes = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
-	e->py_frames = py_stack(e->tgid, e);
+	e->py_frames = py_stack(e->tgid, r);
 	/* Wakes the stacks worker (outliers are rare): it reads the frames'
 	 * code objects while the process lives. */
-	if (bpf_ringbuf_output(&stalls, e, sizeof(*e), 0)) {
+	if (bpf_ringbuf_output(&stalls, r, record_len(r), 0)) {
 		struct counters *cn = ctrs();
 		if (cn)
 			cn->ringbuf_drops++;

@@ -455,6 +455,9 @@ static __always_inline int on_return(struct pt_regs *ctx, __u64 cookie)
 		ADD(v->total_ns, d);
 		atomic_max(&v->max_ns, d);
 		__u32 b = hist_bucket(d);
+		/* Kept: the compiler knows b is in range and would drop the check the
+		 * verifier needs (it may reload b's source unbounded from the stack). */
+		barrier_var(b);
 		if (b < INGERO_HIST_BUCKETS)
 			ADD(v->hist[b], 1);
 	}

@@ -136,6 +136,12 @@ struct py_proc {
 	__u16 fr_owner;     /* frame: owner (3.11+); PY_NONE before */
 	__u16 instr_size;   /* 4: f_lasti is an int; 8: a pointer */
 	__u16 pad;
+	__u16 co_filename;  /* code object: co_filename; PY_NONE: no snapshot */
+	__u16 co_name;      /* code object: co_qualname (3.11+) or co_name */
+	__u16 co_linetable; /* code object: co_linetable (co_lnotab in 3.9) */
+	__u16 str_ascii;    /* sizeof(PyASCIIObject): an ASCII str's text follows */
+	__u16 str_compact;  /* sizeof(PyCompactUnicodeObject): other strs' text follows */
+	__u16 pad2[3];
 };
 
 /* One Python frame as captured: resolved to file, function and line by
@@ -143,6 +149,35 @@ struct py_proc {
 struct py_frame {
 	__u64 code;  /* PyCodeObject * */
 	__u64 instr; /* f_lasti, or the instruction pointer (3.11+) */
+};
+
+/* The innermost Python frame's code object as it was at the event: the
+ * bytes a resolution reads (the code object's head, its type's name, its
+ * file and function strs, its line table), each with its address. A
+ * process whose slow call is its last statement exits, and a module's code
+ * object is freed, within microseconds of the call: its frames are read
+ * here, not later from a memory that is gone. Regions in the order below;
+ * the line table is last, so a record ends with what it holds. */
+#define PY_SNAP_REGIONS 6
+#define PY_SNAP_CODE 256   /* the code object's head */
+#define PY_SNAP_CODE_MIN 160 /* or this much, near a mapping's end: every offset read is below */
+#define PY_SNAP_STR 256    /* a str: its header and text */
+#define PY_SNAP_TABLE 4096 /* the line table's bytes object: header and table */
+#define PY_SNAP_TYPE 0     /* region: the code object's type's tp_name pointer */
+#define PY_SNAP_TYPENAME 1 /* region: the start of that name ("code") */
+#define PY_SNAP_HEAD 2
+#define PY_SNAP_FILE 3
+#define PY_SNAP_NAME 4
+#define PY_SNAP_LINES 5
+struct py_snap {
+	__u64 addr[PY_SNAP_REGIONS]; /* where each region was read; 0: not read */
+	__u32 len[PY_SNAP_REGIONS];  /* bytes read into it */
+	__u8 type_ptr[8];
+	__u8 type_name[8];
+	__u8 head[PY_SNAP_CODE];
+	__u8 file[PY_SNAP_STR];
+	__u8 name[PY_SNAP_STR];
+	__u8 lines[PY_SNAP_TABLE];
 };
 
 /* One outlier call, sent through the stalls ring buffer, with where it was
@@ -161,6 +196,14 @@ struct stall_event {
 	__u32 py_frames;    /* Python frames in py; 0: not a Python thread */
 	__u64 ustack[USTACK_MAX];
 	struct py_frame py[PY_MAX_FRAMES];
+};
+
+/* What the stall rings carry: the event, then (for a CPython thread) the
+ * snapshot of its innermost frame's code object, up to the line table's
+ * last byte read; the record is cut after `e` when there is none. */
+struct stall_record {
+	struct stall_event e;
+	struct py_snap snap;
 };
 
 #define PROC_EXEC 1

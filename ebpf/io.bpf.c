@@ -97,6 +97,9 @@ int BPF_PROG(on_rq_complete, struct request *rq, int error, unsigned int nr_byte
 	ADD(v->total_ns, d);
 	atomic_max(&v->max_ns, d);
 	__u32 b = hist_bucket(d);
+	/* Kept: the compiler knows b is in range and would drop the check the
+	 * verifier needs (it may reload b's source unbounded from the stack). */
+	barrier_var(b);
 	if (b < INGERO_HIST_BUCKETS)
 		ADD(v->hist[b], 1);
 	return 0;

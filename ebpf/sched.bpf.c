@@ -343,9 +343,10 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	site_dropped(ts);
 	if (ip != ts->sleep_ip || nr != ts->sleep_nr || end < start)
 		return 0;
-	struct stall_event *e = bpf_map_lookup_elem(&stall_scratch, &zero);
-	if (!e)
+	struct stall_record *rec = bpf_map_lookup_elem(&stall_scratch, &zero);
+	if (!rec)
 		return 0;
+	struct stall_event *e = &rec->e;
 	e->ts_ns = start;
 	e->duration_ns = end - start;
 	e->threshold_ns = (__u64)c->offcpu_site_us * 1000;
@@ -355,9 +356,9 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	e->op = OP_OFFCPU;
 	e->reason = ((__u32)nr & OFFCPU_NR_MASK) | (sleep_only(ts) ? OFFCPU_NO_FDS : 0);
 	e->ustack_bytes = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
-	e->py_frames = py_stack(e->tgid, e);
+	e->py_frames = py_stack(e->tgid, rec);
 	/* Wakes the stacks worker, as an outlier call does. */
-	if (bpf_ringbuf_output(&offcpu, e, sizeof(*e), 0)) {
+	if (bpf_ringbuf_output(&offcpu, rec, record_len(rec), 0)) {
 		struct counters *cn = ctrs();
 		if (cn)
 			cn->ringbuf_drops++;

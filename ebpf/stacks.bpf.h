@@ -8,7 +8,9 @@
  * pointer, with bpf_loop: any number of threads. No cache: a cached state
  * of a thread that exited could be read after it is freed. Frames are
  * copied as (code object, instruction) pairs; userspace reads the code
- * objects (file, name, line table) while the process lives. */
+ * objects (file, name, line table) while the process lives, and the
+ * innermost one's is copied here too (py_snap: a process can exit, and a
+ * module's code object be freed, microseconds after its slow call). */
 #ifndef INGERO_STACKS_BPF_H
 #define INGERO_STACKS_BPF_H
 
@@ -30,7 +32,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct stall_event);
+	__type(value, struct stall_record);
 } stall_scratch SEC(".maps");
 
 /* The walks need bpf_loop (5.17): the compat object (ingero.bpf.c) has no
@@ -70,9 +72,10 @@ static long walk_frame(__u64 i, void *ctx)
 {
 	struct frame_walk *w = ctx;
 	__u32 zero = 0;
-	struct stall_event *e = bpf_map_lookup_elem(&stall_scratch, &zero);
-	if (!e || !w->frame || w->n >= PY_MAX_FRAMES)
+	struct stall_record *r = bpf_map_lookup_elem(&stall_scratch, &zero);
+	if (!r || !w->frame || w->n >= PY_MAX_FRAMES)
 		return 1;
+	struct stall_event *e = &r->e;
 	__u64 f = w->frame, code = 0, instr = 0;
 	__u8 owner = 0;
 	bpf_probe_read_user(&code, sizeof(code), (void *)(f + w->pp.fr_code));
@@ -96,11 +99,90 @@ static long walk_frame(__u64 i, void *ctx)
 	return 0;
 }
 
+/* Reads `len` bytes at `src` into snapshot region `i` (at `dst`). */
+static __always_inline void snap_read(struct py_snap *s, int i, void *dst, __u32 len, __u64 src)
+{
+	if (src && !bpf_probe_read_user(dst, len, (void *)src)) {
+		s->addr[i] = src;
+		s->len[i] = len;
+	}
+}
+
+/* A str: its header and as much of its text as fits (a cut one is read
+ * live, or not at all: userspace needs all of it). */
+static __always_inline void snap_str(struct py_snap *s, int i, __u8 *dst, __u64 obj, const struct py_proc *pp)
+{
+	__u64 len = 0;
+	__u32 state = 0;
+	if (!obj || bpf_probe_read_user(&len, sizeof(len), (void *)(obj + 16)) ||
+	    bpf_probe_read_user(&state, sizeof(state), (void *)(obj + 32)))
+		return;
+	__u64 n = ((state >> 6) & 1 ? pp->str_ascii : pp->str_compact) + len * ((state >> 2) & 7);
+	if (n > PY_SNAP_STR)
+		n = PY_SNAP_STR;
+	/* The clamped value, not an earlier copy, reaches the read (the 6.1
+	 * verifier does not carry the bound to a copy spilled before it). */
+	barrier_var(n);
+	snap_read(s, i, dst, n, obj);
+}
+
+/* A pointer field of the copied code object head (offsets are 8-aligned). */
+static __always_inline __u64 head_ptr(const struct py_snap *s, __u16 off)
+{
+	return *(const __u64 *)(s->head + (off & (PY_SNAP_CODE - 8)));
+}
+
+/* Copies what resolving `code` reads (the regions of struct py_snap). */
+static __always_inline void py_snap(struct py_snap *s, __u64 code, const struct py_proc *pp)
+{
+	if (pp->co_filename == PY_NONE || pp->co_name == PY_NONE || pp->co_linetable == PY_NONE)
+		return;
+	/* A small code object near the end of its mapping: the shorter head
+	 * still holds every field read (userspace sets no offset past it). */
+	snap_read(s, PY_SNAP_HEAD, s->head, PY_SNAP_CODE, code);
+	if (!s->addr[PY_SNAP_HEAD])
+		snap_read(s, PY_SNAP_HEAD, s->head, PY_SNAP_CODE_MIN, code);
+	if (!s->addr[PY_SNAP_HEAD])
+		return;
+	__u64 ty = *(const __u64 *)(s->head + 8), tp_name = 0;
+	snap_read(s, PY_SNAP_TYPE, s->type_ptr, sizeof(s->type_ptr), ty ? ty + 24 : 0);
+	if (s->addr[PY_SNAP_TYPE])
+		tp_name = *(const __u64 *)s->type_ptr;
+	snap_read(s, PY_SNAP_TYPENAME, s->type_name, sizeof(s->type_name), tp_name);
+	snap_str(s, PY_SNAP_FILE, s->file, head_ptr(s, pp->co_filename), pp);
+	snap_str(s, PY_SNAP_NAME, s->name, head_ptr(s, pp->co_name), pp);
+	__u64 table = head_ptr(s, pp->co_linetable), size = 0;
+	if (!table || bpf_probe_read_user(&size, sizeof(size), (void *)(table + 16)))
+		return;
+	__u64 n = 32 + size;
+	if (n > PY_SNAP_TABLE)
+		n = PY_SNAP_TABLE;
+	barrier_var(n);
+	snap_read(s, PY_SNAP_LINES, s->lines, n, table);
+}
+
 #endif
 
-/* Fills e->py with the calling thread's Python frames; returns how many. */
-static __always_inline __u32 py_stack(__u32 tgid, struct stall_event *e)
+/* Bytes of `r` to send: the event, and the snapshot when there is one. */
+static __always_inline __u32 record_len(const struct stall_record *r)
 {
+	if (!r->snap.addr[PY_SNAP_HEAD])
+		return sizeof(r->e);
+	__u32 n = r->snap.len[PY_SNAP_LINES];
+	if (n > PY_SNAP_TABLE)
+		n = PY_SNAP_TABLE;
+	barrier_var(n);
+	return __builtin_offsetof(struct stall_record, snap.lines) + n;
+}
+
+/* Fills r->e.py with the calling thread's Python frames and r->snap with
+ * the innermost one's code object; returns how many frames. */
+static __always_inline __u32 py_stack(__u32 tgid, struct stall_record *r)
+{
+	for (int i = 0; i < PY_SNAP_REGIONS; i++) {
+		r->snap.addr[i] = 0;
+		r->snap.len[i] = 0;
+	}
 #if defined(__TARGET_ARCH_x86) && !defined(INGERO_COMPAT)
 	struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!pp)
@@ -121,6 +203,8 @@ static __always_inline __u32 py_stack(__u32 tgid, struct stall_event *e)
 	    bpf_probe_read_user(&fw.frame, sizeof(fw.frame), (void *)(fw.frame + pp->cframe_frame)))
 		return 0;
 	bpf_loop(2 * PY_MAX_FRAMES, walk_frame, &fw, 0);
+	if (fw.n)
+		py_snap(&r->snap, r->e.py[0].code, pp);
 	return fw.n;
 #else
 	/* The thread pointer is matched on x86-64 only (arm64's TPIDR_EL0 is

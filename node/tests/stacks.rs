@@ -2,7 +2,7 @@
 //! Call sites of outlier calls against real interpreters: CPython 3.9–3.13
 //! (pyenv) calling the CUDA-named test library through ctypes, from known
 //! functions and lines, nested and from several threads; a C program gets
-//! native frames only; a process that exits at once breaks nothing.
+//! native frames only; a process that exits at once keeps its call site.
 
 mod fixtures;
 
@@ -94,11 +94,13 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
         .collect();
     // A C program: native frames only.
     let c = Workload::start(&wl, &lib, &["open", "call:cudaStreamSynchronize:2:15000", "sleep:300"], &cg);
-    // Stalls and exits at once: its window must still ship.
+    // Stalls in its last statement and exits within microseconds (its code
+    // object and memory gone before any reader could get to them): its
+    // window still ships, with the line of its call.
     let mut quick = Command::new(python("3.12"));
-    quick
-        .arg("-c")
-        .arg("import ctypes,sys; sys.stdin.read(1); l=ctypes.CDLL(sys.argv[1]); l.cudaMemcpy(ctypes.c_long(15000))");
+    quick.arg("-c").arg(
+        "import ctypes,os,sys; sys.stdin.read(1); l=ctypes.CDLL(sys.argv[1])\nl.cudaMemcpy(ctypes.c_long(15000)); os._exit(0)",
+    );
     let quick = Workload::start_with(quick, &lib, &[], &cg);
     let pids: Vec<(&str, u32)> = pythons.iter().map(|(v, w)| (*v, w.pid())).collect();
     let (cpid, qpid) = (c.pid(), quick.pid());
@@ -154,6 +156,8 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
     assert!(native.iter().all(|(_, py, n)| py.is_empty() && *n > 0), "a C program has native frames only: {native:?}");
     let q = stalls_of(&stalls, &stacks, qpid);
     assert_eq!(q.len(), 1, "the stall of a process that exited at once still ships: {q:?}\n{log}");
+    let last = vec![("<string>".to_string(), "<module>".to_string(), Some(2))];
+    assert_eq!(q[0].1, last, "the call site of a process that exited at once: {q:?}\n{log}");
     let keep = dir.path().to_path_buf();
     if std::env::var_os("INGERO_KEEP_REPORT").is_some() {
         std::mem::forget(dir);

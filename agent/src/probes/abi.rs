@@ -142,6 +142,11 @@ pub(crate) struct IoVal {
 
 pub(crate) const USTACK_MAX: usize = c::USTACK_MAX as usize;
 pub(crate) const PY_MAX_FRAMES: usize = c::PY_MAX_FRAMES as usize;
+pub(crate) const PY_SNAP_REGIONS: usize = c::PY_SNAP_REGIONS as usize;
+pub(crate) const PY_SNAP_CODE: usize = c::PY_SNAP_CODE as usize;
+pub(crate) const PY_SNAP_CODE_MIN: usize = c::PY_SNAP_CODE_MIN as usize;
+pub(crate) const PY_SNAP_STR: usize = c::PY_SNAP_STR as usize;
+pub(crate) const PY_SNAP_TABLE: usize = c::PY_SNAP_TABLE as usize;
 /// A `PyProc` offset the interpreter's version lacks.
 pub(crate) const PY_NONE: u16 = c::PY_NONE as u16;
 
@@ -162,6 +167,12 @@ pub(crate) struct PyProc {
     pub fr_owner: u16,
     pub instr_size: u16,
     pub pad: u16,
+    pub co_filename: u16,
+    pub co_name: u16,
+    pub co_linetable: u16,
+    pub str_ascii: u16,
+    pub str_compact: u16,
+    pub pad2: [u16; 3],
 }
 
 #[repr(C)]
@@ -220,6 +231,74 @@ impl StallEvent {
     pub(crate) fn python(&self) -> &[PyFrame] {
         &self.py[..(self.py_frames as usize).min(PY_MAX_FRAMES)]
     }
+}
+
+/// The innermost frame's code object as the kernel copied it (`struct py_snap`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct PySnap {
+    pub addr: [u64; PY_SNAP_REGIONS],
+    pub len: [u32; PY_SNAP_REGIONS],
+    pub type_ptr: [u8; 8],
+    pub type_name: [u8; 8],
+    pub head: [u8; PY_SNAP_CODE],
+    pub file: [u8; PY_SNAP_STR],
+    pub name: [u8; PY_SNAP_STR],
+    pub lines: [u8; PY_SNAP_TABLE],
+}
+
+impl PySnap {
+    /// The snapshot after a record's event, if the record has one; the
+    /// line table holds only what the record carries.
+    pub(crate) fn from_tail(tail: &[u8]) -> Option<Box<PySnap>> {
+        let lines = offset_of!(PySnap, lines);
+        if tail.len() < lines {
+            return None;
+        }
+        let mut s = Box::new(PySnap {
+            addr: [0; PY_SNAP_REGIONS],
+            len: [0; PY_SNAP_REGIONS],
+            type_ptr: [0; 8],
+            type_name: [0; 8],
+            head: [0; PY_SNAP_CODE],
+            file: [0; PY_SNAP_STR],
+            name: [0; PY_SNAP_STR],
+            lines: [0; PY_SNAP_TABLE],
+        });
+        let n = tail.len().min(size_of::<PySnap>());
+        // SAFETY: PySnap is a repr(C) POD mirror (integer arrays only) and
+        // `n` bytes fit both the source and it.
+        unsafe { std::ptr::copy_nonoverlapping(tail.as_ptr(), &mut *s as *mut PySnap as *mut u8, n) };
+        let carried = n - lines;
+        s.len[c::PY_SNAP_LINES as usize] = s.len[c::PY_SNAP_LINES as usize].min(carried as u32);
+        Some(s)
+    }
+
+    /// (address, bytes) of each region read, clamped to its capacity.
+    pub(crate) fn regions(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        let bufs: [&[u8]; PY_SNAP_REGIONS] =
+            [&self.type_ptr, &self.type_name, &self.head, &self.file, &self.name, &self.lines];
+        (0..PY_SNAP_REGIONS)
+            .filter(|&i| self.addr[i] != 0)
+            .map(move |i| (self.addr[i], &bufs[i][..(self.len[i] as usize).min(bufs[i].len())]))
+    }
+
+    /// The code object copied.
+    pub(crate) fn code(&self) -> u64 {
+        self.addr[c::PY_SNAP_HEAD as usize]
+    }
+}
+
+impl std::fmt::Debug for PySnap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PySnap").field("addr", &self.addr).field("len", &self.len).finish_non_exhaustive()
+    }
+}
+
+/// One record of the stall rings: the event, and its snapshot if any.
+pub(crate) fn read_stall(bytes: &[u8]) -> Option<(StallEvent, Option<Box<PySnap>>)> {
+    let event = read_event::<StallEvent>(bytes)?;
+    Some((event, PySnap::from_tail(&bytes[size_of::<StallEvent>()..])))
 }
 
 #[repr(C)]
@@ -342,7 +421,14 @@ const _: () = {
     assert!(offset_of!(StallEvent, ustack_bytes) == 48);
     assert!(offset_of!(StallEvent, ustack) == 56);
     assert!(offset_of!(StallEvent, py) == 56 + 8 * USTACK_MAX);
-    assert!(size_of::<PyProc>() == 32);
+    assert!(size_of::<PyProc>() == 48);
+    assert!(offset_of!(PyProc, co_filename) == 32);
+    assert!(offset_of!(PyProc, str_compact) == 40);
+    assert!(offset_of!(PySnap, len) == 8 * PY_SNAP_REGIONS);
+    assert!(offset_of!(PySnap, type_ptr) == 12 * PY_SNAP_REGIONS);
+    assert!(offset_of!(PySnap, head) == 12 * PY_SNAP_REGIONS + 16);
+    assert!(offset_of!(PySnap, lines) == 12 * PY_SNAP_REGIONS + 16 + PY_SNAP_CODE + 2 * PY_SNAP_STR);
+    assert!(size_of::<PySnap>() == 12 * PY_SNAP_REGIONS + 16 + PY_SNAP_CODE + 2 * PY_SNAP_STR + PY_SNAP_TABLE);
     assert!(offset_of!(PyProc, interp_head) == 8);
     assert!(offset_of!(PyProc, instr_size) == 28);
     assert!(size_of::<PyFrame>() == 16);

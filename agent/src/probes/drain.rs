@@ -9,8 +9,8 @@ use aya::Pod;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 
 use super::abi::{
-    CallKey, CallMark, CallVal, CgroupVal, Counters, HIST_BUCKETS, IoKey, IoVal, ProcEvent, RetiredKey, SchedVal,
-    StallEvent, ThreadCall, read_event,
+    CallKey, CallMark, CallVal, CgroupVal, Counters, HIST_BUCKETS, IoKey, IoVal, ProcEvent, PySnap, RetiredKey,
+    SchedVal, StallEvent, ThreadCall, read_event, read_stall,
 };
 use super::load::{Probes, map};
 use super::thread_counts::ThreadCounts;
@@ -165,14 +165,15 @@ impl StallRings {
         Ok(StallRings { stalls: take_ring(probes, "stalls")?, offcpu: take_ring(probes, "offcpu")? })
     }
 
-    /// Outlier calls, then off-CPU episodes (`op` [`super::abi::OP_OFFCPU`]).
-    pub(crate) fn read(&mut self) -> Vec<StallEvent> {
+    /// Outlier calls, then off-CPU episodes (`op` [`super::abi::OP_OFFCPU`]),
+    /// each with its innermost Python frame's code object if it has one.
+    pub(crate) fn read(&mut self) -> Vec<(StallEvent, Option<Box<PySnap>>)> {
         let mut out = Vec::new();
         while let Some(item) = self.stalls.next() {
-            out.extend(read_event::<StallEvent>(&item));
+            out.extend(read_stall(&item));
         }
         while let Some(item) = self.offcpu.next() {
-            out.extend(read_event::<StallEvent>(&item));
+            out.extend(read_stall(&item));
         }
         out
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use elf::{Elf, Mapping};
 use pymem::ProcMem;
 
-use crate::probes::abi::StallEvent;
+use crate::probes::abi::{PySnap, StallEvent};
 
 /// ELF files whose symbols are kept (by device and inode)...
 const MAX_FILES: usize = 512;
@@ -140,14 +140,17 @@ impl Resolver {
     }
 
     /// The stack of one outlier call; None when nothing could be resolved
-    /// (the process exited before, or it captured no frames).
-    pub(crate) fn resolve(&mut self, e: &StallEvent) -> Option<Arc<Stack>> {
+    /// (the process exited before, or it captured no frames). `snap`: the
+    /// kernel's copy of the innermost Python frame's code object.
+    pub(crate) fn resolve(&mut self, e: &StallEvent, snap: Option<&PySnap>) -> Option<Arc<Stack>> {
         let raw: Vec<u64> =
             e.native().iter().copied().chain(e.python().iter().flat_map(|f| [f.code, f.instr])).collect();
-        if let Some(s) = self.procs.get(&e.tgid).and_then(|p| p.seen.get(&raw)) {
+        // With a copy of the code object, it is what the frame was (an
+        // address may have been freed and reused since it was remembered).
+        if let Some(s) = self.procs.get(&e.tgid).and_then(|p| p.seen.get(&raw)).filter(|_| snap.is_none()) {
             return Some(s.clone());
         }
-        let mut frames = self.python_frames(e);
+        let mut frames = self.python_frames(e, snap);
         frames.extend(self.native_frames(e));
         if frames.is_empty() {
             return None;
@@ -165,11 +168,12 @@ impl Resolver {
         Some(stack)
     }
 
-    fn python_frames(&mut self, e: &StallEvent) -> Vec<Frame> {
+    fn python_frames(&mut self, e: &StallEvent, snap: Option<&PySnap>) -> Vec<Frame> {
         let Some(mem) = self.procs.get_mut(&e.tgid).and_then(|p| p.python.as_mut()) else { return Vec::new() };
         let mut out = Vec::new();
-        for f in e.python() {
-            let Some(code) = mem.code(f.code) else { continue };
+        for (i, f) in e.python().iter().enumerate() {
+            let copied = snap.filter(|_| i == 0).and_then(|s| mem.code_at_event(s, f.code));
+            let Some(code) = copied.or_else(|| mem.code(f.code)) else { continue };
             let line = mem.line(f.code, &code, f.instr);
             out.push(Frame {
                 kind: Kind::Python,
@@ -191,8 +195,10 @@ impl Resolver {
         let p = self.procs.entry(pid).or_default();
         if addrs.iter().any(|&a| elf::mapping_of(&p.maps, a).is_none()) {
             // A library loaded since (or a process seen for the first time).
-            if let Ok(text) = crate::podfs::read_maps(pid) {
-                p.maps = elf::parse_maps(&text);
+            // An exited process reads empty: what was known stays.
+            let now = crate::podfs::read_maps(pid).map(|t| elf::parse_maps(&t)).unwrap_or_default();
+            if !now.is_empty() {
+                p.maps = now;
             }
         }
         let maps = p.maps.clone();

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::elf::{Elf, Mapping};
 use super::linetable::Format;
-use crate::probes::abi::{PY_NONE, PyProc};
+use crate::probes::abi::{PY_NONE, PY_SNAP_CODE_MIN, PY_SNAP_STR, PyProc};
 
 /// CPython versions the tests run (pyenv on the CI image).
 #[cfg(test)]
@@ -69,6 +69,27 @@ pub(crate) struct Layout {
     pub code: CodeLayout,
 }
 
+impl Layout {
+    /// Tells the kernel where the code object's fields are, for the
+    /// snapshot of an event's innermost frame (`struct py_snap`): an offset
+    /// outside the copied head, or not a pointer's, turns it off.
+    fn new(version: Version, mut kernel: PyProc, code: CodeLayout) -> Layout {
+        let head = |off: u64| {
+            u16::try_from(off).ok().filter(|&o| o % 8 == 0 && o as usize + 8 <= PY_SNAP_CODE_MIN).unwrap_or(PY_NONE)
+        };
+        kernel.co_filename = head(code.filename);
+        kernel.co_name = head(code.qualname.unwrap_or(code.name));
+        kernel.co_linetable = head(code.linetable);
+        kernel.str_ascii = u16::try_from(code.ascii_size).unwrap_or(PY_NONE);
+        kernel.str_compact = u16::try_from(code.compact_size).unwrap_or(PY_NONE);
+        let strs = kernel.str_ascii as usize <= PY_SNAP_STR && kernel.str_compact as usize <= PY_SNAP_STR;
+        if code.firstlineno as usize + 4 > PY_SNAP_CODE_MIN || !strs {
+            kernel.co_filename = PY_NONE;
+        }
+        Layout { version, kernel, code }
+    }
+}
+
 /// Offsets of the release builds of 3.9–3.13 (x86-64, LP64), from each
 /// version's headers (`offsetof`); `python::tests` checks them again.
 pub(crate) fn known(v: Version) -> Option<Layout> {
@@ -95,7 +116,7 @@ pub(crate) fn known(v: Version) -> Option<Layout> {
         fr_instr: k[8],
         fr_owner: k[9],
         instr_size: k[10],
-        pad: 0,
+        ..PyProc::default()
     };
     let code = CodeLayout {
         filename: c[0],
@@ -107,7 +128,7 @@ pub(crate) fn known(v: Version) -> Option<Layout> {
         ascii_size: c[6],
         compact_size: c[7],
     };
-    Some(Layout { version: v, kernel, code })
+    Some(Layout::new(v, kernel, code))
 }
 
 /// 3.13's `_Py_DebugOffsets` as u64 words (the struct is all u64 after the
@@ -155,7 +176,7 @@ pub(crate) fn from_debug_offsets(v: Version, bytes: &[u8]) -> Option<Layout> {
         fr_instr: small(FR_INSTR_PTR)?,
         fr_owner: small(FR_OWNER)?,
         instr_size: 8,
-        pad: 0,
+        ..PyProc::default()
     };
     let ascii = w(ASCII_SIZE);
     let code = CodeLayout {
@@ -169,7 +190,7 @@ pub(crate) fn from_debug_offsets(v: Version, bytes: &[u8]) -> Option<Layout> {
         // utf8_length and utf8 follow the ASCII header.
         compact_size: ascii + 16,
     };
-    Some(Layout { version: v, kernel, code })
+    Some(Layout::new(v, kernel, code))
 }
 
 /// The file of a process that defines `_PyRuntime`: libpython when it is
@@ -244,6 +265,16 @@ pub(crate) mod tests {
         let out = std::process::Command::new(interpreter(v)).arg("-c").arg(code).output().unwrap();
         assert!(out.status.success(), "python {v}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn every_tested_version_copies_its_innermost_code_object_at_the_event() {
+        for v in TESTED {
+            let l = known(Version::parse(v).unwrap()).unwrap();
+            let k = l.kernel;
+            assert!(k.co_filename != PY_NONE && k.co_name != PY_NONE && k.co_linetable != PY_NONE, "{v}: {k:?}");
+            assert_eq!(k.co_name as u64, l.code.qualname.unwrap_or(l.code.name), "{v}");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::{Found, Resolver, Stall};
 use crate::error::{Error, Result};
-use crate::probes::abi::StallEvent;
+use crate::probes::abi::{PySnap, StallEvent};
 use crate::probes::drain::StallRings;
 use crate::probes::load::Probes;
 use crate::wake::Wake;
@@ -252,9 +252,9 @@ impl Worker {
         }
     }
 
-    fn resolve(&mut self, events: Vec<StallEvent>) -> std::result::Result<(), Gone> {
-        for event in events {
-            let stack = self.resolver.resolve(&event);
+    fn resolve(&mut self, events: Vec<(StallEvent, Option<Box<PySnap>>)>) -> std::result::Result<(), Gone> {
+        for (event, snap) in events {
+            let stack = self.resolver.resolve(&event, snap.as_deref());
             tracing::debug!(
                 pid = event.tgid,
                 tid = event.tid,
