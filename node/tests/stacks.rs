@@ -97,19 +97,30 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
     // Stalls in its last statement and exits within microseconds (its code
     // object and memory gone before any reader could get to them): its
     // window still ships, with the line of its call.
-    let mut quick = Command::new(python("3.12"));
-    quick.arg("-c").arg(
-        "import ctypes,os,sys; sys.stdin.read(1); l=ctypes.CDLL(sys.argv[1])\nl.cudaMemcpy(ctypes.c_long(15000)); os._exit(0)",
-    );
-    let quick = Workload::start_with(quick, &lib, &[], &cg);
+    // In every version: the line comes from the kernel's copy of the code object.
+    let quick: Vec<Workload> = VERSIONS
+        .iter()
+        .map(|v| {
+            let mut cmd = Command::new(python(v));
+            cmd.arg("-c").arg(
+                "import ctypes,os,sys; sys.stdin.read(1); l=ctypes.CDLL(sys.argv[1])\nl.cudaMemcpy(ctypes.c_long(15000)); os._exit(0)",
+            );
+            let w = Workload::start_with(cmd, &lib, &[], &cg);
+            agent.wait_log(&format!("Python frames on pid={}", w.pid()), std::time::Duration::from_secs(10));
+            w
+        })
+        .collect();
     let pids: Vec<(&str, u32)> = pythons.iter().map(|(v, w)| (*v, w.pid())).collect();
-    let (cpid, qpid) = (c.pid(), quick.pid());
+    let cpid = c.pid();
+    let qpids: Vec<u32> = quick.iter().map(|w| w.pid()).collect();
     let py312 = pids.iter().find(|p| p.0 == "3.12").unwrap().1;
     for (_, w) in pythons {
         w.wait();
     }
     c.wait();
-    quick.wait();
+    for w in quick {
+        w.wait();
+    }
     let log = agent.stop();
     if std::env::var_os("INGERO_TEST_LOG").is_some() {
         eprintln!("{log}");
@@ -154,10 +165,12 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
     let native = stalls_of(&stalls, &stacks, cpid);
     assert_eq!(native.len(), 2, "{native:?}\n{log}");
     assert!(native.iter().all(|(_, py, n)| py.is_empty() && *n > 0), "a C program has native frames only: {native:?}");
-    let q = stalls_of(&stalls, &stacks, qpid);
-    assert_eq!(q.len(), 1, "the stall of a process that exited at once still ships: {q:?}\n{log}");
-    let last = vec![("<string>".to_string(), "<module>".to_string(), Some(2))];
-    assert_eq!(q[0].1, last, "the call site of a process that exited at once: {q:?}\n{log}");
+    for (v, qpid) in VERSIONS.iter().zip(qpids) {
+        let q = stalls_of(&stalls, &stacks, qpid);
+        assert_eq!(q.len(), 1, "python {v}: the stall of a process that exited at once still ships: {q:?}\n{log}");
+        let last = vec![("<string>".to_string(), "<module>".to_string(), Some(2))];
+        assert_eq!(q[0].1, last, "python {v}: the call site of a process that exited at once: {q:?}\n{log}");
+    }
     let keep = dir.path().to_path_buf();
     if std::env::var_os("INGERO_KEEP_REPORT").is_some() {
         std::mem::forget(dir);

@@ -68,9 +68,20 @@ impl Shipper {
     /// Returns when the channel closes and the spool is empty, or when
     /// `drain_timeout` passes after that with the aggregator still down.
     pub(crate) async fn run(mut self) {
+        self.ship().await;
+        // As they are at the end (the stop's log line reads them): the last
+        // batch sent is no longer waiting.
+        self.publish();
+    }
+
+    fn publish(&self) {
+        self.stats.dropped.store(self.spool.dropped, Ordering::Relaxed);
+        self.stats.spooled.store(self.spool.files().len() as u64, Ordering::Relaxed);
+    }
+
+    async fn ship(&mut self) {
         while self.take_new().await {
-            self.stats.dropped.store(self.spool.dropped, Ordering::Relaxed);
-            self.stats.spooled.store(self.spool.files().len() as u64, Ordering::Relaxed);
+            self.publish();
             if self.client.return_if_due().await {
                 // The replica left behind commits what it acknowledged, but
                 // the first choice must hold it too: whichever commits
