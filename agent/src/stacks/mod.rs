@@ -96,8 +96,8 @@ pub(crate) struct Found {
     pub file: std::path::PathBuf,
 }
 
-/// Looks at a process for a CPython interpreter.
-pub(crate) fn find(pid: u32) -> Result<Option<Found>, String> {
+/// Looks at a process for a CPython interpreter (`files`: interpreter files already read).
+pub(crate) fn find(pid: u32, files: &mut python::Files) -> Result<Option<Found>, String> {
     let Ok(text) = crate::podfs::read_maps(pid) else { return Ok(None) };
     let maps = elf::parse_maps(&text);
     let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok();
@@ -106,7 +106,7 @@ pub(crate) fn find(pid: u32) -> Result<Option<Found>, String> {
         let mut b = vec![0u8; len];
         mem.as_ref()?.read_exact_at(&mut b, addr).ok().map(|_| b)
     };
-    let Some(interp) = python::find(pid, &maps, &read)? else { return Ok(None) };
+    let Some(interp) = python::find(pid, &maps, &read, files)? else { return Ok(None) };
     let mem = ProcMem::open(pid, interp.layout).map_err(|e| e.to_string())?;
     Ok(Some(Found { mem, maps, file: interp.file }))
 }

@@ -6,6 +6,7 @@
 //! publishes at the start of `_PyRuntime` for debuggers.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::elf::{Elf, Mapping};
 use super::linetable::Format;
@@ -209,6 +210,34 @@ pub(crate) struct Interpreter {
     pub file: PathBuf,
 }
 
+/// What `find` reads of an interpreter file: its load segments and where
+/// `_PyRuntime` and `Py_Version` are.
+type FileFacts = Arc<(Elf, Vec<Option<u64>>)>;
+
+/// Interpreter files already read, by (device, inode), the latest last:
+/// the ranks of a job start together from one image, and a thread held at
+/// its first library lookup waits while processes are registered one by
+/// one (3.9 and 3.10 have no `Py_Version`: the search reads every symbol,
+/// ~200 ms on a loaded 2-core node).
+#[derive(Debug, Default)]
+pub(crate) struct Files(Vec<((u64, u64), FileFacts)>);
+
+const MAX_FILES: usize = 32;
+
+impl Files {
+    fn read(&mut self, id: (u64, u64), path: &Path) -> std::io::Result<FileFacts> {
+        if let Some((_, f)) = self.0.iter().find(|(k, _)| *k == id) {
+            return Ok(f.clone());
+        }
+        let facts = Arc::new(Elf::open_for(path, &["_PyRuntime", "Py_Version"])?);
+        if self.0.len() >= MAX_FILES {
+            self.0.remove(0);
+        }
+        self.0.push((id, facts.clone()));
+        Ok(facts)
+    }
+}
+
 /// Finds the interpreter of `pid` and its layout; None for a process that
 /// is not CPython. `read` reads the process's memory (for `Py_Version` and
 /// the 3.13 debug offsets).
@@ -216,13 +245,14 @@ pub(crate) fn find(
     pid: u32,
     maps: &[Mapping],
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    files: &mut Files,
 ) -> Result<Option<Interpreter>, String> {
     let Some(m) = interpreter_file(maps) else { return Ok(None) };
     let file = m.open_path(pid);
-    let (elf, syms) =
-        Elf::open_for(&file, &["_PyRuntime", "Py_Version"]).map_err(|e| format!("{}: {e}", file.display()))?;
+    let facts = files.read(m.id, &file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (elf, syms) = &*facts;
     let Some(runtime_v) = syms[0] else { return Ok(None) };
-    let bias = m.bias(&elf).ok_or_else(|| format!("{}: no load segment for its mapping", m.path))?;
+    let bias = m.bias(elf).ok_or_else(|| format!("{}: no load segment for its mapping", m.path))?;
     let runtime = bias.wrapping_add(runtime_v);
     // 3.11+ says its version in Py_Version (PY_VERSION_HEX); before, the file name does.
     let from_memory = syms[1].and_then(|a| read(bias.wrapping_add(a), 4)).map(|b| {
@@ -275,6 +305,20 @@ pub(crate) mod tests {
             assert!(k.co_filename != PY_NONE && k.co_name != PY_NONE && k.co_linetable != PY_NONE, "{v}: {k:?}");
             assert_eq!(k.co_name as u64, l.code.qualname.unwrap_or(l.code.name), "{v}");
         }
+    }
+
+    #[test]
+    fn an_interpreter_file_is_read_once_per_device_and_inode() {
+        let mut files = Files::default();
+        let me = std::env::current_exe().unwrap();
+        let a = files.read((1, 2), &me).unwrap();
+        assert!(Arc::ptr_eq(&a, &files.read((1, 2), &me).unwrap()), "read again");
+        assert!(!Arc::ptr_eq(&a, &files.read((1, 3), &me).unwrap()), "another file");
+        for i in 0..MAX_FILES as u64 {
+            files.read((2, i), &me).unwrap();
+        }
+        assert_eq!(files.0.len(), MAX_FILES, "bounded");
+        assert!(files.0.iter().all(|(k, _)| *k != (1, 2)), "the oldest goes first");
     }
 
     #[test]
@@ -421,7 +465,7 @@ mod live {
                 let mut b = vec![0u8; n];
                 mem.read_exact_at(&mut b, a).ok().map(|_| b)
             };
-            let found = find(pid, &maps, &read);
+            let found = find(pid, &maps, &read, &mut Files::default());
             let _ = child.kill();
             let _ = child.wait();
             let i =

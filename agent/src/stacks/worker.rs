@@ -64,6 +64,8 @@ pub(crate) struct Stacks {
     wake: Arc<Wake>,
     /// Processes already looked at for an interpreter.
     checked: HashSet<u32>,
+    /// Interpreter files already read.
+    files: super::python::Files,
     asked: u64,
     answered: u64,
     /// A flush went unanswered in time (logged once, until it answers).
@@ -96,7 +98,16 @@ impl Stacks {
             .name("ingero-stacks".into())
             .spawn(move || w.run())
             .map_err(|cause| Error::Runtime { what: "spawning the stacks worker", cause })?;
-        Ok(Stacks { cmds, out, wake, checked: HashSet::new(), asked: 0, answered: 0, stuck: false })
+        Ok(Stacks {
+            cmds,
+            out,
+            wake,
+            checked: HashSet::new(),
+            files: Default::default(),
+            asked: 0,
+            answered: 0,
+            stuck: false,
+        })
     }
 
     /// Looks once at a process that uses CUDA for a CPython interpreter and,
@@ -105,7 +116,7 @@ impl Stacks {
         if !self.checked.insert(pid) {
             return;
         }
-        let found = match super::find(pid) {
+        let found = match super::find(pid, &mut self.files) {
             Ok(Some(f)) => f,
             Ok(None) => return,
             Err(e) => return tracing::warn!(pid, error = %e, "no Python frames for this process"),
