@@ -233,9 +233,9 @@ impl StallEvent {
     }
 }
 
-/// The innermost frame's code object as the kernel copied it (`struct py_snap`).
+/// The innermost frame's code object as the kernel copied it (`struct py_snap`);
+/// ~5 KB, so kept boxed and never copied.
 #[repr(C)]
-#[derive(Clone, Copy)]
 pub(crate) struct PySnap {
     pub addr: [u64; PY_SNAP_REGIONS],
     pub len: [u32; PY_SNAP_REGIONS],
