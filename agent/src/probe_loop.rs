@@ -416,6 +416,24 @@ impl ProbeLoop {
             self.cg_paths = crate::attribution::cgroup::paths(&self.cfg.cgroup_mount, self.cfg.cgroup_root.as_deref());
         }
         let progress = self.progress(&d, window_start + window_us, delta.mark_drops > 0);
+        if self.attr.begin_window() {
+            // A process gone from /proc has passed its exit tracepoint, so
+            // its exit event is in the ring even when it exited after the
+            // settle: its rows take the name it had then, not the one
+            // cached before a rename (seen on 6.1 under emulation).
+            let late = self.rings.procs();
+            tracing::debug!(
+                events = late.len(),
+                exits = late.iter().filter(|e| e.kind == PROC_EXIT).count(),
+                "a cached process is gone from /proc: process events read after the settle"
+            );
+            for e in late {
+                self.on_proc_event(e);
+            }
+        }
+        for e in self.events.iter().filter(|e| e.kind == PROC_EXIT) {
+            self.attr.exited_as(e.tgid, &e.comm);
+        }
         let ctx = WindowCtx {
             node: &self.cfg.node,
             window_start_us: window_start,
@@ -427,10 +445,6 @@ impl ProbeLoop {
             host: &self.host,
             cgroup_scoped: self.cfg.cgroup_root.is_some(),
         };
-        for e in self.events.iter().filter(|e| e.kind == PROC_EXIT) {
-            self.attr.exited_as(e.tgid, &e.comm);
-        }
-        self.attr.begin_window();
         // Only processes in scope produce rows (a scoped agent shares the kernel maps' view).
         let mut built = WindowBuilder::new(&ctx, &mut self.attr).build(&d, &stalls, &self.events, &self.cg_paths);
         let mut changed: Vec<u32> = Vec::new();

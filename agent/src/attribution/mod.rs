@@ -115,11 +115,13 @@ impl Attributor {
 
     /// Called once per window: takes the current pods, and re-reads the cgroup
     /// of processes not yet placed in a container, so "unknown" is never final.
-    pub(crate) fn begin_window(&mut self) {
+    /// True when a cached process's name could not be read: it is gone
+    /// from /proc (`rename`).
+    pub(crate) fn begin_window(&mut self) -> bool {
         if let Some(w) = &self.watch {
             self.pods = w.snapshot();
         }
-        self.rename();
+        let unnamed = self.rename();
         for (pid, p) in self.procs.iter_mut() {
             if p.owner.pod_uid.is_none() && p.owner.container_id.is_none() {
                 let path = cgroup::of_pid(*pid).map(|c| mount_relative(&self.cgroup_mount, &self.cgroup_root, &c));
@@ -130,6 +132,7 @@ impl Attributor {
                 }
             }
         }
+        unnamed
     }
 
     /// Names as they are now: a process renames itself after it was first
@@ -139,15 +142,22 @@ impl Attributor {
     /// window (the task's lock only), for the same process (a reused pid is
     /// pruned after the window instead). The command line is not read
     /// again: that read takes the process's mmap lock, which the agent's
-    /// loop must not wait on every window.
-    fn rename(&mut self) {
+    /// loop must not wait on every window. Returns whether a process's
+    /// name could not be read: it exited and was reaped, and the name it
+    /// had at its exit is its exit event's (`exited_as`).
+    fn rename(&mut self) -> bool {
+        let mut unnamed = false;
         for (pid, p) in self.procs.iter_mut() {
-            let Ok(now) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else { continue };
+            let Ok(now) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+                unnamed = true;
+                continue;
+            };
             let now = now.trim_end();
             if !now.is_empty() && now != p.comm && start_time(*pid) == Some(p.start_time) {
                 p.comm = now.to_string();
             }
         }
+        unnamed
     }
 
     /// The name a process had when it exited (its exit event's): one that
@@ -319,5 +329,20 @@ mod tests {
         assert_eq!(a.get(pid).comm, "sleep");
         assert!(a.prune().is_empty(), "found only once");
         assert_eq!(a.len(), 0);
+    }
+
+    #[test]
+    fn a_reaped_process_is_reported_unnamed_and_takes_its_exit_name() {
+        let mut a = Attributor::new(PathBuf::from("/sys/fs/cgroup"));
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        a.get(pid);
+        assert!(!a.begin_window(), "alive: its name is read");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(a.begin_window(), "reaped: the caller must look for its exit event");
+        assert_eq!(a.get(pid).comm, "sleep", "a failed read keeps the cached name");
+        a.exited_as(pid, b"late-name\0\0\0\0\0\0\0");
+        assert_eq!(a.get(pid).comm, "late-name");
     }
 }
