@@ -235,19 +235,92 @@ impl Resolver {
         if let Some(e) = self.files.get(&m.id) {
             return e.clone();
         }
-        let elf = Elf::open(&m.open_path(pid)).ok().map(Arc::new);
+        let elf = match Elf::open(&m.open_path(pid)) {
+            Ok(e) => Some(Arc::new(e)),
+            // Exited (its slow call was its last): its root no longer
+            // reaches the file, which another process mapping it may; a
+            // failure of this kind is not the file's, and is not remembered
+            // (it hid the file's symbols from every later process).
+            Err(_) if !root_reachable(pid) => {
+                let elf = self.through_another(pid, m)?;
+                return self.remember(m.id, Some(elf));
+            }
+            Err(_) => None,
+        };
+        self.remember(m.id, elf)
+    }
+
+    /// The file of `m` opened through the root of another process known to map it.
+    fn through_another(&self, pid: u32, m: &Mapping) -> Option<Arc<Elf>> {
+        let others = self.procs.iter().filter(|(p, _)| **p != pid);
+        let mut paths = others.filter_map(|(p, proc)| proc.maps.iter().find(|x| x.id == m.id).map(|x| x.open_path(*p)));
+        paths.find_map(|path| Elf::open(&path).ok()).map(Arc::new)
+    }
+
+    fn remember(&mut self, id: (u64, u64), elf: Option<Arc<Elf>>) -> Option<Arc<Elf>> {
         let bytes = elf.as_ref().map_or(0, |e| e.bytes());
         if self.files.len() >= MAX_FILES || self.files_bytes + bytes > MAX_SYMBOL_BYTES {
             self.files.clear();
             self.files_bytes = 0;
         }
         self.files_bytes += bytes;
-        self.files.insert(m.id, elf.clone());
+        self.files.insert(id, elf.clone());
         elf
     }
 
     /// Forgets an exited process (its entry in the kernel goes with `Probes::forget`).
     pub(crate) fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+    }
+}
+
+/// Whether the process's root (its mount namespace) can still be entered:
+/// not after it exited, zombie or reaped.
+fn root_reachable(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/root")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn libc_of(pid: u32) -> Mapping {
+        let maps = elf::parse_maps(&crate::podfs::read_maps(pid).unwrap());
+        maps.into_iter().find(|m| m.path.contains("libc.so")).expect("sleep maps libc")
+    }
+
+    #[test]
+    fn an_exited_process_names_its_frames_through_another_that_maps_the_file() {
+        let mut r = Resolver::default();
+        let mut a = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let mut b = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let (pa, pb) = (a.id(), b.id());
+        // Loaded: the dynamic loader has mapped libc once /proc shows it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while [pa, pb].iter().any(|&p| crate::podfs::read_maps(p).map_or(true, |t| !t.contains("libc.so"))) {
+            assert!(std::time::Instant::now() < deadline, "sleep never mapped libc");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let m = libc_of(pa);
+        r.procs.entry(pb).or_default().maps = vec![libc_of(pb)];
+        a.kill().unwrap();
+        a.wait().unwrap();
+        assert!(!root_reachable(pa));
+        let elf = r.elf(pa, &m).expect("opened through the other process's root");
+        let (_, at) = Elf::open_for(&libc_of(pb).open_path(pb), &["malloc"]).unwrap();
+        assert!(elf.symbol_at(at[0].expect("libc has malloc")).is_some(), "with its symbols");
+        // With no process left to open it through: nothing, and nothing remembered.
+        r.files.clear();
+        b.kill().unwrap();
+        b.wait().unwrap();
+        assert!(r.elf(pa, &m).is_none());
+        assert!(r.files.is_empty(), "a failure of the process, not the file, was remembered");
+        let mut c = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        while crate::podfs::read_maps(c.id()).map_or(true, |t| !t.contains("libc.so")) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(r.elf(c.id(), &libc_of(c.id())).is_some(), "a later process of the same file is named");
+        c.kill().unwrap();
+        c.wait().unwrap();
     }
 }
