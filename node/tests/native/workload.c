@@ -68,6 +68,8 @@ int main(int argc, char **argv)
 			if (loops <= 0)
 				break;
 		} else if (!strcmp(a, "wait")) {
+			/* What ran so far is readable while we wait. */
+			fflush(stdout);
 			char c;
 			if (read(0, &c, 1) < 0)
 				return 3;
