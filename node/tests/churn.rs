@@ -190,7 +190,7 @@ async fn library_files_through_short_lived_processes_leave_the_agent_flat() {
     );
 
     assert!(after.fds <= before.fds + 4, "fds grew: {before:?} → {after:?}");
-    assert_eq!((before.probed, after.probed), (idle, idle));
+    assert_eq!((before.probed, after.probed), (idle, idle), "files probed: idle, after the warm-up, at the end\n{log}");
     // Every file probed during the churn was detached again (the gauge is
     // back where it was); a process that ended before it was scanned left
     // nothing to detach.
