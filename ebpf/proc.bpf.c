@@ -99,7 +99,11 @@ int BPF_PROG(on_exit, struct task_struct *p)
 		return 0;
 	/* Every thread: its tid may be reused, and must not inherit this
 	 * thread's scheduler state. */
-	site_dropped(bpf_map_lookup_elem(&threads, &tid));
+	struct thread_state *ts = bpf_map_lookup_elem(&threads, &tid);
+	/* Exiting, so running: last seen asleep, its wakeup went unseen. */
+	if (ts && ts->state == ST_OFF)
+		sched_missed();
+	site_dropped(ts);
 	bpf_map_delete_elem(&threads, &tid);
 	retire(tid);
 	if (BPF_CORE_READ(p, pid) != BPF_CORE_READ(p, tgid))

@@ -50,6 +50,9 @@ pub struct LoopStats {
     pub ringbuf_drops: AtomicU64,
     /// Step marks lost to a full marks ring (the windows they fell in ship no steps).
     pub mark_drops: AtomicU64,
+    /// Tracked threads found running with no wakeup or switch-in reported:
+    /// the kernel skipped the scheduler programs (that episode is lost).
+    pub sched_missed: AtomicU64,
     pub map_full: AtomicU64,
     /// Threads held at a new CUDA/NCCL library's first lookup, their total
     /// wait (ns) and the holds that ran out before the library was probed.

@@ -84,19 +84,6 @@ fn rows(l: &LoopStats, s: &ShipStats) -> Vec<Row> {
         ("ingero_agent_windows_total", Counter, "Windows drained from the kernel", g(&l.windows)),
         ("ingero_agent_events_total", Counter, "Probe hits aggregated in the kernel", g(&l.events)),
         (
-            "ingero_agent_ringbuf_drops_total",
-            Counter,
-            "Outlier/process events lost to a full ring buffer",
-            g(&l.ringbuf_drops),
-        ),
-        (
-            "ingero_agent_step_marks_dropped_total",
-            Counter,
-            "Return-probed calls lost to a full marks ring: the windows they fell in ship no steps",
-            g(&l.mark_drops),
-        ),
-        ("ingero_agent_map_full_total", Counter, "Kernel map updates lost to a full map", g(&l.map_full)),
-        (
             "ingero_agent_probe_run_ns_total",
             Counter,
             "eBPF program run time (BPF_STATS_RUN_TIME, measured one window in --probe-time-every and scaled)",
@@ -140,6 +127,7 @@ fn rows(l: &LoopStats, s: &ShipStats) -> Vec<Row> {
         ("ingero_agent_spool_depth", Gauge, "Batches waiting in the spool", g(&s.spooled)),
     ];
     let mut rows = rows.to_vec();
+    rows.extend(loss_rows(l));
     rows.extend(hold_rows(l));
     rows.extend(detach_rows(l));
     rows.extend(cost_rows(l));
@@ -156,6 +144,32 @@ fn rows(l: &LoopStats, s: &ShipStats) -> Vec<Row> {
         ]);
     }
     rows
+}
+
+/// What the kernel side lost: events, marks, switches, map updates.
+fn loss_rows(l: &LoopStats) -> [Row; 4] {
+    let g = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
+    [
+        (
+            "ingero_agent_ringbuf_drops_total",
+            Counter,
+            "Outlier/process events lost to a full ring buffer",
+            g(&l.ringbuf_drops),
+        ),
+        (
+            "ingero_agent_step_marks_dropped_total",
+            Counter,
+            "Return-probed calls lost to a full marks ring: the windows they fell in ship no steps",
+            g(&l.mark_drops),
+        ),
+        (
+            "ingero_agent_sched_events_missed_total",
+            Counter,
+            "Scheduler switches of traced threads no program saw (the kernel skipped them): each can lose one off-CPU episode",
+            g(&l.sched_missed),
+        ),
+        ("ingero_agent_map_full_total", Counter, "Kernel map updates lost to a full map", g(&l.map_full)),
+    ]
 }
 
 /// The agent's trap cost to the processes it traces (cost.rs).

@@ -81,6 +81,9 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
     // only its interpreter to find.
     args.push(format!("--lib={}", lib.parent().unwrap().display()));
     args.push("--offcpu-site-min=10ms".into());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    args.push(format!("--metrics-addr={addr}"));
     let agent = Agent::start(&args, &dir.path().join("agent.log"));
     agent.wait_log(&format!("library={}", lib.display()), Duration::from_secs(10));
     let mut pids = Vec::new();
@@ -93,7 +96,12 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
         pids.push((v, w.pid()));
         w.wait();
     }
+    // Switches the kernel ran no program for (a tracepoint it skipped):
+    // each can take one episode with it, and the agent says so.
+    let missed = metric(&addr, "ingero_agent_sched_events_missed_total");
+    eprintln!("switches the kernel ran no program for: {missed}");
     let log = agent.stop();
+    let mut lost = Vec::new();
     let stalls = rows(dir.path(), Table::StallEvents).await;
     let stacks = rows(dir.path(), Table::Stacks).await;
     let file = script.display().to_string();
@@ -110,13 +118,22 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
         };
         // CPython before 3.11 sleeps in select() with no file descriptors.
         let sleep = if v == "3.9" || v == "3.10" { "pselect6 (timeout only)" } else { "clock_nanosleep" };
-        // Every sleep, every wait for the queue and the lock: each at its line.
-        assert_eq!(long("sleep", sleep, 35), 3, "python {v}: {at:?}\n{log}");
-        assert_eq!(long("produce", sleep, 55), 4, "python {v}: {at:?}");
-        assert_eq!(long("hold", sleep, 280), 1, "python {v}: {at:?}");
-        assert_eq!(long("tail", sleep, 90), 1, "python {v}: {at:?}");
-        assert!(long("queue", "futex", 30) >= 3, "python {v}: four gets that wait ~60 ms: {at:?}");
-        assert_eq!(long("lock", "futex", 150), 1, "python {v}: {at:?}");
+        // Every sleep, every wait for the queue and the lock: each at its line,
+        // none twice. Four gets wait ~60 ms: at least three are sure to.
+        let expect = [
+            ("sleep", long("sleep", sleep, 35), 3, true),
+            ("produce", long("produce", sleep, 55), 4, true),
+            ("hold", long("hold", sleep, 280), 1, true),
+            ("tail", long("tail", sleep, 90), 1, true),
+            ("queue", long("queue", "futex", 30), 3, false),
+            ("lock", long("lock", "futex", 150), 1, true),
+        ];
+        for (name, found, want, exact) in expect {
+            assert!(!exact || found <= want, "python {v}: {found} episodes at {name}, {want} expected: {at:?}\n{log}");
+            if found < want {
+                lost.push((want - found, format!("python {v}: {found} of {want} at {name}: {at:?}")));
+            }
+        }
         // Nothing is attributed to a line that does not block.
         let lines: Vec<u32> =
             ["go", "sleep", "produce", "hold", "queue", "lock", "tail"].iter().map(|n| line(n)).collect();
@@ -127,6 +144,10 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
         // t.join() and h.join() block too, briefly: allowed, named at their lines.
         assert!(elsewhere.iter().all(|((l, op), _)| op == "futex" && l.is_some()), "python {v}: {elsewhere:?}");
     }
+    // Only as many episodes missing as the kernel skipped switches.
+    let short = lost.iter().map(|l| l.0 as u64).sum::<u64>();
+    let lines: Vec<&str> = lost.iter().map(|l| l.1.as_str()).collect();
+    assert!(short <= missed, "{short} episodes lost, {missed} switches missed:\n{}\n{log}", lines.join("\n"));
     let py312 = pids.iter().find(|p| p.0 == "3.12").unwrap().1;
     report_names_the_blocking_lines(dir.path(), py312);
 }

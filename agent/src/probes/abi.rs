@@ -329,6 +329,8 @@ pub(crate) struct Counters {
     pub lib_hold_timeouts: u64,
     /// Step marks lost to a full marks ring.
     pub mark_drops: u64,
+    /// Tracked threads seen running with no switch-in reported before.
+    pub sched_missed: u64,
 }
 
 impl Counters {
@@ -343,6 +345,7 @@ impl Counters {
             lib_hold_ns: self.lib_hold_ns.saturating_sub(before.lib_hold_ns),
             lib_hold_timeouts: self.lib_hold_timeouts.saturating_sub(before.lib_hold_timeouts),
             mark_drops: self.mark_drops.saturating_sub(before.mark_drops),
+            sched_missed: self.sched_missed.saturating_sub(before.sched_missed),
         }
     }
 }
@@ -435,8 +438,9 @@ const _: () = {
     assert!(size_of::<ProcEvent>() == 56);
     assert!(offset_of!(ProcEvent, extra) == 32);
     assert!(offset_of!(ProcEvent, comm) == 40);
-    assert!(size_of::<Counters>() == 64);
+    assert!(size_of::<Counters>() == 72);
     assert!(offset_of!(Counters, mark_drops) == 56);
+    assert!(offset_of!(Counters, sched_missed) == 64);
     assert!(offset_of!(Counters, lib_hold_timeouts) == 48);
     assert!(size_of::<Config>() == 56);
     assert!(offset_of!(Config, offcpu_site_us) == 48);
