@@ -236,8 +236,8 @@ struct counters {
 	__u64 lib_hold_ns;       /* time they were held */
 	__u64 lib_hold_timeouts; /* holds that ran out (HOLD_MAX_NS) before the agent released them */
 	__u64 mark_drops;        /* step marks lost to a full marks ring (not events: counted apart) */
-	__u64 sched_missed;      /* a tracked thread ran with no wakeup or switch-in reported to the
-	                          * programs (the kernel skipped them): its episode is lost */
+	__u64 sched_missed;      /* switches of tracked threads no program saw (the kernel skipped
+	                          * them): each can lose one off-CPU episode */
 };
 
 /* Written by userspace. */

@@ -50,8 +50,8 @@ pub struct LoopStats {
     pub ringbuf_drops: AtomicU64,
     /// Step marks lost to a full marks ring (the windows they fell in ship no steps).
     pub mark_drops: AtomicU64,
-    /// Tracked threads found running with no wakeup or switch-in reported:
-    /// the kernel skipped the scheduler programs (that episode is lost).
+    /// Switches of tracked threads no program saw (the kernel skipped the
+    /// scheduler programs): each can lose one off-CPU episode.
     pub sched_missed: AtomicU64,
     pub map_full: AtomicU64,
     /// Threads held at a new CUDA/NCCL library's first lookup, their total

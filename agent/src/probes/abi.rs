@@ -329,7 +329,7 @@ pub(crate) struct Counters {
     pub lib_hold_timeouts: u64,
     /// Step marks lost to a full marks ring.
     pub mark_drops: u64,
-    /// Tracked threads seen running with no switch-in reported before.
+    /// Switches of tracked threads no program saw.
     pub sched_missed: u64,
 }
 
