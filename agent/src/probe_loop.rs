@@ -13,6 +13,7 @@ use ingero_model::Tables;
 use tokio::sync::mpsc;
 
 use crate::attribution::Attributor;
+use crate::attribution::cgroup::Scope;
 use crate::detacher::Detacher;
 use crate::error::Result;
 use crate::host::HostFacts;
@@ -63,6 +64,8 @@ pub struct ProbeLoop {
     /// Outlier calls of the current window, resolved.
     stalls: Vec<Stall>,
     pid_filter: HashSet<u32>,
+    /// `--cgroup-root`, checked again before a process is probed.
+    scope: Option<Scope>,
     cg_paths: HashMap<u64, String>,
     baselines: crate::thresholds::Baselines,
     /// pid → what its last process_meta row said (ProcInfo::meta_key).
@@ -138,6 +141,7 @@ impl ProbeLoop {
             stacks,
             stalls: Vec::new(),
             pid_filter: cfg.pids.iter().copied().collect(),
+            scope: cfg.cgroup_root.as_deref().map(|d| Scope::new(d, &cfg.cgroup_mount)),
             cg_paths: crate::attribution::cgroup::paths(&cfg.cgroup_mount, cfg.cgroup_root.as_deref()),
             baselines: Default::default(),
             described: HashMap::new(),
@@ -159,7 +163,7 @@ impl ProbeLoop {
             stats,
             spool_dropped,
         };
-        l.scan(&libs::pids(l.cfg.cgroup_root.as_deref()));
+        l.scan(&libs::pids(l.cfg.cgroup_root.as_deref()), "start");
         // A fixed outlier threshold applies from the first call, not the first window.
         l.baselines.update(&mut l.probes, &drain::Drained::default(), &l.cfg);
         l.attach_well_known();
@@ -215,10 +219,15 @@ impl ProbeLoop {
         self.stats.libraries.store(self.probes.probed_files() as u64, Ordering::Relaxed);
     }
 
-    /// Probes the CUDA/NCCL libraries these processes map.
-    fn scan(&mut self, pids: &[u32]) {
+    /// Probes the CUDA/NCCL libraries these processes map; `why` names
+    /// what asked for the scan (logged when a process is out of scope).
+    fn scan(&mut self, pids: &[u32], why: &'static str) {
         for &pid in pids {
             if !self.pid_filter.is_empty() && !self.pid_filter.contains(&pid) {
+                continue;
+            }
+            if self.scope.as_ref().is_some_and(|s| !s.holds(pid)) {
+                tracing::info!(pid, why, "outside --cgroup-root: not probed");
                 continue;
             }
             let found = self.statics.scan_pid(pid);
@@ -281,11 +290,11 @@ impl ProbeLoop {
             if !due.is_empty() {
                 self.follow_ups.retain(|(t, _)| *t > now);
                 let _busy = dog.enter(Step::ScanNew);
-                self.scan(&due);
+                self.scan(&due, "follow-up");
             }
             if Instant::now() >= self.next_scan {
                 let _busy = dog.enter(Step::Rescan);
-                self.scan(&libs::pids(self.cfg.cgroup_root.as_deref()));
+                self.scan(&libs::pids(self.cfg.cgroup_root.as_deref()), "rescan");
                 self.next_scan = Instant::now() + self.cfg.rescan;
             }
         }
@@ -326,7 +335,7 @@ impl ProbeLoop {
                 // The thread waits in the kernel until its library is
                 // probed and its interpreter found (the scan does both).
                 let t = Instant::now();
-                self.scan(&[e.tgid]);
+                self.scan(&[e.tgid], "held lookup");
                 self.probes.release(e.tgid, e.other);
                 let took = t.elapsed();
                 tracing::debug!(pid = e.tgid, tid = e.other, held_us = took.as_micros() as u64, "library lookup held");
@@ -336,7 +345,7 @@ impl ProbeLoop {
             PROC_LIB_LOOKUP => {
                 // Nothing waits (a kernel without the hold): probe now, not
                 // at the next rescan; the calls made meanwhile are lost.
-                self.scan(&[e.tgid]);
+                self.scan(&[e.tgid], "lookup");
                 return;
             }
             PROC_EXEC | PROC_FORK => {
@@ -350,7 +359,7 @@ impl ProbeLoop {
                     self.stacks.forget(pid);
                 }
                 self.attr.refresh(pid);
-                self.scan(&[pid]);
+                self.scan(&[pid], if e.kind == PROC_FORK { "fork" } else { "exec" });
                 // The loader maps DT_NEEDED libraries and programs dlopen
                 // theirs shortly after exec: look again soon.
                 let now = Instant::now();

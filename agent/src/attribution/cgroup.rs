@@ -134,6 +134,27 @@ pub(crate) fn namespace_root(mount: &Path) -> PathBuf {
     mount.to_path_buf()
 }
 
+/// The `--cgroup-root` subtree, checked against a process's own cgroup
+/// before the agent probes it. The kernel programs check the scope too, but
+/// a probe placed on a file fires in every process that maps it: a process
+/// outside the scope must never be why a file is probed.
+pub(crate) struct Scope {
+    dir: PathBuf,
+    ns_root: PathBuf,
+}
+
+impl Scope {
+    pub(crate) fn new(dir: &Path, mount: &Path) -> Scope {
+        let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        Scope { dir: canon(dir), ns_root: canon(&namespace_root(mount)) }
+    }
+
+    /// Whether `pid` lives in the subtree (false once it is gone).
+    pub(crate) fn holds(&self, pid: u32) -> bool {
+        of_pid(pid).is_some_and(|p| resolve(&self.ns_root, &p).starts_with(&self.dir))
+    }
+}
+
 /// Walks the cgroup tree: id (inode) → path, for naming cgroups in reports.
 /// cgroup id → path relative to the mount; only under `scope` when the agent
 /// is scoped with --cgroup-root (that subtree is its "node").
@@ -186,6 +207,20 @@ mod tests {
             "/../../kubepods-besteffort.slice/kubepods-besteffort-pod1d2c3b4a_1111_2222_3333_444455556666.slice/cri-containerd-{C}.scope"
         ));
         assert_eq!((o.pod_uid.is_some(), o.container_id.as_deref()), (true, Some(C)));
+    }
+
+    #[test]
+    fn a_scope_holds_the_processes_of_its_subtree_only() {
+        let mount = Path::new("/sys/fs/cgroup");
+        let mount = if mount.join("cgroup.controllers").exists() { mount.to_path_buf() } else { mount.join("unified") };
+        let own = of_pid(std::process::id()).expect("reading /proc/self/cgroup");
+        let mine = resolve(&namespace_root(&mount), &own);
+        assert!(Scope::new(&mine, &mount).holds(std::process::id()), "own cgroup {}", mine.display());
+        // A sibling whose name extends ours is not under ours.
+        let sibling = mine.with_file_name(format!("{}-x", mine.file_name().map_or("".into(), |n| n.to_string_lossy())));
+        assert!(!Scope::new(&sibling, &mount).holds(std::process::id()));
+        assert!(!Scope::new(&mine.join("child"), &mount).holds(std::process::id()));
+        assert!(!Scope::new(&mine, &mount).holds(u32::MAX), "a process that is gone");
     }
 
     #[test]
