@@ -238,6 +238,8 @@ struct counters {
 	__u64 mark_drops;        /* step marks lost to a full marks ring (not events: counted apart) */
 	__u64 sched_missed;      /* switches of tracked threads no program saw (the kernel skipped
 	                          * them): each can lose one off-CPU episode */
+	__u64 py_faults;         /* Python call sites cut short: a read of the interpreter's memory
+	                          * failed (a page not resident: these probes cannot fault) */
 };
 
 /* Written by userspace. */

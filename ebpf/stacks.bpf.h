@@ -44,27 +44,34 @@ struct thread_walk {
 	__u64 found;
 	__u64 next_off;
 	__u64 id_off;
+	__u64 fault; /* a read failed: the list was not walked to its end */
 };
 
 static long walk_thread(__u64 i, void *ctx)
 {
 	struct thread_walk *w = ctx;
 	__u64 id = 0;
-	if (!w->ts || bpf_probe_read_user(&id, sizeof(id), (void *)(w->ts + w->id_off)))
+	if (!w->ts)
 		return 1;
+	if (bpf_probe_read_user(&id, sizeof(id), (void *)(w->ts + w->id_off))) {
+		w->fault = 1;
+		return 1;
+	}
 	if (id == w->want) {
 		w->found = w->ts;
 		return 1;
 	}
-	if (bpf_probe_read_user(&w->ts, sizeof(w->ts), (void *)(w->ts + w->next_off)))
+	if (bpf_probe_read_user(&w->ts, sizeof(w->ts), (void *)(w->ts + w->next_off))) {
+		w->fault = 1;
 		return 1;
+	}
 	return 0;
 }
 
 struct frame_walk {
 	__u64 frame;
 	__u32 n;
-	__u32 pad;
+	__u32 fault; /* a read failed: the stack is cut short */
 	struct py_proc pp;
 };
 
@@ -94,8 +101,10 @@ static long walk_frame(__u64 i, void *ctx)
 		e->py[n].instr = instr;
 		w->n = n + 1;
 	}
-	if (bpf_probe_read_user(&w->frame, sizeof(w->frame), (void *)(f + w->pp.fr_previous)))
+	if (bpf_probe_read_user(&w->frame, sizeof(w->frame), (void *)(f + w->pp.fr_previous))) {
+		w->fault = 1;
 		return 1;
+	}
 	return 0;
 }
 
@@ -175,6 +184,20 @@ static __always_inline __u32 record_len(const struct stall_record *r)
 	return __builtin_offsetof(struct stall_record, snap.lines) + n;
 }
 
+#if defined(__TARGET_ARCH_x86) && !defined(INGERO_COMPAT)
+/* A walk a failed read cut short (the counter the agent exports): a
+ * non-sleepable probe cannot fault a page in, so a frame or thread state
+ * that is not resident ends the walk. A thread the interpreter does not
+ * know (a native worker thread) is no fault. */
+static __always_inline __u32 py_fault(__u32 n)
+{
+	struct counters *cn = ctrs();
+	if (cn)
+		cn->py_faults++;
+	return n;
+}
+#endif
+
 /* Fills r->e.py with the calling thread's Python frames and r->snap with
  * the innermost one's code object; returns how many frames. */
 static __always_inline __u32 py_stack(__u32 tgid, struct stall_record *r)
@@ -190,19 +213,24 @@ static __always_inline __u32 py_stack(__u32 tgid, struct stall_record *r)
 	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
 	__u64 interp = 0;
 	struct thread_walk tw = { .want = BPF_CORE_READ(t, thread.fsbase), .next_off = pp->ts_next, .id_off = pp->ts_thread_id };
-	if (bpf_probe_read_user(&interp, sizeof(interp), (void *)(pp->runtime + pp->interp_head)) || !interp ||
-	    bpf_probe_read_user(&tw.ts, sizeof(tw.ts), (void *)(interp + pp->threads_head)))
+	if (bpf_probe_read_user(&interp, sizeof(interp), (void *)(pp->runtime + pp->interp_head)) ||
+	    (interp && bpf_probe_read_user(&tw.ts, sizeof(tw.ts), (void *)(interp + pp->threads_head))))
+		return py_fault(0);
+	/* No interpreter yet (before Py_Initialize) or any more (finalized). */
+	if (!interp)
 		return 0;
 	bpf_loop(PY_MAX_THREADS, walk_thread, &tw, 0);
 	if (!tw.found)
-		return 0;
+		return tw.fault ? py_fault(0) : 0;
 	struct frame_walk fw = { .pp = *pp };
 	if (bpf_probe_read_user(&fw.frame, sizeof(fw.frame), (void *)(tw.found + pp->ts_frame)))
-		return 0;
+		return py_fault(0);
 	if (pp->cframe_frame != PY_NONE && fw.frame &&
 	    bpf_probe_read_user(&fw.frame, sizeof(fw.frame), (void *)(fw.frame + pp->cframe_frame)))
-		return 0;
+		return py_fault(0);
 	bpf_loop(2 * PY_MAX_FRAMES, walk_frame, &fw, 0);
+	if (fw.fault)
+		py_fault(0);
 	if (fw.n)
 		py_snap(&r->snap, r->e.py[0].code, pp);
 	return fw.n;

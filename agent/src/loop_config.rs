@@ -53,6 +53,9 @@ pub struct LoopStats {
     /// Switches of tracked threads no program saw (the kernel skipped the
     /// scheduler programs): each can lose one off-CPU episode.
     pub sched_missed: AtomicU64,
+    /// Python call sites shipped without (some of) their Python frames: a
+    /// read of the interpreter's memory failed in the probe.
+    pub py_faults: AtomicU64,
     pub map_full: AtomicU64,
     /// Threads held at a new CUDA/NCCL library's first lookup, their total
     /// wait (ns) and the holds that ran out before the library was probed.

@@ -146,8 +146,8 @@ fn rows(l: &LoopStats, s: &ShipStats) -> Vec<Row> {
     rows
 }
 
-/// What the kernel side lost: events, marks, switches, map updates.
-fn loss_rows(l: &LoopStats) -> [Row; 4] {
+/// What the kernel side lost: events, marks, switches, Python frames, map updates.
+fn loss_rows(l: &LoopStats) -> [Row; 5] {
     let g = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
     [
         (
@@ -167,6 +167,12 @@ fn loss_rows(l: &LoopStats) -> [Row; 4] {
             Counter,
             "Scheduler switches of traced threads no program saw (the kernel skipped them): each can lose one off-CPU episode",
             g(&l.sched_missed),
+        ),
+        (
+            "ingero_agent_python_stacks_cut_total",
+            Counter,
+            "Python call sites shipped without some or all of their Python frames: a read of the interpreter's memory failed in the probe (a page not resident)",
+            g(&l.py_faults),
         ),
         ("ingero_agent_map_full_total", Counter, "Kernel map updates lost to a full map", g(&l.map_full)),
     ]

@@ -565,6 +565,7 @@ impl ProbeLoop {
         s.ringbuf_drops.fetch_add(delta.ringbuf_drops, Ordering::Relaxed);
         s.mark_drops.fetch_add(delta.mark_drops, Ordering::Relaxed);
         s.sched_missed.fetch_add(delta.sched_missed, Ordering::Relaxed);
+        s.py_faults.fetch_add(delta.py_faults, Ordering::Relaxed);
         s.map_full.fetch_add(delta.map_full + delta.inflight_full, Ordering::Relaxed);
         s.lib_holds.fetch_add(delta.lib_holds, Ordering::Relaxed);
         s.lib_hold_ns.fetch_add(delta.lib_hold_ns, Ordering::Relaxed);

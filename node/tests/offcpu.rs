@@ -98,7 +98,7 @@ async fn off_cpu_episodes_name_the_lines_they_slept_at_in_every_version() {
     }
     // Switches the kernel ran no program for (a tracepoint it skipped):
     // each can take one episode with it, and the agent says so.
-    let missed = metric(&addr, "ingero_agent_sched_events_missed_total");
+    let missed = metric_settled(&addr, "ingero_agent_sched_events_missed_total");
     eprintln!("switches the kernel ran no program for: {missed}");
     let log = agent.stop();
     let mut lost = Vec::new();

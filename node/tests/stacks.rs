@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use arrow::array::RecordBatch;
-use fixtures::sites::{python, rows_of};
+use fixtures::sites::{PyFrames, python, rows_of};
 use fixtures::*;
 use ingero_model::Table;
 
@@ -74,6 +74,9 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
     std::fs::write(&script, SCRIPT).unwrap();
     let mut args = store_args(dir.path(), &cg);
     args.push("--outlier-abs=8ms".into());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    args.push(format!("--metrics-addr={addr}"));
     // Probed before any workload starts (the hold at a process's first
     // lookup then only has the interpreter to find).
     args.push(format!("--lib={}", lib.display()));
@@ -121,6 +124,16 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
     for w in quick {
         w.wait();
     }
+    // Walks a failed read cut short (a page not resident: the probe cannot
+    // fault it in): each may take a stall's Python frames, and the agent
+    // says so. Only that many stalls may ship short.
+    let mut cut = metric_settled(&addr, "ingero_agent_python_stacks_cut_total");
+    eprintln!("Python call sites cut short: {cut}");
+    let mut short = |py: &PyFrames, want: usize| {
+        let ok = py.len() < want && cut > 0;
+        cut -= ok as u64;
+        ok
+    };
     let log = agent.stop();
     if std::env::var_os("INGERO_TEST_LOG").is_some() {
         eprintln!("{log}");
@@ -150,8 +163,14 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
                 _ => ("loader", vec![at("loader", "loader")]),
             };
             *at_site.entry(name).or_default() += 1;
-            assert_eq!(&py[..want.len().min(py.len())], &want[..], "python {v}, {op}: {py:?}\n{got:?}\n{log}");
-            if op == "cudaMemcpy" {
+            assert_eq!(
+                &py[..want.len().min(py.len())],
+                &want[..py.len().min(want.len())],
+                "python {v}, {op}: {py:?}\n{got:?}\n{log}"
+            );
+            if short(py, want.len()) {
+                eprintln!("python {v}, {op}: cut short, counted: {py:?}");
+            } else if op == "cudaMemcpy" {
                 // A thread's stack goes on into threading.py (run, _bootstrap_inner, _bootstrap).
                 assert!(py.len() > 1 && py[1..].iter().all(|f| f.0.ends_with("threading.py")), "python {v}: {py:?}");
             } else {
@@ -169,7 +188,9 @@ async fn python_call_sites_in_every_version_and_native_frames_elsewhere() {
         let q = stalls_of(&stalls, &stacks, qpid);
         assert_eq!(q.len(), 1, "python {v}: the stall of a process that exited at once still ships: {q:?}\n{log}");
         let last = vec![("<string>".to_string(), "<module>".to_string(), Some(2))];
-        assert_eq!(q[0].1, last, "python {v}: the call site of a process that exited at once: {q:?}\n{log}");
+        if !short(&q[0].1, 1) {
+            assert_eq!(q[0].1, last, "python {v}: the call site of a process that exited at once: {q:?}\n{log}");
+        }
     }
     let keep = dir.path().to_path_buf();
     if std::env::var_os("INGERO_KEEP_REPORT").is_some() {

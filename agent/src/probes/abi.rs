@@ -331,6 +331,8 @@ pub(crate) struct Counters {
     pub mark_drops: u64,
     /// Switches of tracked threads no program saw.
     pub sched_missed: u64,
+    /// Python call sites cut short by a failed read of the interpreter.
+    pub py_faults: u64,
 }
 
 impl Counters {
@@ -346,6 +348,7 @@ impl Counters {
             lib_hold_timeouts: self.lib_hold_timeouts.saturating_sub(before.lib_hold_timeouts),
             mark_drops: self.mark_drops.saturating_sub(before.mark_drops),
             sched_missed: self.sched_missed.saturating_sub(before.sched_missed),
+            py_faults: self.py_faults.saturating_sub(before.py_faults),
         }
     }
 }
@@ -438,9 +441,10 @@ const _: () = {
     assert!(size_of::<ProcEvent>() == 56);
     assert!(offset_of!(ProcEvent, extra) == 32);
     assert!(offset_of!(ProcEvent, comm) == 40);
-    assert!(size_of::<Counters>() == 72);
+    assert!(size_of::<Counters>() == 80);
     assert!(offset_of!(Counters, mark_drops) == 56);
     assert!(offset_of!(Counters, sched_missed) == 64);
+    assert!(offset_of!(Counters, py_faults) == 72);
     assert!(offset_of!(Counters, lib_hold_timeouts) == 48);
     assert!(size_of::<Config>() == 56);
     assert!(offset_of!(Config, offcpu_site_us) == 48);

@@ -124,6 +124,7 @@ pub(crate) fn counters(probes: &mut Probes) -> Result<Counters> {
         c.lib_hold_timeouts += v.lib_hold_timeouts;
         c.mark_drops += v.mark_drops;
         c.sched_missed += v.sched_missed;
+        c.py_faults += v.py_faults;
     }
     Ok(c)
 }
