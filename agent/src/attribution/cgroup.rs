@@ -149,9 +149,9 @@ impl Scope {
         Scope { dir: canon(dir), ns_root: canon(&namespace_root(mount)) }
     }
 
-    /// Whether `pid` lives in the subtree (false once it is gone).
-    pub(crate) fn holds(&self, pid: u32) -> bool {
-        of_pid(pid).is_some_and(|p| resolve(&self.ns_root, &p).starts_with(&self.dir))
+    /// Whether `pid` lives in the subtree; None once it is gone.
+    pub(crate) fn holds(&self, pid: u32) -> Option<bool> {
+        of_pid(pid).map(|p| resolve(&self.ns_root, &p).starts_with(&self.dir))
     }
 }
 
@@ -215,12 +215,13 @@ mod tests {
         let mount = if mount.join("cgroup.controllers").exists() { mount.to_path_buf() } else { mount.join("unified") };
         let own = of_pid(std::process::id()).expect("reading /proc/self/cgroup");
         let mine = resolve(&namespace_root(&mount), &own);
-        assert!(Scope::new(&mine, &mount).holds(std::process::id()), "own cgroup {}", mine.display());
+        let me = std::process::id();
+        assert_eq!(Scope::new(&mine, &mount).holds(me), Some(true), "own cgroup {}", mine.display());
         // A sibling whose name extends ours is not under ours.
         let sibling = mine.with_file_name(format!("{}-x", mine.file_name().map_or("".into(), |n| n.to_string_lossy())));
-        assert!(!Scope::new(&sibling, &mount).holds(std::process::id()));
-        assert!(!Scope::new(&mine.join("child"), &mount).holds(std::process::id()));
-        assert!(!Scope::new(&mine, &mount).holds(u32::MAX), "a process that is gone");
+        assert_eq!(Scope::new(&sibling, &mount).holds(me), Some(false));
+        assert_eq!(Scope::new(&mine.join("child"), &mount).holds(me), Some(false));
+        assert_eq!(Scope::new(&mine, &mount).holds(u32::MAX), None, "a process that is gone");
     }
 
     #[test]
