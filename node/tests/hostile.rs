@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-//! A pod is hostile input. Its process maps the CUDA libraries, then changes
-//! its root: every path in its /proc/PID/maps now names what the pod chose
-//! (the agent opens them through /proc/PID/root to name the functions of
-//! slow calls' native frames): a FIFO where libcudart was, a symlink
-//! pointing out of its root where the driver was, an executable whose
-//! headers claim 200 MiB of symbols (sparse, so the claim is in bounds),
+//! A pod is hostile input. Its executable's headers claim 200 MiB of
+//! symbols (sparse, so the claim is in bounds). Its process maps the CUDA
+//! libraries, then changes its root: every path in its /proc/PID/maps now
+//! names what the pod chose: a FIFO where libcudart and the executable
+//! were, a symlink pointing out of its root where the driver was,
 //! truncated ELF headers for libc and a directory for the loader. The
-//! agent must keep tracing it exactly (probes go in through
-//! /proc/PID/map_files, the mapped file itself), catch every slow call,
-//! stay healthy, and neither block, leak fds nor grow its memory.
+//! agent must keep tracing it exactly (probes go in, and symbols are read,
+//! through /proc/PID/map_files: the mapped file itself, never what the
+//! path names now), catch every slow call, stay healthy, and neither block,
+//! leak fds nor grow its memory.
 
 mod fixtures;
 
@@ -72,16 +72,21 @@ fn claims_huge_symbols(from: &Path, to: &Path) {
     }
     std::fs::write(to, &b).unwrap();
     std::fs::OpenOptions::new().write(true).open(to).unwrap().set_len(1 << 30).unwrap();
+    std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", path.display());
 }
 
 /// The pod's new root: each path its process mapped is something hostile.
 fn hostile_root(root: &Path, lib: &Path, exe: &Path) {
-    let fifo = std::ffi::CString::new(in_root(root, lib).as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0, "mkfifo");
+    mkfifo(&in_root(root, lib));
+    mkfifo(&in_root(root, exe));
     let driver = lib.with_file_name("libcuda.so.1");
     std::os::unix::fs::symlink("/../../../../../../../etc/passwd", in_root(root, &driver)).unwrap();
-    claims_huge_symbols(exe, &in_root(root, exe));
     // The system libraries it maps (libc, the loader: this test maps the
     // same): truncated ELF headers, or a directory where the loader was.
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
@@ -112,7 +117,9 @@ async fn a_hostile_pod_cannot_block_blind_or_bloat_the_agent() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cg = Cgroup::new(&format!("ingero-test-hostile-{}", std::process::id()));
-    let (lib, exe) = build(&dir.path().join("bin"));
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let exe = dir.path().join("bin").join("wl-claims");
+    claims_huge_symbols(&wl, &exe);
     let root = dir.path().join("pod-root");
     hostile_root(&root, &lib, &exe);
 
@@ -184,8 +191,8 @@ async fn a_hostile_pod_cannot_block_blind_or_bloat_the_agent() {
         .sum();
     assert_eq!(stalls as u64, ROUNDS, "every 60 ms sync is a stall event, its frames resolved or not");
 
-    // Their native frames in the executable were looked up in the pod's
-    // file (it claims 200 MiB of symbols): file and offset, no name.
+    // Their native frames in the executable were looked up in the file it
+    // runs (it claims 200 MiB of symbols): file and offset, no name.
     let exe_path = exe.display().to_string();
     let mut in_exe = Vec::new();
     for b in rows(dir.path(), Table::Stacks).await {

@@ -68,7 +68,7 @@ pub(crate) fn identify(file: &File) -> std::io::Result<FileId> {
     Ok(FileId::Inode(md.dev(), md.ino()))
 }
 
-fn is_overlay(file: &File) -> bool {
+pub(crate) fn is_overlay(file: &File) -> bool {
     // SAFETY: statfs is plain data; all-zero is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs writes into the statfs we own; the fd is open for the call.

@@ -3,6 +3,8 @@
 //! symbol in a process (`_PyRuntime`), and the symbol a return address
 //! falls in (native frames).
 
+use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
@@ -20,12 +22,37 @@ pub(crate) struct Mapping {
 }
 
 impl Mapping {
-    /// A path that reaches the file from the agent: through the process's
-    /// root (its mount namespace; no look at its address space), else the
-    /// mapping itself (a deleted or shadowed file).
-    pub(crate) fn open_path(&self, pid: u32) -> PathBuf {
+    /// The mapped file, opened for reading, and the path it was opened by.
+    /// Through the mapping itself first (`/proc/PID/map_files`): the very
+    /// file mapped, whatever its path names now. What is read here is
+    /// cached by (device, inode) and serves every process that maps the
+    /// file, so a pod that renames another file over the mapped one's path
+    /// must not decide the symbols another pod's frames get.
+    pub(crate) fn open(&self, pid: u32) -> io::Result<(File, PathBuf)> {
+        let by_map = PathBuf::from(format!("/proc/{pid}/map_files/{}", self.range));
+        match crate::podfs::open_regular(&by_map) {
+            Ok(f) => Ok((f, by_map)),
+            // map_files needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE).
+            Err(_) => self.open_by_root(pid),
+        }
+    }
+
+    /// Through the process's root (its mount namespace), refusing a file
+    /// that is not the mapped one. An overlay file's (device, inode) is
+    /// not the one its mapping shows on every kernel: not compared there.
+    fn open_by_root(&self, pid: u32) -> io::Result<(File, PathBuf)> {
+        use std::os::unix::fs::MetadataExt;
         let root = Path::new(&format!("/proc/{pid}/root")).join(self.path.trim_start_matches('/'));
-        if root.exists() { root } else { PathBuf::from(format!("/proc/{pid}/map_files/{}", self.range)) }
+        let f = crate::podfs::open_regular(&root)?;
+        let md = f.metadata()?;
+        let id = (u64::from(libc::major(md.dev())) << 32 | u64::from(libc::minor(md.dev())), md.ino());
+        if id != self.id && !crate::probes::files::is_overlay(&f) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: not the file mapped at {} (replaced since it was mapped)", root.display(), self.range),
+            ));
+        }
+        Ok((f, root))
     }
 
     /// Load bias: process address = bias + ELF virtual address.
@@ -102,10 +129,17 @@ fn load_segments<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> Vec<L
 }
 
 impl Elf {
-    /// Load segments and symbols; a file whose tables exceed
-    /// [`MAX_TABLE_BYTES`] is kept without symbols (and said once, at debug).
-    pub(crate) fn open(path: &Path) -> std::io::Result<Elf> {
-        let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
+    /// [`Elf::read`] of the file at `path`.
+    #[cfg(test)]
+    pub(crate) fn open(path: &Path) -> io::Result<Elf> {
+        Self::read(crate::podfs::open_regular(path)?, path)
+    }
+
+    /// Load segments and symbols of an open file (`path`: what opened it);
+    /// a file whose tables exceed [`MAX_TABLE_BYTES`] is kept without
+    /// symbols (and said once, at debug).
+    pub(crate) fn read(file: File, path: &Path) -> io::Result<Elf> {
+        let cache = crate::podfs::Capped::new(file);
         let obj = crate::podfs::parse_elf(&cache, MAX_TABLE_BYTES).map_err(|e| {
             tracing::debug!(path = %path.display(), error = %e, "native frames without function names");
             e
@@ -122,11 +156,17 @@ impl Elf {
         Ok(Elf { loads, symbols })
     }
 
+    /// [`Elf::read_for`] of the file at `path`.
+    #[cfg(test)]
+    pub(crate) fn open_for(path: &Path, names: &[&str]) -> io::Result<(Elf, Vec<Option<u64>>)> {
+        Self::read_for(crate::podfs::open_regular(path)?, names)
+    }
+
     /// Only the load segments and the addresses of `names` (dynamic
     /// symbols first): what finding an interpreter needs, without building
     /// the whole table (a libpython has ~15,000 symbols).
-    pub(crate) fn open_for(path: &Path, names: &[&str]) -> std::io::Result<(Elf, Vec<Option<u64>>)> {
-        let cache = crate::podfs::Capped::new(crate::podfs::open_regular(path)?);
+    pub(crate) fn read_for(file: File, names: &[&str]) -> io::Result<(Elf, Vec<Option<u64>>)> {
+        let cache = crate::podfs::Capped::new(file);
         let obj = crate::podfs::parse_elf(&cache, crate::podfs::MAX_ELF_TABLES)?;
         let loads = load_segments(&obj);
         let mut found = vec![None; names.len()];
@@ -216,8 +256,47 @@ mod tests {
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let addr = libc::malloc as *const () as usize as u64;
         let m = mapping_of(&maps, addr).expect("libc is mapped");
-        let elf = Elf::open(&m.open_path(std::process::id())).unwrap();
+        let (f, path) = m.open(std::process::id()).unwrap();
+        let elf = Elf::read(f, &path).unwrap();
         let name = elf.symbol_at(m.vaddr(&elf, addr).unwrap()).unwrap();
         assert!(name.contains("malloc"), "{name}");
+    }
+
+    /// A process maps a library, then renames another file over its path
+    /// and puts a third at the name its maps now show (what a pod can do to
+    /// its own files): the agent reads the file that is mapped, or, through
+    /// the path, refuses the impostor.
+    #[test]
+    fn a_file_renamed_over_a_mapped_one_is_not_read_for_it() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("libmapped.so");
+        std::fs::copy("/usr/lib/x86_64-linux-gnu/libc.so.6", &lib).unwrap();
+        let len = std::fs::metadata(&lib).unwrap().len() as usize;
+        let file = File::open(&lib).unwrap();
+        // SAFETY: a fresh read-only private mapping of a file we own, unmapped below.
+        let at =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+        assert_ne!(at, libc::MAP_FAILED);
+        let impostor = dir.path().join("impostor");
+        std::fs::write(&impostor, b"\x7fELF not the mapped file").unwrap();
+        std::fs::rename(&impostor, &lib).unwrap();
+        // The mapping now reads `PATH (deleted)`: a name the pod can create too.
+        std::fs::write(format!("{} (deleted)", lib.display()), b"\x7fELF not the mapped file either").unwrap();
+
+        let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let m = mapping_of(&maps, at as u64).expect("the copy is mapped").clone();
+        let root_only = m.open_by_root(std::process::id()).map(|_| ()).unwrap_err().to_string();
+        assert!(root_only.contains("replaced since it was mapped"), "{root_only}");
+        // As root (CI): through the mapping, the very file, with its symbols.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let (f, path) = m.open(std::process::id()).unwrap();
+            assert!(path.to_string_lossy().contains("/map_files/"), "{}", path.display());
+            let (_, found) = Elf::read_for(f, &["malloc"]).unwrap();
+            assert!(found[0].is_some(), "the mapped copy's malloc");
+        }
+        // SAFETY: the mapping made above, of `len` bytes.
+        unsafe { libc::munmap(at, len) };
     }
 }

@@ -235,10 +235,10 @@ impl Resolver {
         if let Some(e) = self.files.get(&m.id) {
             return e.clone();
         }
-        let elf = match Elf::open(&m.open_path(pid)) {
+        let elf = match m.open(pid).and_then(|(f, path)| Elf::read(f, &path)) {
             Ok(e) => Some(Arc::new(e)),
-            // Exited (its slow call was its last): its root no longer
-            // reaches the file, which another process mapping it may; a
+            // Exited (its slow call was its last): neither its mappings nor
+            // its root reach the file, which another process mapping it may; a
             // failure of this kind is not the file's, and is not remembered
             // (it hid the file's symbols from every later process).
             Err(_) if !root_reachable(pid) => {
@@ -250,11 +250,11 @@ impl Resolver {
         self.remember(m.id, elf)
     }
 
-    /// The file of `m` opened through the root of another process known to map it.
+    /// The file of `m` opened through another process known to map it.
     fn through_another(&self, pid: u32, m: &Mapping) -> Option<Arc<Elf>> {
         let others = self.procs.iter().filter(|(p, _)| **p != pid);
-        let mut paths = others.filter_map(|(p, proc)| proc.maps.iter().find(|x| x.id == m.id).map(|x| x.open_path(*p)));
-        paths.find_map(|path| Elf::open(&path).ok()).map(Arc::new)
+        let mut through = others.filter_map(|(p, proc)| Some((*p, proc.maps.iter().find(|x| x.id == m.id)?)));
+        through.find_map(|(p, x)| x.open(p).and_then(|(f, path)| Elf::read(f, &path)).ok()).map(Arc::new)
     }
 
     fn remember(&mut self, id: (u64, u64), elf: Option<Arc<Elf>>) -> Option<Arc<Elf>> {
@@ -307,7 +307,7 @@ mod tests {
         a.wait().unwrap();
         assert!(!root_reachable(pa));
         let elf = r.elf(pa, &m).expect("opened through the other process's root");
-        let (_, at) = Elf::open_for(&libc_of(pb).open_path(pb), &["malloc"]).unwrap();
+        let (_, at) = Elf::read_for(libc_of(pb).open(pb).unwrap().0, &["malloc"]).unwrap();
         assert!(elf.symbol_at(at[0].expect("libc has malloc")).is_some(), "with its symbols");
         // With no process left to open it through: nothing, and nothing remembered.
         r.files.clear();

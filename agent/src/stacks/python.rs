@@ -225,11 +225,19 @@ pub(crate) struct Files(Vec<((u64, u64), FileFacts)>);
 const MAX_FILES: usize = 32;
 
 impl Files {
-    fn read(&mut self, id: (u64, u64), path: &Path) -> std::io::Result<FileFacts> {
+    /// The facts of file `id`, opened by `open` unless already read.
+    fn read(
+        &mut self,
+        id: (u64, u64),
+        open: impl FnOnce() -> std::io::Result<(std::fs::File, PathBuf)>,
+    ) -> std::io::Result<FileFacts> {
         if let Some((_, f)) = self.0.iter().find(|(k, _)| *k == id) {
             return Ok(f.clone());
         }
-        let facts = Arc::new(Elf::open_for(path, &["_PyRuntime", "Py_Version"])?);
+        let (file, path) = open()?;
+        let facts = Elf::read_for(file, &["_PyRuntime", "Py_Version"])
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let facts = Arc::new(facts);
         if self.0.len() >= MAX_FILES {
             self.0.remove(0);
         }
@@ -248,8 +256,7 @@ pub(crate) fn find(
     files: &mut Files,
 ) -> Result<Option<Interpreter>, String> {
     let Some(m) = interpreter_file(maps) else { return Ok(None) };
-    let file = m.open_path(pid);
-    let facts = files.read(m.id, &file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let facts = files.read(m.id, || m.open(pid)).map_err(|e| format!("{}: {e}", m.path))?;
     let (elf, syms) = &*facts;
     let Some(runtime_v) = syms[0] else { return Ok(None) };
     let bias = m.bias(elf).ok_or_else(|| format!("{}: no load segment for its mapping", m.path))?;
@@ -269,7 +276,7 @@ pub(crate) fn find(
         return Err(format!("Python {version} is not supported (3.9–3.13 are); no Python frames for it"));
     };
     layout.kernel.runtime = runtime;
-    Ok(Some(Interpreter { layout, file }))
+    Ok(Some(Interpreter { layout, file: PathBuf::from(&m.path) }))
 }
 
 #[cfg(test)]
@@ -310,12 +317,13 @@ pub(crate) mod tests {
     #[test]
     fn an_interpreter_file_is_read_once_per_device_and_inode() {
         let mut files = Files::default();
-        let me = std::env::current_exe().unwrap();
-        let a = files.read((1, 2), &me).unwrap();
-        assert!(Arc::ptr_eq(&a, &files.read((1, 2), &me).unwrap()), "read again");
-        assert!(!Arc::ptr_eq(&a, &files.read((1, 3), &me).unwrap()), "another file");
+        let exe = std::env::current_exe().unwrap();
+        let me = || Ok((std::fs::File::open(&exe)?, exe.clone()));
+        let a = files.read((1, 2), me).unwrap();
+        assert!(Arc::ptr_eq(&a, &files.read((1, 2), || unreachable!("read again")).unwrap()), "read again");
+        assert!(!Arc::ptr_eq(&a, &files.read((1, 3), me).unwrap()), "another file");
         for i in 0..MAX_FILES as u64 {
-            files.read((2, i), &me).unwrap();
+            files.read((2, i), me).unwrap();
         }
         assert_eq!(files.0.len(), MAX_FILES, "bounded");
         assert!(files.0.iter().all(|(k, _)| *k != (1, 2)), "the oldest goes first");
