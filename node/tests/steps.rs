@@ -15,6 +15,12 @@ const STEPS: usize = 60;
 const SLOW: usize = 34;
 /// How far the loop's clock read after a sync may be from the probe's.
 const SLACK_US: i64 = 1000;
+/// How far a step's time as the loop measured it (two such reads) may be
+/// from the shipped one: the loop preempted between a sync's return and
+/// its clock read lengthens one step and shortens the next (1.4 ms seen
+/// with three other live-kernel tests on the 2 CPUs; the slow step is
+/// ~8x the others, so this still tells it apart).
+const STEP_SLACK_US: i64 = 5000;
 
 /// A `progress_windows` row's step columns.
 #[derive(Debug)]
@@ -114,7 +120,7 @@ async fn steps_and_the_slow_step_are_found_from_the_call_cycle() {
     let slow = rows.iter().find(|r| within(r, ends[SLOW])).unwrap();
     let took_us = ends[SLOW] - ends[SLOW - 1];
     let max_us = slow.max_ns.unwrap() as i64 / 1000;
-    assert!((max_us - took_us).abs() < SLACK_US, "slow step {took_us} µs, shipped {max_us} µs: {slow:?}");
+    assert!((max_us - took_us).abs() < STEP_SLACK_US, "slow step {took_us} µs, shipped {max_us} µs: {slow:?}");
     let mut times: Vec<i64> = (1..STEPS).filter(|&i| within(slow, ends[i])).map(|i| ends[i] - ends[i - 1]).collect();
     times.sort_unstable();
     let median_us = times[(times.len() - 1) / 2];
