@@ -75,7 +75,8 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 impl Agent {
-    /// Starts shipping, metrics, the pod watch and the probe thread.
+    /// Starts shipping, metrics, the pod watch and the probe thread;
+    /// `probes` loaded with the settings of `cfg.probe` (scope, pids, hold).
     pub fn start(cfg: AgentConfig, probes: Probes) -> Result<Agent> {
         Agent::start_in(runtime()?, cfg, probes)
     }

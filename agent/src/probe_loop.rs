@@ -103,8 +103,10 @@ impl std::fmt::Debug for ProbeLoop {
 }
 
 impl ProbeLoop {
-    /// Applies the configuration to the kernel side and probes what is
-    /// already there, so the first window is complete.
+    /// Applies the rest of the configuration to the kernel side and probes
+    /// what is already there, so the first window is complete. `probes`
+    /// were loaded with this configuration's scope, pids and hold
+    /// ([`crate::probes::load::Settings`]).
     pub fn start(
         mut probes: Probes,
         cfg: LoopConfig,
@@ -115,21 +117,11 @@ impl ProbeLoop {
         let rings = Rings::take(&mut probes)?;
         let stacks = Stacks::start(StallRings::take(&mut probes)?)?;
         stats.watchdog.set_limit(cfg.watchdog);
-        if let Some(root) = &cfg.cgroup_root {
-            probes.set_scope(root)?;
-        }
-        probes.set_hold_dlopen(cfg.hold_dlopen, cfg.hold_max)?;
         probes.set_call_marks(cfg.steps)?;
         if !probes.set_offcpu_sites(cfg.offcpu_site_min)? && !cfg.offcpu_site_min.is_zero() {
             tracing::warn!(
                 "off-CPU call sites need the full object on x86-64 (`ingero-agent check`): episodes ship without them"
             );
-        }
-        if !cfg.pids.is_empty() {
-            for &p in &cfg.pids {
-                probes.track(p)?;
-            }
-            probes.set_targets(&cfg.pids)?;
         }
         log_map_memory(&stats);
         stats.trap_ns.store(probes.trap_ns.map_or(0, |t| t.round() as u64), Ordering::Relaxed);

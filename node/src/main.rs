@@ -258,6 +258,16 @@ fn validate(a: &RunArgs) -> Result<(), error::Error> {
     Ok(())
 }
 
+/// What the programs must know before the first one is attached.
+fn load_settings(a: &RunArgs) -> probes::load::Settings {
+    probes::load::Settings {
+        cgroup_root: a.cgroup_root.clone(),
+        pids: a.pids.clone(),
+        hold_dlopen: !a.no_dlopen_hold,
+        hold_max: a.dlopen_hold_max,
+    }
+}
+
 fn config(a: RunArgs, sink: Sink) -> AgentConfig {
     let probe = LoopConfig {
         node: node_name(a.node),
@@ -328,7 +338,7 @@ fn run(a: RunArgs) -> Result<(), error::Error> {
     if a.no_uprobe_multi {
         features.without(probes::features::UPROBE_MULTI);
     }
-    let probes = probes::load::Probes::load_with(features)?;
+    let probes = probes::load::Probes::load_with(features, &load_settings(&a))?;
     ingero_agent::heap::release_free();
     let rt = agent::runtime()?;
     let (sink, embedded) = sink(&a, &rt)?;

@@ -23,7 +23,7 @@ fn the_compat_object_loads_every_ops_programs() {
     // Program ids only grow: what this test loads is above the highest now.
     let before = aya::programs::loaded_programs().flatten().map(|p| p.id()).max().unwrap_or(0);
     let t = Instant::now();
-    let _probes = Probes::load_with(features).expect("loading the compat object");
+    let _probes = Probes::load_with(features, &Default::default()).expect("loading the compat object");
     eprintln!("compat object loaded in {:.2} s", t.elapsed().as_secs_f64());
     let mut names: Vec<String> = aya::programs::loaded_programs()
         .flatten()

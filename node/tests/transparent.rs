@@ -171,7 +171,8 @@ async fn plugins_found_through_their_loaders_runpath_load_and_are_counted_from_t
 /// with three agents probing on two CPUs).
 #[test]
 fn a_process_is_held_at_most_the_bound_in_all_however_slow_the_agent() {
-    use ingero_agent::probes::{libs, load::Probes, ops::Lib};
+    use ingero_agent::probes::load::{Probes, Settings};
+    use ingero_agent::probes::{libs, ops::Lib};
     if !can_trace() {
         return;
     }
@@ -188,9 +189,9 @@ fn a_process_is_held_at_most_the_bound_in_all_however_slow_the_agent() {
     let main = dir.path().join("dlsym_repeat");
     cc(&["-O1"], &main, "dlsym_repeat.c");
 
-    let mut probes = Probes::load().expect("loading the probes");
-    probes.set_scope(&cg.0).unwrap();
-    probes.set_hold_dlopen(true, BOUND).unwrap();
+    let settings = Settings { cgroup_root: Some(cg.0.clone()), hold_max: BOUND, ..Settings::default() };
+    let features = ingero_agent::probes::features::Features::probe().expect("loading the feature probes");
+    let mut probes = Probes::load_with(features, &settings).expect("loading the probes");
     let libc = libs::well_known(&[]).into_iter().find(|f| f.lib == Lib::Libc).expect("glibc's libc.so.6");
     probes.attach_found(&libc).expect("probing libc's dlsym");
 

@@ -76,69 +76,96 @@ pub fn own_pid_namespace() -> Option<u64> {
     (ino != PROC_PID_INIT_INO).then_some(ino)
 }
 
+/// What the programs must know before any of them runs: whose events they
+/// may act on (`--cgroup-root`, `--pid`) and whether they may hold a thread
+/// at a library lookup. Written before the first program is attached: the
+/// tracepoints fire at once, and an agent that learnt its scope later
+/// acted on, and could hold, every process on the node meanwhile.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub cgroup_root: Option<std::path::PathBuf>,
+    pub pids: Vec<u32>,
+    pub hold_dlopen: bool,
+    pub hold_max: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { cgroup_root: None, pids: Vec::new(), hold_dlopen: true, hold_max: Duration::from_secs(1) }
+    }
+}
+
 impl Probes {
-    /// Probes the kernel's features and loads the object it can run.
+    /// Probes the kernel's features and loads the object it can run, for
+    /// every process on the node.
     pub fn load() -> Result<Probes> {
         let features = Features::probe()?;
-        Self::load_with(features)
+        Self::load_with(features, &Settings::default())
     }
 
-    /// Loads the object `features` choose (tests force the compat one).
-    pub fn load_with(features: Features) -> Result<Probes> {
+    /// Loads the object `features` choose (tests force the compat one),
+    /// its settings in place before anything is attached.
+    pub fn load_with(features: Features, settings: &Settings) -> Result<Probes> {
         let object = features.object();
         if object == Object::Compat {
             tracing::warn!(
                 "kernel without attach cookies, bpf_loop or compare-and-exchange: compat programs (`ingero-agent check` lists what is lost)"
             );
         }
-        // EbpfLoader::new() parses the kernel's BTF for CO-RE itself; the
-        // temporary loader (and that parse) is dropped before the second
-        // parse below, for the tp_btf attach points. Two parses alive at once
-        // were the agent's peak memory (2 x ~15 MB).
-        let mut loader = EbpfLoader::new();
-        let lru_entries = super::memory::lru_entries(super::memory::possible_cpus());
-        for name in LRU_MAPS {
-            loader.map_max_entries(name, lru_entries);
-        }
-        let mut ebpf = loader.load(if object == Object::Full { OBJECT } else { COMPAT_OBJECT })?;
+        // Pids in every event are those of the agent's own namespace (a kind
+        // node, a nested container), so /proc lookups and --pid agree. No
+        // hold until the hold's program is known to load (below).
+        let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), ..Config::default() };
+        let mut p = Probes {
+            ebpf: open_object(object)?,
+            config,
+            attached: Attachments::default(),
+            resolved: HashMap::new(),
+            dlopen_hold: false,
+            lookup_notice: false,
+            features,
+            trap_ns: None,
+            offcpu_sites: false,
+            offcpu_attached: false,
+        };
+        p.settle(settings)?;
         let btf = Btf::from_sys_fs()?;
-        let dlopen_hold = match object {
+        p.dlopen_hold = match object {
             Object::Full => {
                 for name in ["call_entry", "call_return"] {
-                    let p = as_uprobe(prog(&mut ebpf, name)?)?;
-                    let loaded = if features.multi_links() { p.load_multi() } else { p.load() };
+                    let prog = as_uprobe(prog(&mut p.ebpf, name)?)?;
+                    let loaded = if p.features.multi_links() { prog.load_multi() } else { prog.load() };
                     loaded.map_err(Error::program(format!("loading {name}")))?;
                 }
-                load_hold(&mut ebpf, &features)
+                load_hold(&mut p.ebpf, &p.features)
             }
             Object::Compat => {
-                super::compat::load_calls(&mut ebpf)?;
+                super::compat::load_calls(&mut p.ebpf)?;
                 tracing::warn!("{NO_HOLD}");
                 false
             }
         };
         // Also beside the hold: what `--no-dlopen-hold` probes glibc's lookups with.
-        let lookup_notice = load_notice(&mut ebpf);
-        super::tracepoints::attach(&mut ebpf, &btf)?;
-        let offcpu_sites = object == Object::Full && super::tracepoints::load_sys_exit(&mut ebpf, &btf);
-        let trap_ns = super::trap_cost::measure_or_warn(&mut ebpf);
-        // Pids in every event are those of the agent's own namespace (a kind
-        // node, a nested container), so /proc lookups and --pid agree.
-        let config = Config { pidns_ino: own_pid_namespace().unwrap_or(0), hold_dlopen: 1, ..Config::default() };
-        let mut p = Probes {
-            ebpf,
-            config,
-            attached: Attachments::default(),
-            resolved: HashMap::new(),
-            dlopen_hold,
-            lookup_notice,
-            features,
-            trap_ns,
-            offcpu_sites,
-            offcpu_attached: false,
-        };
-        p.write_config()?;
+        p.lookup_notice = load_notice(&mut p.ebpf);
+        super::tracepoints::attach(&mut p.ebpf, &btf)?;
+        p.offcpu_sites = object == Object::Full && super::tracepoints::load_sys_exit(&mut p.ebpf, &btf);
+        p.trap_ns = super::trap_cost::measure_or_warn(&mut p.ebpf);
+        p.set_hold_dlopen(settings.hold_dlopen, settings.hold_max)?;
         Ok(p)
+    }
+
+    /// Writes whose events the programs act on; the hold stays off.
+    fn settle(&mut self, s: &Settings) -> Result<()> {
+        if let Some(root) = &s.cgroup_root {
+            self.set_scope(root)?;
+        }
+        if !s.pids.is_empty() {
+            for &pid in &s.pids {
+                self.track(pid)?;
+            }
+            self.set_targets(&s.pids)?;
+        }
+        self.write_config()
     }
 
     /// The entry and return programs of `op`: one shared pair (the cookie
@@ -167,7 +194,7 @@ impl Probes {
     }
 
     /// Restricts tracing to the cgroup subtree at `dir` (cgroup v2 path).
-    pub fn set_scope(&mut self, dir: &Path) -> Result<()> {
+    fn set_scope(&mut self, dir: &Path) -> Result<()> {
         let f = std::fs::File::open(dir).map_err(|e| Error::Config(format!("--cgroup-root {}: {e}", dir.display())))?;
         let mut arr: CgroupArray<&mut MapData> = map(&mut self.ebpf, "scope_cgroup")?;
         arr.set(0, f, 0).map_err(Error::map("scope_cgroup"))?;
@@ -180,13 +207,13 @@ impl Probes {
     }
 
     /// Adds a process to the scheduler-tracked set (CUDA users add themselves).
-    pub fn track(&mut self, tgid: u32) -> Result<()> {
+    fn track(&mut self, tgid: u32) -> Result<()> {
         let mut m: BpfHashMap<&mut MapData, u32, u8> = map(&mut self.ebpf, "tracked")?;
         m.insert(tgid, 1, 0).map_err(Error::map("tracked"))
     }
 
     /// `--pid`: only these processes' calls are counted, decided in the kernel.
-    pub fn set_targets(&mut self, pids: &[u32]) -> Result<()> {
+    fn set_targets(&mut self, pids: &[u32]) -> Result<()> {
         let mut m: BpfHashMap<&mut MapData, u32, u8> = map(&mut self.ebpf, "targets")?;
         for &p in pids {
             m.insert(p, 1, 0).map_err(Error::map("targets (at most 1024 --pid)"))?;
@@ -506,6 +533,20 @@ const NO_HOLD: &str = "no library hold on this kernel: a library dlopen'd and ca
 
 /// Where nothing can be held: a CUDA/NCCL library's first lookup in a
 /// process wakes the agent (ebpf/libnotify.bpf.c) instead of its next rescan.
+/// Parses the object and creates its maps; no program is loaded yet.
+fn open_object(object: Object) -> Result<Ebpf> {
+    // EbpfLoader::new() parses the kernel's BTF for CO-RE itself; the loader
+    // (and that parse) is dropped on return, before the second parse, for
+    // the tp_btf attach points. Two parses alive at once were the agent's
+    // peak memory (2 x ~15 MB).
+    let mut loader = EbpfLoader::new();
+    let lru_entries = super::memory::lru_entries(super::memory::possible_cpus());
+    for name in LRU_MAPS {
+        loader.map_max_entries(name, lru_entries);
+    }
+    Ok(loader.load(if object == Object::Full { OBJECT } else { COMPAT_OBJECT })?)
+}
+
 fn load_notice(ebpf: &mut Ebpf) -> bool {
     load_or_warn(
         ebpf,
