@@ -7,14 +7,14 @@
 #
 #   scripts/vm/test.sh [SERIES...]      default: 5.10 6.1 6.12
 #
-# INGERO_VM_TESTS: test targets of ingero-node (default "kernel transparent dlopen";
+# INGERO_VM_TESTS: test targets of ingero-node (default "kernel transparent dlopen scope";
 # `stacks` needs CPython and bpf_loop: 5.17+). Exit status: the number of
 # kernels where a test failed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 series=("$@")
 [ ${#series[@]} -gt 0 ] || series=(5.10 6.1 6.12)
-targets=(${INGERO_VM_TESTS:-kernel transparent dlopen})
+targets=(${INGERO_VM_TESTS:-kernel transparent dlopen scope})
 
 scripts/vm/prepare.sh
 # The test executables `cargo nextest run --workspace --features ingero/mcp` runs here (built with
