@@ -218,15 +218,9 @@ impl ProbeLoop {
             if !self.pid_filter.is_empty() && !self.pid_filter.contains(&pid) {
                 continue;
             }
-            match self.scope.as_ref().map(|s| s.holds(pid)) {
-                // Gone: nothing left to probe (a short-lived process's exec).
-                Some(None) => continue,
-                Some(Some(false)) => {
-                    let cgroup = crate::attribution::cgroup::of_pid(pid).unwrap_or_default();
-                    tracing::info!(pid, why, cgroup, "outside --cgroup-root: not probed");
-                    continue;
-                }
-                _ => {}
+            if let Some(cgroup) = self.scope.as_ref().and_then(|s| s.outside(pid)) {
+                tracing::info!(pid, why, cgroup, "outside --cgroup-root: not probed");
+                continue;
             }
             let found = self.statics.scan_pid(pid);
             for f in &found {

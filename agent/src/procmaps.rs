@@ -75,6 +75,11 @@ pub(crate) fn parse_dev(s: &str) -> Option<u64> {
     Some((u64::from_str_radix(a, 16).ok()? << 32) | u64::from_str_radix(b, 16).ok()?)
 }
 
+/// A `stat` device number as [`parse_dev`] writes a maps line's.
+pub(crate) fn dev_of(st_dev: u64) -> u64 {
+    (u64::from(libc::major(st_dev)) << 32) | u64::from(libc::minor(st_dev))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -149,9 +149,11 @@ impl Scope {
         Scope { dir: canon(dir), ns_root: canon(&namespace_root(mount)) }
     }
 
-    /// Whether `pid` lives in the subtree; None once it is gone.
-    pub(crate) fn holds(&self, pid: u32) -> Option<bool> {
-        of_pid(pid).map(|p| resolve(&self.ns_root, &p).starts_with(&self.dir))
+    /// The cgroup of `pid` when it lives outside the subtree (None when
+    /// inside, or gone).
+    pub(crate) fn outside(&self, pid: u32) -> Option<String> {
+        let path = of_pid(pid)?;
+        (!resolve(&self.ns_root, &path).starts_with(&self.dir)).then_some(path)
     }
 }
 
@@ -216,12 +218,12 @@ mod tests {
         let own = of_pid(std::process::id()).expect("reading /proc/self/cgroup");
         let mine = resolve(&namespace_root(&mount), &own);
         let me = std::process::id();
-        assert_eq!(Scope::new(&mine, &mount).holds(me), Some(true), "own cgroup {}", mine.display());
+        assert_eq!(Scope::new(&mine, &mount).outside(me), None, "own cgroup {}", mine.display());
         // A sibling whose name extends ours is not under ours.
         let sibling = mine.with_file_name(format!("{}-x", mine.file_name().map_or("".into(), |n| n.to_string_lossy())));
-        assert_eq!(Scope::new(&sibling, &mount).holds(me), Some(false));
-        assert_eq!(Scope::new(&mine.join("child"), &mount).holds(me), Some(false));
-        assert_eq!(Scope::new(&mine, &mount).holds(u32::MAX), None, "a process that is gone");
+        assert_eq!(Scope::new(&sibling, &mount).outside(me).as_ref(), Some(&own));
+        assert_eq!(Scope::new(&mine.join("child"), &mount).outside(me).as_ref(), Some(&own));
+        assert_eq!(Scope::new(&sibling, &mount).outside(u32::MAX), None, "a process that is gone");
     }
 
     #[test]

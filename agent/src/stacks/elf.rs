@@ -45,8 +45,7 @@ impl Mapping {
         let root = Path::new(&format!("/proc/{pid}/root")).join(self.path.trim_start_matches('/'));
         let f = crate::podfs::open_regular(&root)?;
         let md = f.metadata()?;
-        let id = (u64::from(libc::major(md.dev())) << 32 | u64::from(libc::minor(md.dev())), md.ino());
-        if id != self.id && !crate::probes::files::is_overlay(&f) {
+        if (crate::procmaps::dev_of(md.dev()), md.ino()) != self.id && !crate::probes::files::is_overlay(&f) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: not the file mapped at {} (replaced since it was mapped)", root.display(), self.range),
