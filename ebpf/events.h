@@ -29,6 +29,7 @@
  * poll that watched no file descriptor (a sleep). */
 #define OFFCPU_NR_MASK 0xffffu
 #define OFFCPU_NO_FDS (1u << 16)
+#define OFFCPU_FEEDS (1u << 17) /* the thread has made a traced call: it feeds the GPU */
 /* Op ids the compat object has a program pair for (calls.bpf.c). */
 #define COMPAT_OPS 100
 
@@ -55,6 +56,15 @@ struct sched_val {
 	__u64 wakeups;
 	__u64 off_call_ns;  /* part of off_ns spent inside a traced CUDA/NCCL call */
 	__u64 runq_call_ns; /* part of runq_ns likewise */
+};
+
+/* A process's scheduler time, split by thread: `feed`, its threads that
+ * have made a traced CUDA/NCCL call (they feed the GPU); `other`, the rest
+ * (watchdogs, idle pools, loader threads: asleep by design, their sleep is
+ * no host stall). The compat object counts every thread in `other`. */
+struct sched_vals {
+	struct sched_val feed;
+	struct sched_val other;
 };
 
 #define THREAD_COUNTS 4

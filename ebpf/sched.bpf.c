@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /* Scheduler: per-thread off-CPU and run-queue time of tracked processes,
- * summed per process (tgid), split by whether the thread was inside a
+ * summed per process (tgid) apart for the threads that feed the GPU and the
+ * rest, split by whether the thread was inside a
  * traced CUDA/NCCL call (waiting for the device or its peers) or not (a
  * host stall), plus on-CPU time of every cgroup so a report
  * can name the noisy neighbour. Keys are always tgid for processes and tid
@@ -16,7 +17,7 @@ struct sched_map {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);
-	__type(value, struct sched_val);
+	__type(value, struct sched_vals);
 };
 struct sched_map sched_a SEC(".maps");
 struct sched_map sched_b SEC(".maps");
@@ -34,6 +35,8 @@ struct thread_state {
 	__u64 since_ns;
 	__u32 state;
 	__u32 in_call; /* switched out inside a traced call: waiting for the device or peers */
+	__u32 feeds;   /* has made a traced call (it had a call slot when switched out) */
+	__u32 pad;
 	/* Where it went to sleep outside any call: the user ip and syscall
 	 * number the kernel saved at the syscall's entry (ip 0: not known). */
 	__u64 sleep_ip;
@@ -80,15 +83,30 @@ struct {
 	__type(value, __s64);
 } offcpu_pending SEC(".maps");
 
-AGG_FN(sched_a_get, sched_a, __u32, struct sched_val)
-AGG_FN(sched_b_get, sched_b, __u32, struct sched_val)
+AGG_FN(sched_a_get, sched_a, __u32, struct sched_vals)
+AGG_FN(sched_b_get, sched_b, __u32, struct sched_vals)
 AGG_FN(cgcpu_a_get, cgcpu_a, __u64, struct cgroup_val)
 AGG_FN(cgcpu_b_get, cgcpu_b, __u64, struct cgroup_val)
 
-static __always_inline struct sched_val *sched_agg(struct config *c, __u32 tgid)
+/* Always zero: a process's first sums (off the stack: two of them are 144 bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sched_vals);
+} zero_sched SEC(".maps");
+
+/* The process's sums for a thread that feeds the GPU or for the rest. */
+static __always_inline struct sched_val *sched_agg(struct config *c, __u32 tgid, __u32 feeds)
 {
-	struct sched_val zero = {};
-	return c->active ? sched_b_get(&tgid, &zero) : sched_a_get(&tgid, &zero);
+	__u32 zero = 0;
+	struct sched_vals *z = bpf_map_lookup_elem(&zero_sched, &zero);
+	if (!z)
+		return 0;
+	struct sched_vals *v = c->active ? sched_b_get(&tgid, z) : sched_a_get(&tgid, z);
+	if (!v)
+		return 0;
+	return feeds ? &v->feed : &v->other;
 }
 
 static __always_inline int is_tracked(struct config *c, __u32 tgid)
@@ -208,13 +226,21 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 
 	__u32 ptgid = 0, ptid = 0;
 	if (task_ids_trusted(c, prev, &ptgid, &ptid) && ptid && is_tracked(c, ptgid)) {
-		struct sched_val *v = sched_agg(c, ptgid);
 		struct thread_state *ts = bpf_map_lookup_elem(&threads, &ptid);
+		struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &ptid);
+		/* From its first traced call on, a thread feeds the GPU for life.
+		 * The compat object drops a thread's slot after each call: every
+		 * thread counts with the rest there (README, Kernels). */
+		__u32 feeds = 0;
+#ifndef INGERO_COMPAT
+		feeds = tc || (ts && ts->feeds);
+#endif
+		struct sched_val *v = sched_agg(c, ptgid, feeds);
 		/* on-CPU time since it was switched in */
 		if (v && ts && ts->state == 0 && ts->since_ns && now > ts->since_ns)
 			ADD(v->on_ns, now - ts->since_ns);
 		int runnable = preempt || task_state(prev) == TASK_RUNNING;
-		struct thread_state st = { .since_ns = now, .state = runnable ? ST_RUNQ : ST_OFF };
+		struct thread_state st = { .since_ns = now, .state = runnable ? ST_RUNQ : ST_OFF, .feeds = feeds };
 #ifndef INGERO_COMPAT
 		/* A held thread yields at every step of its wait: the agent's doing,
 		 * not a CPU the workload lacked (a report would call it contention). */
@@ -222,7 +248,6 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		if (runnable && bpf_map_lookup_elem(&held, &hid))
 			st.state = ST_HELD;
 #endif
-		struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &ptid);
 		st.in_call = tc && tc->depth > 0;
 		/* In place: an LRU update per switch costs more than the rest. */
 		if (ts) {
@@ -235,6 +260,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			ts->since_ns = st.since_ns;
 			ts->state = st.state;
 			ts->in_call = st.in_call;
+			ts->feeds = feeds;
 			if (!runnable) {
 				site_dropped(ts);
 				sleeps_at(c, prev, ts);
@@ -255,7 +281,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	__u32 ntgid = 0, ntid = 0;
 	if (task_ids_trusted(c, next, &ntgid, &ntid) && ntid && is_tracked(c, ntgid)) {
 		struct thread_state *ts = bpf_map_lookup_elem(&threads, &ntid);
-		struct sched_val *v = sched_agg(c, ntgid);
+		struct sched_val *v = sched_agg(c, ntgid, ts && ts->feeds);
 		if (ts && v && ts->since_ns && now > ts->since_ns) {
 			__u64 d = now - ts->since_ns;
 			if (ts->state == ST_RUNQ) {
@@ -296,7 +322,7 @@ static __always_inline void woken(struct task_struct *p, int fresh)
 		return;
 	__u64 now = bpf_ktime_get_ns();
 	struct thread_state *ts = fresh ? 0 : bpf_map_lookup_elem(&threads, &tid);
-	struct sched_val *v = sched_agg(c, tgid);
+	struct sched_val *v = sched_agg(c, tgid, ts && ts->feeds);
 	if (v)
 		ADD(v->wakeups, 1);
 	if (ts && ts->state == ST_OFF) {
@@ -371,7 +397,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	e->tgid = id >> 32;
 	e->tid = tid;
 	e->op = OP_OFFCPU;
-	e->reason = ((__u32)nr & OFFCPU_NR_MASK) | (sleep_only(ts) ? OFFCPU_NO_FDS : 0);
+	e->reason = ((__u32)nr & OFFCPU_NR_MASK) | (sleep_only(ts) ? OFFCPU_NO_FDS : 0) | (ts->feeds ? OFFCPU_FEEDS : 0);
 	e->ustack_bytes = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 	e->py_frames = py_stack(e->tgid, rec);
 	/* Wakes the stacks worker, as an outlier call does. */

@@ -11,7 +11,9 @@ use ingero_model::tables::{
 use ingero_model::{Table, Tables};
 
 use crate::attribution::{Attributor, ProcInfo};
-use crate::probes::abi::{Counters, HIST_BUCKETS, OP_OFFCPU, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent};
+use crate::probes::abi::{
+    Counters, HIST_BUCKETS, OFFCPU_FEEDS, OP_OFFCPU, PROC_EXEC, PROC_EXIT, PROC_FORK, PROC_OOM, ProcEvent,
+};
 use crate::probes::drain::Drained;
 use crate::probes::ops;
 use crate::progress::Progress;
@@ -151,7 +153,14 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
 
     fn sched(&mut self, d: &Drained) {
         let mut b = BatchBuilder::new(Table::SchedWindows);
-        for (tgid, v) in &d.sched {
+        for (tgid, both) in &d.sched {
+            // A process that feeds the GPU is its feeding threads: the others
+            // (watchdogs, idle pools) sleep by design, and their sleep would
+            // read as host stalls. One that never does (a data-loading
+            // worker) is all its threads.
+            let p = self.attr.get(*tgid);
+            p.feeds_gpu |= both.feed.any();
+            let v = if p.feeds_gpu { both.feed } else { both.feed.plus(&both.other) };
             let threads = std::fs::read_dir(format!("/proc/{tgid}/task")).map(|d| d.count() as u32).unwrap_or(1);
             let row = SchedRow {
                 threads,
@@ -241,11 +250,11 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
         let mut stacks: Vec<(u32, &Stack)> = Vec::new();
         for Stall { event: e, stack } in stalls {
             // An off-CPU episode outside calls: the syscall it slept in.
-            let (library, op, reason) = if e.op == OP_OFFCPU {
-                ("kernel", crate::syscalls::episode(e.reason), "off_cpu")
+            let (library, op, reason, feeds_gpu) = if e.op == OP_OFFCPU {
+                ("kernel", crate::syscalls::episode(e.reason), "off_cpu", Some(e.reason & OFFCPU_FEEDS != 0))
             } else {
                 let Some(op) = ops::by_id(e.op) else { continue };
-                (op.lib.name(), op.symbol.into(), "threshold")
+                (op.lib.name(), op.symbol.into(), "threshold", None)
             };
             let row = StallRow {
                 event_time: TimestampUs((e.ts_ns / 1000) as i64 + self.ctx.mono_to_wall_us),
@@ -256,6 +265,7 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
                 threshold_ns: e.threshold_ns,
                 reason,
                 stack_id: stack.as_ref().map(|s| s.id),
+                feeds_gpu,
             };
             let c = self.common(e.tgid);
             self.add(&mut b, &c, &row);

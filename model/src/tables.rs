@@ -109,7 +109,11 @@ columns! {
 }
 
 columns! {
-    /// `sched_windows`: one row per CUDA-using process and window.
+    /// `sched_windows`: one row per CUDA-using process and window. A
+    /// process with a thread that has made a traced CUDA/NCCL call counts
+    /// those threads only (they feed the GPU; the others, watchdogs and idle
+    /// pools, sleep by design); one without (a data-loading worker) counts
+    /// all its threads.
     #[derive(Debug, Clone, PartialEq)]
     SchedRow for SchedWindows {
         threads: u32, "threads", "Threads of the process seen in the window";
@@ -174,6 +178,7 @@ columns! {
         threshold_ns: u64, "ns", "Threshold it crossed";
         reason: &'a str, "", "threshold: an outlier call (median_multiple in an imported trace); off_cpu: the thread was off CPU outside any CUDA/NCCL call (a lock, a queue, a sleep, a blocking read), its stack taken as the syscall returned";
         stack_id: Option<u64>, "", "Where the call was made: the stack's id in `stacks` (null when no stack was captured)";
+        feeds_gpu: Option<bool>, "", "off_cpu: true when the thread has made a traced CUDA/NCCL call, so its wait holds the GPU's work back; false for the process's other threads (watchdogs, pools, a producer thread: their waits show at the feeding thread's wait for them). Null for outlier calls and imported traces";
     }
 }
 

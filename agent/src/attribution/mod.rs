@@ -40,6 +40,10 @@ pub(crate) struct ProcInfo {
     pub pod: Option<Arc<PodMeta>>,
     /// GPU device ids of the container (kubelet PodResources).
     pub gpus: Option<String>,
+    /// A thread of it has made a traced call: its scheduler rows are those
+    /// threads' from then on (kept while the process lives, so a window in
+    /// which they all slept is no window of its idle threads).
+    pub feeds_gpu: bool,
 }
 
 impl ProcInfo {

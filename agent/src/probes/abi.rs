@@ -26,6 +26,8 @@ pub(crate) const OP_OFFCPU: u32 = c::OP_OFFCPU as u32;
 pub(crate) const OFFCPU_NR_MASK: u32 = c::OFFCPU_NR_MASK as u32;
 /// …and this flag for a select or poll that watched no file descriptor (a sleep).
 pub(crate) const OFFCPU_NO_FDS: u32 = c::OFFCPU_NO_FDS as u32;
+/// …and this flag when the thread has made a traced call (it feeds the GPU).
+pub(crate) const OFFCPU_FEEDS: u32 = c::OFFCPU_FEEDS as u32;
 pub(crate) const PROC_EXEC: u32 = c::PROC_EXEC as u32;
 pub(crate) const PROC_EXIT: u32 = c::PROC_EXIT as u32;
 pub(crate) const PROC_FORK: u32 = c::PROC_FORK as u32;
@@ -65,6 +67,37 @@ pub(crate) struct SchedVal {
     pub off_call_ns: u64,
     /// Part of `runq_ns` spent inside a traced call.
     pub runq_call_ns: u64,
+}
+
+/// A process's scheduler sums (`sched_a`/`sched_b`, key: tgid): its threads
+/// that have made a traced call (they feed the GPU) apart from the rest.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SchedVals {
+    pub feed: SchedVal,
+    pub other: SchedVal,
+}
+
+impl SchedVal {
+    /// Any time counted (a thread ran, waited or slept).
+    pub(crate) fn any(&self) -> bool {
+        self.on_ns | self.off_ns | self.runq_ns != 0
+    }
+
+    /// Both parts together: the whole process.
+    pub(crate) fn plus(&self, o: &SchedVal) -> SchedVal {
+        SchedVal {
+            on_ns: self.on_ns + o.on_ns,
+            off_ns: self.off_ns + o.off_ns,
+            runq_ns: self.runq_ns + o.runq_ns,
+            runq_max_ns: self.runq_max_ns.max(o.runq_max_ns),
+            voluntary: self.voluntary + o.voluntary,
+            involuntary: self.involuntary + o.involuntary,
+            wakeups: self.wakeups + o.wakeups,
+            off_call_ns: self.off_call_ns + o.off_call_ns,
+            runq_call_ns: self.runq_call_ns + o.runq_call_ns,
+        }
+    }
 }
 
 /// The outermost traced call a thread is inside (`thread_calls`, key: tid).
@@ -401,7 +434,10 @@ macro_rules! pod {
         )*
     };
 }
-pod!(CallKey, CallVal, SchedVal, ThreadCall, RetiredKey, CgroupVal, IoKey, IoVal, Counters, Config, PyProc, CallMark);
+pod!(
+    CallKey, CallVal, SchedVal, SchedVals, ThreadCall, RetiredKey, CgroupVal, IoKey, IoVal, Counters, Config, PyProc,
+    CallMark
+);
 
 const _: () = {
     assert!(size_of::<CallKey>() == 8);
@@ -409,6 +445,8 @@ const _: () = {
     assert!(offset_of!(CallVal, hist) == 32);
     assert!(size_of::<SchedVal>() == 72);
     assert!(offset_of!(SchedVal, off_call_ns) == 56);
+    assert!(size_of::<SchedVals>() == 144);
+    assert!(offset_of!(SchedVals, other) == 72);
     assert!(size_of::<ThreadCall>() == 64 + 8 * THREAD_COUNTS);
     assert!(offset_of!(ThreadCall, born) == 56);
     assert!(offset_of!(ThreadCall, counts) == 64);

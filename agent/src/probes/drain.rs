@@ -10,7 +10,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 
 use super::abi::{
     CallKey, CallMark, CallVal, CgroupVal, Counters, HIST_BUCKETS, IoKey, IoVal, ProcEvent, PySnap, RetiredKey,
-    SchedVal, StallEvent, ThreadCall, read_event, read_stall,
+    SchedVals, StallEvent, ThreadCall, read_event, read_stall,
 };
 use super::load::{Probes, map};
 use super::thread_counts::ThreadCounts;
@@ -21,7 +21,7 @@ use std::collections::HashMap;
 #[derive(Debug, Default)]
 pub(crate) struct Drained {
     pub calls: Vec<(CallKey, CallVal)>,
-    pub sched: Vec<(u32, SchedVal)>,
+    pub sched: Vec<(u32, SchedVals)>,
     pub cgroups: Vec<(u64, CgroupVal)>,
     pub io: Vec<(IoKey, IoVal)>,
     /// Each thread's slot at the window's end (tid → slot): the call it is
@@ -80,7 +80,7 @@ pub(crate) fn drain(probes: &mut Probes, f: Flipped, per_thread: &mut ThreadCoun
     let _rt = Unpreempted::for_maps(&probes.features);
     let s = if f.idle == 0 { "a" } else { "b" };
     let mut calls = drain_map::<CallKey, CallVal>(probes, &format!("calls_{s}"))?;
-    let sched = drain_map::<u32, SchedVal>(probes, &format!("sched_{s}"))?;
+    let sched = drain_map::<u32, SchedVals>(probes, &format!("sched_{s}"))?;
     let cgroups = drain_map::<u64, CgroupVal>(probes, &format!("cgcpu_{s}"))?;
     let io = drain_map::<IoKey, IoVal>(probes, &format!("io_{s}"))?;
     let growth = per_thread.window(&f.retired, f.threads.as_deref());

@@ -454,6 +454,7 @@ impl<'a> Folder<'a> {
                 threshold_ns: thr,
                 reason: "median_multiple",
                 stack_id: None,
+                feeds_gpu: None,
             };
             t.append(&self.common(e.pid, self.win(e.ts_ns)), &row)?;
         }

@@ -3,7 +3,11 @@
 //! (`stall_events` rows with reason `off_cpu`, shipped with the stack the
 //! thread slept with) grouped by site, each with its share of the target's
 //! thread time (the denominator of the host-blocked share) and what the
-//! thread was waiting on.
+//! thread was waiting on. The threads that feed the GPU (they have made a
+//! CUDA/NCCL call) come first: their waits hold its work back. The others
+//! (a producer, a watchdog, an idle pool) follow apart, each as a share of
+//! one thread's time: their waits matter through a feeding thread's wait
+//! for them (a queue, a lock), which is named above them.
 
 use arrow::array::Array;
 use arrow::datatypes::UInt64Type;
@@ -27,6 +31,15 @@ pub struct BlockedSite {
     pub at: Option<SiteFrame>,
     /// What the thread waited on: "a queue", "a lock", "a sleep", …
     pub waiting_on: String,
+    /// The thread had made a CUDA/NCCL call (or it is not known: imported
+    /// traces). False: another thread of the process, whose share is of one
+    /// thread's time (the process's windows), not of the feeding threads'.
+    #[serde(default = "feeds")]
+    pub feeds_gpu: bool,
+}
+
+fn feeds() -> bool {
+    true
 }
 
 impl BlockedSite {
@@ -36,7 +49,8 @@ impl BlockedSite {
             Some(f) => {
                 let file = f.file.rsplit('/').next().unwrap_or(&f.file);
                 let line = f.line.map_or(String::new(), |l| format!(":{l}"));
-                format!("{file}{line} in {}", f.function)
+                let func = if f.function.is_empty() { String::new() } else { format!(" in {}", f.function) };
+                format!("{file}{line}{func}")
             }
             None => "(no stack captured)".into(),
         };
@@ -44,29 +58,41 @@ impl BlockedSite {
     }
 }
 
-/// The target's blocked sites (`filter`: its rows in the range), busiest first.
+/// The target's blocked sites (`filter`: its rows in the range): those of
+/// the threads that feed the GPU, busiest first, then the others'.
 pub(crate) async fn collect(engine: &QueryEngine, filter: &str, stacks_filter: &str) -> Result<Vec<BlockedSite>> {
-    let episodes = sites::collect_where(engine, &format!("{filter} AND reason = '{OFF_CPU}'"), stacks_filter).await?;
-    if episodes.is_empty() {
+    let off = format!("{filter} AND reason = '{OFF_CPU}'");
+    let feeding = sites::collect_where(engine, &format!("{off} AND feeds_gpu IS NOT FALSE"), stacks_filter).await?;
+    let others = sites::collect_where(engine, &format!("{off} AND feeds_gpu = false"), stacks_filter).await?;
+    if feeding.is_empty() && others.is_empty() {
         return Ok(Vec::new());
     }
+    // Scheduler rows are the feeding threads' time; their windows, one
+    // thread's time per process.
     let q = format!(
-        "SELECT CAST(SUM(runq_wait_ns + off_cpu_ns + on_cpu_ns) AS BIGINT UNSIGNED) AS t FROM {SCHED_WINDOWS} WHERE {filter}"
+        "SELECT CAST(SUM(runq_wait_ns + off_cpu_ns + on_cpu_ns) AS BIGINT UNSIGNED) AS t, \
+         CAST(SUM(window_us) * 1000 AS BIGINT UNSIGNED) AS span FROM {SCHED_WINDOWS} WHERE {filter}"
     );
-    let mut thread_ns = 0u64;
+    let (mut thread_ns, mut span_ns) = (0u64, 0u64);
     for b in engine.sql(&q).await? {
-        let t = b.primitives::<UInt64Type>("t")?;
-        thread_ns += (0..t.len()).filter(|&i| t.is_valid(i)).map(|i| t.value(i)).sum::<u64>();
+        let sum = |name: &str| -> Result<u64> {
+            let t = b.primitives::<UInt64Type>(name)?;
+            Ok((0..t.len()).filter(|&i| t.is_valid(i)).map(|i| t.value(i)).sum())
+        };
+        thread_ns += sum("t")?;
+        span_ns += sum("span")?;
     }
-    Ok(episodes.into_iter().map(|s| blocked(s, thread_ns)).collect())
+    let mut out: Vec<BlockedSite> = feeding.into_iter().map(|s| blocked(s, thread_ns, true)).collect();
+    out.extend(others.into_iter().map(|s| blocked(s, span_ns, false)));
+    Ok(out)
 }
 
-fn blocked(site: CallSite, thread_ns: u64) -> BlockedSite {
+fn blocked(site: CallSite, thread_ns: u64, feeds_gpu: bool) -> BlockedSite {
     // Without scheduler rows (their windows fell outside), the episodes are the time.
     let share = site.total_ns as f64 / (thread_ns.max(site.total_ns).max(1)) as f64;
     let at = site.frames.iter().find(|f| !is_runtime(&f.file)).or(site.frames.first()).cloned();
     let waiting_on = waits_on(&site);
-    BlockedSite { site, share, at, waiting_on }
+    BlockedSite { site, share, at, waiting_on, feeds_gpu }
 }
 
 /// The interpreter's own library (CPython's stdlib, frozen modules) or the
@@ -156,27 +182,28 @@ mod tests {
             frame("/w/data/loader.py", "Loader._next_batch", 212),
             frame("/w/train.py", "<module>", 9),
         ];
-        let b = blocked(site("futex", frames, 280), 1_000_000_000);
+        let b = blocked(site("futex", frames, 280), 1_000_000_000, true);
         assert_eq!(b.label(), "28% at loader.py:212 in Loader._next_batch, waiting on a queue");
     }
 
     #[test]
     fn a_sleep_and_a_read_by_their_syscalls() {
-        let sleep = blocked(site("clock_nanosleep", vec![frame("/w/train.py", "step", 40)], 50), 1_000_000_000);
+        let sleep = blocked(site("clock_nanosleep", vec![frame("/w/train.py", "step", 40)], 50), 1_000_000_000, true);
         assert_eq!(sleep.label(), "5% at train.py:40 in step, waiting on a sleep");
         // Installed packages are the program's code, not the interpreter's.
         let pkg = "/venv/lib/python3.11/site-packages/datasets/io.py";
-        let read = blocked(site("read", vec![frame(pkg, "load", 7)], 10), 1_000_000_000);
+        let read = blocked(site("read", vec![frame(pkg, "load", 7)], 10), 1_000_000_000, true);
         assert_eq!(read.label(), "1% at io.py:7 in load, waiting on a read");
-        let old = blocked(site("pselect6 (timeout only)", vec![frame("/w/train.py", "step", 41)], 10), 1_000_000_000);
+        let old =
+            blocked(site("pselect6 (timeout only)", vec![frame("/w/train.py", "step", 41)], 10), 1_000_000_000, true);
         assert_eq!(old.waiting_on, "a sleep", "CPython before 3.11 sleeps in select");
         let join = vec![
             frame("/usr/lib/python3.9/threading.py", "_wait_for_tstate_lock", 1080),
             frame("/usr/lib/python3.9/threading.py", "join", 1060),
             frame("/w/train.py", "main", 3),
         ];
-        assert_eq!(blocked(site("futex", join, 10), 1_000_000_000).waiting_on, "a thread to finish");
-        let other = blocked(site("syscall_999", vec![], 10), 0);
+        assert_eq!(blocked(site("futex", join, 10), 1_000_000_000, true).waiting_on, "a thread to finish");
+        let other = blocked(site("syscall_999", vec![], 10), 0, true);
         assert_eq!(other.label(), "100% at (no stack captured), waiting on syscall_999");
     }
 }

@@ -306,10 +306,13 @@ fn blocked(r: &Report) -> Markup {
     }
     html! {
         h2 { "Where the host blocked" }
-        p { "Off CPU outside CUDA/NCCL calls, by the place the thread slept; share of all its threads' time." }
+        p { "Off CPU outside CUDA/NCCL calls, by the place the thread slept. Threads that feed the GPU (they made a CUDA/NCCL call): share of their time. Other threads, below them: share of one thread's time." }
         table {
             tr { th.num { "share" } th { "where" } th { "waiting on" } th { "syscall" } th.num { "episodes" } th.num { "longest" } th { "callers" } }
-            @for b in &r.blocked_sites {
+            @for (i, b) in r.blocked_sites.iter().enumerate() {
+                @if !b.feeds_gpu && (i == 0 || r.blocked_sites[i - 1].feeds_gpu) {
+                    tr { td colspan="7" { b { "Other threads (no CUDA/NCCL call)" } } }
+                }
                 tr {
                     td.num { (super::chains::pct(b.share)) }
                     td { code { (b.at.as_ref().map_or("(no stack captured)".into(), |f| {
@@ -338,7 +341,7 @@ fn steps(r: &Report) -> Markup {
     };
     html! {
         h2 { (title) }
-        p { (s.count) " steps, median " (format!("{:.2}", s.median_s)) " s"
+        p { (s.count) " steps, median " (super::chains::fmt_ns((s.median_s * 1e9) as u64))
             @if !s.epochs.is_empty() { " · epochs " (s.epochs.join(", ")) }
             @if s.slowest.is_empty() { " · no step took 1.5× the median or longer" } }
         @if !s.slowest.is_empty() { table {

@@ -112,8 +112,9 @@ pub async fn build(
     let blocked_sites = blocked::collect(engine, &filter, &node_filter).await?;
     for c in chains.iter_mut() {
         c.call_sites = sites::for_cause(&c.cause, &c.title, &call_sites, 5);
-        if matches!(c.cause.as_str(), "host_blocked" | "input_bound") && !blocked_sites.is_empty() {
-            c.root_cause.extend(blocked_sites.iter().take(3).map(|b| b.label()));
+        if matches!(c.cause.as_str(), "host_blocked" | "input_bound") && blocked_sites.iter().any(|b| b.feeds_gpu) {
+            // The threads that feed the GPU: another thread's wait shows at theirs.
+            c.root_cause.extend(blocked_sites.iter().filter(|b| b.feeds_gpu).take(3).map(|b| b.label()));
             if c.cause == "host_blocked" {
                 // The places are known: no profiler needed to find them.
                 c.fixes = vec![

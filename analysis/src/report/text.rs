@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::Report;
+use super::blocked::BlockedSite;
 use super::chains::{Severity, fmt_ns};
 
 const WIDTH: usize = 80;
@@ -81,6 +82,7 @@ pub fn render(r: &Report) -> String {
             "",
             "No stall found: host stall, IO, memory and collective waits are all within normal ranges.",
         );
+        let _ = writeln!(o);
     }
     chains(&mut o, r);
     steps(&mut o, r);
@@ -102,14 +104,26 @@ fn blocked(o: &mut String, r: &Report) {
     }
     let _ = writeln!(o, "Where the host blocked (off CPU outside CUDA/NCCL calls)");
     let _ = writeln!(o, "{}", "━".repeat(WIDTH));
-    for b in r.blocked_sites.iter().take(5) {
-        wrap(o, "", "  ", &b.label());
+    let (feeding, others): (Vec<&BlockedSite>, Vec<&BlockedSite>) = r.blocked_sites.iter().partition(|b| b.feeds_gpu);
+    if feeding.is_empty() {
+        let _ = writeln!(o, "The threads that feed the GPU did not block.");
+    }
+    blocked_list(o, &feeding, 5, "");
+    if !others.is_empty() {
+        wrap(o, "", "", "Other threads (no CUDA/NCCL call; share of one thread's time):");
+        blocked_list(o, &others, 3, "  ");
+    }
+    let _ = writeln!(o);
+}
+
+fn blocked_list(o: &mut String, sites: &[&BlockedSite], n: usize, indent: &str) {
+    for b in sites.iter().take(n) {
+        wrap(o, indent, &format!("{indent}  "), &b.label());
         let s = &b.site;
         let n = if s.count == 1 { "episode" } else { "episodes" };
         let line = format!("{} {n} in {}, longest {}, total {}", s.count, s.op, fmt_ns(s.max_ns), fmt_ns(s.total_ns));
-        wrap(o, "  ", "  ", &line);
+        wrap(o, &format!("{indent}  "), &format!("{indent}  "), &line);
     }
-    let _ = writeln!(o);
 }
 
 /// Each chain: cause → effect → fix, and where its stalls were made.
@@ -183,7 +197,9 @@ fn steps(o: &mut String, r: &Report) {
         1 => format!(" in epoch {}", s.epochs[0]),
         n => format!(" over {n} epochs ({} … {})", s.epochs[0], s.epochs[n - 1]),
     };
-    wrap(o, "", "  ", &format!("{} steps{epochs}{ended}; median {:.2} s.", s.count, s.median_s));
+    // Durations in the unit that shows them (a 3-ms step is no "0.00 s").
+    let secs = |x: f64| fmt_ns((x * 1e9) as u64);
+    wrap(o, "", "  ", &format!("{} steps{epochs}{ended}; median {}.", s.count, secs(s.median_s)));
     if s.slowest.is_empty() {
         wrap(o, "  ", "    ", "No step took 1.5× the median or longer.");
     }
@@ -191,9 +207,9 @@ fn steps(o: &mut String, r: &Report) {
         let epoch = t.epoch.as_ref().map(|e| format!(" (epoch {e})")).unwrap_or_default();
         let x = if s.median_s > 0.0 { format!(", {:.1}× the median", t.seconds / s.median_s) } else { String::new() };
         let line = if s.ended_by.is_some() {
-            format!("a step of {:.2} s{x}, in the window from {}", t.seconds, t.start)
+            format!("a step of {}{x}, in the window from {}", secs(t.seconds), t.start)
         } else {
-            format!("step {}{epoch}: {:.2} s{x}, from {}", t.step, t.seconds, t.start)
+            format!("step {}{epoch}: {}{x}, from {}", t.step, secs(t.seconds), t.start)
         };
         wrap(o, "  ", "    ", &line);
     }

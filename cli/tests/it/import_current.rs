@@ -159,8 +159,8 @@ async fn a_rolled_over_set_imports_as_one_trace_once_with_its_annotations() {
     // The report reads step times from them: 5 → 6 spans the rollover and is the slow one.
     let (ok, text) = ingero(&["report", "--pid", "gpu-1:30581", "--store", set.to_str().unwrap(), "--since", SINCE]);
     assert!(ok, "{text}");
-    assert!(text.contains("6 steps in epoch 0; median 2.00 s."), "{text}");
-    assert!(text.contains("step 5 (epoch 0): 8.00 s, 4.0× the median"), "{text}");
+    assert!(text.contains("6 steps in epoch 0; median 2.00s."), "{text}");
+    assert!(text.contains("step 5 (epoch 0): 8.00s, 4.0× the median"), "{text}");
     assert!(!text.contains("annotation"), "annotations are not host events to list: {text}");
     let html = dir.path().join("r.html");
     let args =
