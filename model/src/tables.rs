@@ -116,8 +116,8 @@ columns! {
     /// all its threads.
     #[derive(Debug, Clone, PartialEq)]
     SchedRow for SchedWindows {
-        threads: u32, "threads", "Threads of the process seen in the window";
-        on_cpu_ns: u64, "ns", "Time the process's threads ran on a CPU";
+        threads: u32, "threads", "Threads of the process seen in the window (all of them, whichever the times below count)";
+        on_cpu_ns: u64, "ns", "Time its threads ran on a CPU: those that feed the GPU (have made a traced CUDA/NCCL call) where it has any, else all (a data-loading worker); every thread on kernels before 5.17";
         off_cpu_ns: u64, "ns", "Time its threads were blocked or sleeping (switched out, not runnable)";
         runq_wait_ns: u64, "ns", "Time its threads were runnable but waiting for a CPU (run-queue latency)";
         runq_max_ns: u64, "ns", "Longest single run-queue wait";
