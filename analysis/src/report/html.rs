@@ -47,11 +47,11 @@ impl Marks {
 
 /// A line chart of time (seconds from the first window) against values.
 fn chart(title: &str, unit: &str, lines: &[Line<'_>], marks: &Marks) -> Markup {
-    let (w, h, l, r, t, b) = (720.0, 220.0, 56.0, 16.0, 28.0, 34.0);
+    let (w, h, l, r, t, b) = (720.0, 232.0, 56.0, 16.0, 40.0, 34.0);
     let xs = lines.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let xmax = xs.fold(1.0f64, f64::max);
     let ymax = lines.iter().flat_map(|s| s.points.iter().filter_map(|p| p.1)).fold(0.0f64, f64::max);
-    let ymax = if ymax <= 0.0 { 1.0 } else { ymax * 1.1 };
+    let ymax = axis_top(ymax, unit);
     let px = |x: f64| l + (w - l - r) * x / xmax;
     let py = |y: f64| t + (h - t - b) * (1.0 - y / ymax);
     // SVG elements are not void in HTML: each closes explicitly (`{}`).
@@ -63,7 +63,7 @@ fn chart(title: &str, unit: &str, lines: &[Line<'_>], marks: &Marks) -> Markup {
                     @let y = ymax * i as f64 / 4.0;
                     line x1=(l) x2=(w - r) y1=(format!("{:.1}", py(y))) y2=(format!("{:.1}", py(y))) class="grid" {}
                     text x=(l - 6.0) y=(format!("{:.1}", py(y) + 4.0)) class="ax" text-anchor="end" {
-                        (fmt_axis(y, unit))
+                        (fmt_axis(y, ymax / 4.0, unit))
                     }
                 }
                 text x=((l + w - r) / 2.0) y=(h - 8.0) class="ax" text-anchor="middle" {
@@ -81,8 +81,9 @@ fn chart(title: &str, unit: &str, lines: &[Line<'_>], marks: &Marks) -> Markup {
                 @for (k, s) in lines.iter().enumerate() {
                     @let lx = l + 10.0 + 230.0 * k as f64;
                     path d=(path(&s.points, px, py)) fill="none" stroke=(s.color) stroke-width="2" {}
-                    rect x=(lx) y=(t + 4.0) width="12" height="3" fill=(s.color) {}
-                    text x=(lx + 16.0) y=(t + 8.0) class="ax" { (s.label) }
+                    // Above the plot: a line at its top never runs through it.
+                    rect x=(lx) y=(t - 12.0) width="12" height="3" fill=(s.color) {}
+                    text x=(lx + 16.0) y=(t - 8.0) class="ax" { (s.label) }
                 }
             }
         }
@@ -105,12 +106,33 @@ fn path(points: &[(f64, Option<f64>)], px: impl Fn(f64) -> f64, py: impl Fn(f64)
     d
 }
 
-fn fmt_axis(y: f64, unit: &str) -> String {
-    match unit {
-        "%" => format!("{:.0}%", y * 100.0),
-        "ms" => format!("{y:.1}ms"),
-        _ => format!("{y:.1}"),
+/// The axis's top: four steps of 1, 2, 2.5 or 5 × 10^k, the first above
+/// the data's maximum; a share's axis stops at 100%.
+fn axis_top(max: f64, unit: &str) -> f64 {
+    if max.is_nan() || max <= 0.0 {
+        return 1.0;
     }
+    let raw = max * 1.05 / 4.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
+    let top = step * 4.0;
+    if unit == "%" && max <= 1.0 { top.min(1.0) } else { top }
+}
+
+/// A tick's label, with the decimals its step needs (ticks 0.25 ms apart
+/// are no "0.2ms, 0.5ms, 0.8ms"); milliseconds below one in microseconds.
+fn fmt_axis(y: f64, step: f64, unit: &str) -> String {
+    let (y, step, suffix) = match unit {
+        "%" => (y * 100.0, step * 100.0, "%"),
+        "ms" if step * 4.0 < 1.0 => (y * 1000.0, step * 1000.0, "µs"),
+        "ms" => (y, step, "ms"),
+        _ => (y, step, ""),
+    };
+    let mut decimals = 0;
+    while decimals < 6 && ((step * 10f64.powi(decimals)).round() - step * 10f64.powi(decimals)).abs() > 1e-6 {
+        decimals += 1;
+    }
+    format!("{y:.prec$}{suffix}", prec = decimals as usize)
 }
 
 /// The whole page: self-contained, no scripts, no network.
@@ -384,6 +406,34 @@ fn neighbours(r: &Report) -> Markup {
                 td { (n.cgroup_path) }
                 td.num { (format!("{:.2}", n.cores)) }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticks(max: f64, unit: &str) -> Vec<String> {
+        let top = axis_top(max, unit);
+        (0..=4).map(|i| fmt_axis(top * i as f64 / 4.0, top / 4.0, unit)).collect()
+    }
+
+    #[test]
+    fn axis_ticks_are_round_distinct_and_in_a_unit_that_shows_them() {
+        // A share near 100% stops at 100%, not 109%.
+        assert_eq!(ticks(0.99, "%"), ["0%", "25%", "50%", "75%", "100%"]);
+        // Small shares keep their decimals: no five "0%".
+        assert_eq!(ticks(0.0021, "%"), ["0.0%", "0.1%", "0.2%", "0.3%", "0.4%"]);
+        // Sub-millisecond latencies in microseconds, each tick its own.
+        assert_eq!(ticks(0.089, "ms"), ["0µs", "25µs", "50µs", "75µs", "100µs"]);
+        assert_eq!(ticks(55.4, "ms"), ["0ms", "20ms", "40ms", "60ms", "80ms"]);
+        for (max, unit) in [(0.0021, "%"), (0.37, "%"), (0.089, "ms"), (1.3, "ms"), (341.6, "ms"), (7.0, "")] {
+            let t = ticks(max, unit);
+            let mut d = t.clone();
+            d.dedup();
+            assert_eq!(d.len(), 5, "{max} {unit}: {t:?}");
+            assert!(axis_top(max, unit) >= max, "{max} {unit}");
         }
     }
 }
