@@ -65,18 +65,25 @@ fn splits_time_evenly(marks: &[Mark], op: u16) -> bool {
     gaps.len() >= 3 && longest.1 == median_calls && even(&gaps[..gaps.len() - 1])
 }
 
-/// `gaps` sorted: at least EVEN_TIME of their time within 2x of their median.
+/// `gaps` sorted: at least EVEN_TIME of their time, and of their number,
+/// within 2x of their median. By number too: two copies a step alternate a
+/// gap of microseconds with one of the whole step, and half of the gaps
+/// near a median that fell on the long ones is no even split.
 fn even(gaps: &[(u64, usize)]) -> bool {
     let total: u64 = gaps.iter().map(|g| g.0).sum();
     let median = gaps[(gaps.len() - 1) / 2].0;
-    let typical: u64 = gaps.iter().map(|g| g.0).filter(|&g| g >= median / 2 && g <= median.saturating_mul(2)).sum();
-    total > 0 && typical as f64 >= EVEN_TIME * total as f64
+    let near = |g: u64| g >= median / 2 && g <= median.saturating_mul(2);
+    let typical: u64 = gaps.iter().map(|g| g.0).filter(|&g| near(g)).sum();
+    let count = gaps.iter().filter(|g| near(g.0)).count();
+    total > 0 && typical as f64 >= EVEN_TIME * total as f64 && count as f64 >= EVEN_TIME * gaps.len() as f64
 }
 
 /// The op that ends each step at period `period`: among the ops made once
-/// per cycle that split time evenly, the one whose count fits the cycles
-/// best, then the one that takes longest (the sync that waits for the
-/// step's GPU work), then the one made last.
+/// per cycle that split time evenly, one that starts a burst (in
+/// [`super::bursts`]' sequences: the first call after the step's GPU work),
+/// then the one whose count fits the cycles best, then the one that takes
+/// longest (the sync that waits for the step's GPU work), then the one
+/// made last.
 pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
     let cycles = marks.len() as f64 / period as f64;
     let mut stats: std::collections::BTreeMap<u16, (usize, u64, usize)> = Default::default();
@@ -91,10 +98,11 @@ pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
         .filter(|(op, (n, _, _))| (*n as f64 / cycles - 1.0).abs() <= 0.2 && splits_time_evenly(marks, *op))
         .map(|(op, (n, total, last))| {
             let fit = ((n as f64 / cycles - 1.0).abs() * 1000.0).round() as u64;
-            (std::cmp::Reverse(fit), total / n as u64, last, op)
+            let starts_burst = op & super::bursts::AFTER_GAP != 0;
+            (starts_burst, std::cmp::Reverse(fit), total / n as u64, last, op)
         })
         .max()
-        .map(|(_, _, _, op)| op)
+        .map(|(.., op)| op)
 }
 
 /// A step cycle: its period in calls and the op whose return ends a step.
@@ -102,13 +110,16 @@ pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
 pub(crate) struct Cycle {
     pub period: usize,
     pub op: u16,
+    /// Found in the calls' bursts ([`super::bursts`]): ops carry whether
+    /// they follow a gap longer than this (ns).
+    pub gap_ns: Option<u64>,
 }
 
 /// The cycle of this sequence: its shortest period with an op that ends
 /// each step. None: no cycle.
 pub(crate) fn find(marks: &[Mark]) -> Option<Cycle> {
     let ops: Vec<u16> = marks.iter().map(|m| m.op).collect();
-    periods(&ops).into_iter().find_map(|period| anchor(marks, period).map(|op| Cycle { period, op }))
+    periods(&ops).into_iter().find_map(|period| anchor(marks, period).map(|op| Cycle { period, op, gap_ns: None }))
 }
 
 /// The op that ends each step of this sequence (`find`'s).
@@ -117,27 +128,52 @@ pub(crate) fn step_op(marks: &[Mark]) -> Option<u16> {
     find(marks).map(|c| c.op)
 }
 
-/// Where the run of calls that follows `c` begins: back from the end one
-/// period at a time while each period repeats the next (as `find` asks),
-/// then to the first call that repeats one period later. Calls before it
-/// (a job's setup) are no steps.
-pub(crate) fn run_start(marks: &[Mark], c: Cycle) -> usize {
-    let (p, ops) = (c.period, marks.iter().map(|m| m.op).collect::<Vec<u16>>());
-    if p == 0 || ops.len() < 2 * p {
-        return 0;
+/// The first call of this sequence that ends a step of `c`'s run: back
+/// from the end one step at a time (the calls after one return of the
+/// step's op up to the next) while each step makes about the cycle's calls.
+/// About: within a quarter of the period, so a step that also allocates or
+/// logs, or an evaluation batch that makes one copy fewer, is still a step;
+/// one step unlike the cycle between two like it is too. Two in a row end
+/// the run: calls before them (a job's setup) end no step.
+pub(crate) fn first_step_end(marks: &[Mark], c: Cycle) -> usize {
+    let ends: Vec<usize> = (0..marks.len()).filter(|&i| marks[i].op == c.op).collect();
+    let step = |k: usize| {
+        let from = if k == 0 { 0 } else { ends[k - 1] + 1 };
+        let mut ops: Vec<u16> = marks[from..=ends[k]].iter().map(|m| m.op).collect();
+        ops.sort_unstable();
+        ops
+    };
+    let Some(&last) = ends.last() else { return marks.len() };
+    let typical = typical_step(&(ends.len().saturating_sub(8)..ends.len()).map(step).collect::<Vec<_>>());
+    let like = |k: usize| unlike(&step(k), &typical) <= c.period / 4;
+    let mut first = last;
+    for k in (0..ends.len()).rev() {
+        if like(k) || (k > 0 && like(k - 1)) {
+            first = ends[k];
+        } else {
+            break;
+        }
     }
-    let mut i = ops.len() - p;
-    while i >= p && repeats(&ops[i - p..i + p], p) >= MIN_MATCH {
-        i -= p;
+    first
+}
+
+/// The most frequent of these steps' sorted ops; the latest on a tie.
+fn typical_step(steps: &[Vec<u16>]) -> Vec<u16> {
+    let count = |s: &Vec<u16>| steps.iter().filter(|t| *t == s).count();
+    steps.iter().rev().max_by_key(|s| count(s)).cloned().unwrap_or_default()
+}
+
+/// Calls in one sorted op list and not the other, both ways.
+fn unlike(a: &[u16], b: &[u16]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Equal => (i, j) = (i + 1, j + 1),
+            std::cmp::Ordering::Less => (i, n) = (i + 1, n + 1),
+            std::cmp::Ordering::Greater => (j, n) = (j + 1, n + 1),
+        }
     }
-    // To the call: back over calls that repeat one period later, then past those that do not.
-    while i > 0 && ops[i - 1] == ops[i - 1 + p] {
-        i -= 1;
-    }
-    while i < ops.len() - p && ops[i] != ops[i + p] {
-        i += 1;
-    }
-    i
+    n + (a.len() - i) + (b.len() - j)
 }
 
 /// True when the last `new` calls (at least `MIN_CYCLES` periods of them,
@@ -242,7 +278,7 @@ mod tests {
     fn a_steady_loop_still_holds_and_a_changed_one_does_not() {
         let m = steps(&[(1, 10_000), (2, 40_000_000)], 20);
         let c = find(&m).unwrap();
-        assert_eq!(c, Cycle { period: 2, op: 2 });
+        assert_eq!(c, Cycle { period: 2, op: 2, gap_ns: None });
         assert!(still_holds(&m, c, 10));
         // The loop turns to 3 calls a step, the sync now the second: a search again.
         let mut changed = m.clone();
