@@ -3,8 +3,7 @@
 //! threads whose history is full, for a short cycle (a copy and a sync, as a
 //! data-parallel loop makes) and the longest looked for (256 calls: FSDP's
 //! collectives per layer), and for threads with no cycle at all (every
-//! period is tried and fails), also with its calls in bursts (the bursts'
-//! cycle is searched as well: the worst case), each with all threads new;
+//! period is tried and fails: the worst case), each with all threads new;
 //! and the steady case, every thread's cycle known from the window before.
 //!
 //! `cargo bench -p ingero-agent --bench steps`
@@ -17,11 +16,6 @@ const MS: u64 = 1_000_000;
 /// `threads` threads of one process each, with `calls` calls of a cycle of
 /// `period` ops (or of no cycle), one window's worth of new calls each.
 fn loaded(threads: u32, calls: u64, period: u64, cyclic: bool) -> (Steps, u64) {
-    loaded_at(threads, calls, period, cyclic, |i| i * MS)
-}
-
-/// As `loaded`, the calls returning at `ts(i)` (ns).
-fn loaded_at(threads: u32, calls: u64, period: u64, cyclic: bool, ts: impl Fn(u64) -> u64) -> (Steps, u64) {
     let mut s = Steps::default();
     let mut x = 7u64;
     for tid in 1..=threads {
@@ -32,10 +26,10 @@ fn loaded_at(threads: u32, calls: u64, period: u64, cyclic: bool, ts: impl Fn(u6
                 x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
                 ((x >> 33) % 16) as u16
             };
-            s.push_call(tid, tid, op, ts(i), 10_000);
+            s.push_call(tid, tid, op, i * MS, 10_000);
         }
     }
-    (s, ts(calls))
+    (s, calls * MS)
 }
 
 fn window(c: &mut Criterion) {
@@ -49,15 +43,6 @@ fn window(c: &mut Criterion) {
             );
         });
     }
-    // No cycle by op, and calls in bursts (10 µs apart, then 30 ms): the
-    // bursts are searched too, the worst case since they are.
-    g.bench_function("no_cycle_in_bursts", |b| {
-        b.iter_batched(
-            || loaded_at(64, 896, 2, false, |i| i / 2 * 30 * MS + i % 2 * 10_000),
-            |(mut s, end)| s.window(end),
-            criterion::BatchSize::LargeInput,
-        );
-    });
     // The usual window: every thread's cycle known from the last one, one
     // window of new calls each (20 steps of the cycle), so no search.
     for (name, period) in [("steady_cycle_of_2", 2u64), ("steady_cycle_of_256", 256)] {

@@ -2,8 +2,8 @@
 //! Training steps without code changes: a loop whose every step is a copy,
 //! 20 launches and a sync, with one slow step, ships per window the steps
 //! that ended in it and their times, exactly as the loop itself measured
-//! them; a loop of launches only (no sync, no copy) ships none; a loop that
-//! syncs only every tenth step steps at the copies that start each one.
+//! them (its steps that also allocate among them); a loop of launches only
+//! (no sync, no copy) ships none.
 
 mod fixtures;
 
@@ -74,10 +74,15 @@ async fn steps_and_the_slow_step_are_found_from_the_call_cycle() {
     let (dir, cg) = tmp("steps");
     let (lib, wl) = build(&dir.path().join("bin"));
     let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
-    // ~41-ms steps; step SLOW waits 300 ms more in its sync.
+    // ~41-ms steps; step SLOW waits 300 ms more in its sync. Every 7th
+    // step also allocates (a caching allocator growing): an extra call in
+    // the cycle, before and after it is believed.
     let mut args: Vec<String> = vec!["open".into(), "sleep:600".into()];
     for s in 0..STEPS {
         args.push("call:cudaMemcpyAsync:1:200".into());
+        if s % 7 == 3 {
+            args.push("call:cudaMalloc:1:0".into());
+        }
         args.push("call:cudaLaunchKernel:20:0".into());
         args.push(format!("call:cudaStreamSynchronize:1:{}", if s == SLOW { 340_000 } else { 40_000 }));
     }
@@ -134,62 +139,6 @@ async fn steps_and_the_slow_step_are_found_from_the_call_cycle() {
     let other_rows = step_rows(&batches, other);
     assert!(!other_rows.is_empty(), "{log}");
     assert!(other_rows.iter().all(|r| r.steps.is_none() && r.op.is_none()), "{other_rows:?}");
-}
-
-/// When each step's two copies returned (wall clock, µs), as the loop printed it.
-fn copy_starts(out: &str) -> Vec<i64> {
-    out.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 5 && f[1] == "cudaMemcpyAsync" && f[2] == "2").then(|| f[4].parse::<f64>().unwrap() as i64)
-        })
-        .collect()
-}
-
-/// Two copies in, ~30 ms of work, and a loss read back and synced only
-/// every tenth step (as a loop that logs every 10 steps does): the sync
-/// closes a cycle of ten steps, but each step is one burst of calls, and
-/// the copy that starts a burst ends the step before.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_loop_that_syncs_every_tenth_step_steps_at_its_copies() {
-    if !can_trace() {
-        return;
-    }
-    const N: usize = 50;
-    const SLOW: usize = 25;
-    let (dir, cg) = tmp("steps-bursts");
-    let (lib, wl) = build(&dir.path().join("bin"));
-    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
-    let mut args: Vec<String> = vec!["open".into(), "sleep:600".into()];
-    for s in 0..N {
-        args.push("call:cudaMemcpyAsync:2:0".into());
-        args.push(format!("sleep:{}", if s == SLOW { 300 } else { 30 }));
-        if s % 10 == 9 {
-            args.push("call:cudaMemcpyAsync:1:0".into());
-            args.push("call:cudaStreamSynchronize:1:15000".into());
-        }
-    }
-    args.push("sleep:300".into());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let looped = Workload::start(&wl, &lib, &args, &cg);
-    let pid = looped.pid();
-    let out = looped.output();
-    let log = agent.stop();
-    let rows = step_rows(&rows(dir.path(), Table::ProgressWindows).await, pid);
-    eprintln!("steps per window: {rows:?}");
-    let starts = copy_starts(&out);
-    assert_eq!(starts.len(), N, "{out}");
-    let counted: u32 = rows.iter().filter_map(|r| r.steps).sum();
-    // Every step's start ends the one before (not the first: nothing before
-    // it); a step right after a sync starts at the copy back before that
-    // sync, whose wait is in no burst; so the last step's ends too.
-    assert_eq!(counted as usize, N, "{rows:?}\n{log}");
-    assert!(rows.iter().all(|r| r.op.as_deref().is_none_or(|op| op == "cudaMemcpyAsync")), "{rows:?}");
-    let took_us = starts[SLOW + 1] - starts[SLOW];
-    let max_us = rows.iter().filter_map(|r| r.max_ns).max().unwrap() as i64 / 1000;
-    assert!((max_us - took_us).abs() < STEP_SLACK_US, "slow step {took_us} µs, shipped {max_us} µs: {rows:?}");
-    let p50s: Vec<u64> = rows.iter().filter(|r| r.steps.unwrap_or(0) >= 10).filter_map(|r| r.p50_ns).collect();
-    assert!(!p50s.is_empty() && p50s.iter().all(|&p| (30_000_000..40_000_000).contains(&p)), "{rows:?}");
 }
 
 /// `ingero report --pid N`: the steps found, their median, the slow one.

@@ -79,11 +79,11 @@ fn even(gaps: &[(u64, usize)]) -> bool {
 }
 
 /// The op that ends each step at period `period`: among the ops made once
-/// per cycle that split time evenly, one that starts a burst (in
-/// [`super::bursts`]' sequences: the first call after the step's GPU work),
-/// then the one whose count fits the cycles best, then the one that takes
-/// longest (the sync that waits for the step's GPU work), then the one
-/// made last.
+/// per cycle that split time evenly, those whose count fits the cycles
+/// best, give or take one call (the copy that starts a step and the sync
+/// that ends it are both once a step, and where the history starts and
+/// ends decides which is made once more), then the one that takes longest
+/// (the sync that waits for the step's GPU work), then the one made last.
 pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
     let cycles = marks.len() as f64 / period as f64;
     let mut stats: std::collections::BTreeMap<u16, (usize, u64, usize)> = Default::default();
@@ -93,16 +93,14 @@ pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
         s.1 = s.1.saturating_add(m.dur_ns);
         s.2 = i;
     }
-    stats
+    let fits: Vec<(f64, u64, usize, u16)> = stats
         .into_iter()
         .filter(|(op, (n, _, _))| (*n as f64 / cycles - 1.0).abs() <= 0.2 && splits_time_evenly(marks, *op))
-        .map(|(op, (n, total, last))| {
-            let fit = ((n as f64 / cycles - 1.0).abs() * 1000.0).round() as u64;
-            let starts_burst = op & super::bursts::AFTER_GAP != 0;
-            (starts_burst, std::cmp::Reverse(fit), total / n as u64, last, op)
-        })
-        .max()
-        .map(|(.., op)| op)
+        .map(|(op, (n, total, last))| ((n as f64 / cycles - 1.0).abs(), total / n as u64, last, op))
+        .collect();
+    let best = fits.iter().map(|f| f.0).fold(f64::INFINITY, f64::min);
+    let tie = 1.5 / cycles;
+    fits.into_iter().filter(|f| f.0 <= best + tie).map(|(_, dur, last, op)| (dur, last, op)).max().map(|(.., op)| op)
 }
 
 /// A step cycle: its period in calls and the op whose return ends a step.
@@ -110,16 +108,13 @@ pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
 pub(crate) struct Cycle {
     pub period: usize,
     pub op: u16,
-    /// Found in the calls' bursts ([`super::bursts`]): ops carry whether
-    /// they follow a gap longer than this (ns).
-    pub gap_ns: Option<u64>,
 }
 
 /// The cycle of this sequence: its shortest period with an op that ends
 /// each step. None: no cycle.
 pub(crate) fn find(marks: &[Mark]) -> Option<Cycle> {
     let ops: Vec<u16> = marks.iter().map(|m| m.op).collect();
-    periods(&ops).into_iter().find_map(|period| anchor(marks, period).map(|op| Cycle { period, op, gap_ns: None }))
+    periods(&ops).into_iter().find_map(|period| anchor(marks, period).map(|op| Cycle { period, op }))
 }
 
 /// The op that ends each step of this sequence (`find`'s).
@@ -240,6 +235,36 @@ mod tests {
     }
 
     #[test]
+    fn two_copies_a_step_do_not_each_end_one() {
+        // Two copies 10 µs apart a step, 30 ms between steps, no sync; the
+        // history begins and ends between a step's copies, so the long gaps
+        // are one more than the short ones and their median is long.
+        let mut m: Vec<Mark> = (0..=40u64)
+            .flat_map(|s| (0..2).map(move |i| Mark { op: 1, ts_ns: s * 30_000_000 + i * 10_000, dur_ns: 5000 }))
+            .collect();
+        m.remove(0);
+        m.pop();
+        assert_eq!(find(&m), None, "each copy a step of alternately 10 µs and 30 ms");
+    }
+
+    #[test]
+    fn the_sync_ends_the_step_though_the_copy_is_made_once_more() {
+        // Ten steps of a copy and a sync, an allocation in the 4th, and the
+        // next step's copy: 11 copies, 10 syncs in 11 cycles of two calls.
+        let mut m = Vec::new();
+        for s in 0..10u64 {
+            let t = s * 41_000_000;
+            m.push(Mark { op: 9, ts_ns: t, dur_ns: 300_000 });
+            if s == 3 {
+                m.push(Mark { op: 15, ts_ns: t + 30_000, dur_ns: 10_000 });
+            }
+            m.push(Mark { op: 11, ts_ns: t + 40_500_000, dur_ns: 40_000_000 });
+        }
+        m.push(Mark { op: 9, ts_ns: 410_000_000, dur_ns: 300_000 });
+        assert_eq!(find(&m), Some(Cycle { period: 2, op: 11 }));
+    }
+
+    #[test]
     fn a_sync_alone_is_a_cycle_of_one() {
         assert_eq!(step_op(&steps(&[(7, 5)], 6)), Some(7));
     }
@@ -278,7 +303,7 @@ mod tests {
     fn a_steady_loop_still_holds_and_a_changed_one_does_not() {
         let m = steps(&[(1, 10_000), (2, 40_000_000)], 20);
         let c = find(&m).unwrap();
-        assert_eq!(c, Cycle { period: 2, op: 2, gap_ns: None });
+        assert_eq!(c, Cycle { period: 2, op: 2 });
         assert!(still_holds(&m, c, 10));
         // The loop turns to 3 calls a step, the sync now the second: a search again.
         let mut changed = m.clone();

@@ -9,7 +9,6 @@
 //! (launches only, never a sync or copy) or whose calls follow no cycle
 //! ships no steps (null), never a guess.
 
-mod bursts;
 mod cycle;
 
 use std::collections::{HashMap, VecDeque};
@@ -120,8 +119,8 @@ impl Thread {
         if new > 0 {
             let marks = self.marks.make_contiguous();
             // The known cycle is kept while the new calls follow it.
-            if !self.cycle.is_some_and(|c| cycle::still_holds(&bursts::view(marks, c), c, new)) {
-                self.cycle = bursts::find_cycle(marks);
+            if !self.cycle.is_some_and(|c| cycle::still_holds(marks, c, new)) {
+                self.cycle = cycle::find(marks);
             }
         }
         let Some(c) = self.cycle else {
@@ -130,11 +129,11 @@ impl Thread {
             return None;
         };
         let from = std::mem::replace(&mut self.counted_to, end_ns);
-        let marks = bursts::view(self.marks.make_contiguous(), c);
+        let marks = self.marks.make_contiguous();
         // A loop's first steps (a cycle is believed after three) and those
         // of windows without one count in this window, from the first step
         // of the run (a job's setup ends none).
-        let first = if std::mem::replace(&mut self.steady, true) { 0 } else { cycle::first_step_end(&marks, c) };
+        let first = if std::mem::replace(&mut self.steady, true) { 0 } else { cycle::first_step_end(marks, c) };
         let (run, op) = (&marks[first..], c.op);
         let mut prev = run.iter().filter(|m| m.op == op && m.ts_ns < from).map(|m| m.ts_ns).next_back();
         let mut steps = 0u32;
@@ -151,7 +150,7 @@ impl Thread {
             steps,
             p50_ns: times.get(times.len().saturating_sub(1) / 2).copied(),
             max_ns: times.last().copied(),
-            op: bursts::op(c),
+            op,
         })
     }
 }
@@ -261,22 +260,6 @@ mod tests {
         }
         // The cycle is believed in the first window, which ends after 16 steps.
         assert_eq!(count(marks, 10, 480, 1500), (40, Some(30 * MS)));
-    }
-
-    /// Two copies a step and no sync (the loss logged every 500 steps):
-    /// each step's first copy ends the step before; the last step's end is
-    /// not seen. The slow step is the gap before the copy after it.
-    #[test]
-    fn a_loop_without_a_sync_steps_at_its_copies() {
-        let mut marks = Vec::new();
-        let mut t = 0;
-        for s in 0..50u64 {
-            for i in 0..2 {
-                marks.push(CallMark { ts_ns: t + i * 10_000, dur_ns: 5000, tgid: 10, tid: 10, op: 3, pad: 0 });
-            }
-            t += if s == 30 { 300 } else { 40 } * MS;
-        }
-        assert_eq!(count(marks, 10, 1000, 4000), (49, Some(300 * MS)));
     }
 
     #[test]
