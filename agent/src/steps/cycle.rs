@@ -79,11 +79,12 @@ fn even(gaps: &[(u64, usize)]) -> bool {
 }
 
 /// The op that ends each step at period `period`: among the ops made once
-/// per cycle that split time evenly, those whose count fits the cycles
-/// best, give or take one call (the copy that starts a step and the sync
-/// that ends it are both once a step, and where the history starts and
-/// ends decides which is made once more), then the one that takes longest
-/// (the sync that waits for the step's GPU work), then the one made last.
+/// per cycle (give or take one call) that split time evenly, those whose
+/// count fits the cycles best, give or take one call (the copy that starts
+/// a step and the sync that ends it are both once a step, and where the
+/// history starts and ends decides which is made once more), then the one
+/// that takes longest (the sync that waits for the step's GPU work), then
+/// the one made last.
 pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
     let cycles = marks.len() as f64 / period as f64;
     let mut stats: std::collections::BTreeMap<u16, (usize, u64, usize)> = Default::default();
@@ -93,14 +94,16 @@ pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
         s.1 = s.1.saturating_add(m.dur_ns);
         s.2 = i;
     }
+    // Calls more or fewer than the cycles: within a fifth of them, or one
+    // (a short history's first or last step cut by where it starts or ends).
+    let off = |n: usize| (n as f64 - cycles).abs();
     let fits: Vec<(f64, u64, usize, u16)> = stats
         .into_iter()
-        .filter(|(op, (n, _, _))| (*n as f64 / cycles - 1.0).abs() <= 0.2 && splits_time_evenly(marks, *op))
-        .map(|(op, (n, total, last))| ((n as f64 / cycles - 1.0).abs(), total / n as u64, last, op))
+        .filter(|(op, (n, _, _))| off(*n) <= (0.2 * cycles).max(1.0) && splits_time_evenly(marks, *op))
+        .map(|(op, (n, total, last))| (off(n), total / n as u64, last, op))
         .collect();
     let best = fits.iter().map(|f| f.0).fold(f64::INFINITY, f64::min);
-    let tie = 1.5 / cycles;
-    fits.into_iter().filter(|f| f.0 <= best + tie).map(|(_, dur, last, op)| (dur, last, op)).max().map(|(.., op)| op)
+    fits.into_iter().filter(|f| f.0 <= best + 1.5).map(|(_, dur, last, op)| (dur, last, op)).max().map(|(.., op)| op)
 }
 
 /// A step cycle: its period in calls and the op whose return ends a step.
@@ -261,6 +264,20 @@ mod tests {
             m.push(Mark { op: 11, ts_ns: t + 40_500_000, dur_ns: 40_000_000 });
         }
         m.push(Mark { op: 9, ts_ns: 410_000_000, dur_ns: 300_000 });
+        assert_eq!(find(&m), Some(Cycle { period: 2, op: 11 }));
+    }
+
+    #[test]
+    fn in_three_steps_and_the_next_ones_copy_the_sync_ends_the_step() {
+        // c s c s c s c A: 4 copies, 3 syncs, 4 cycles of two calls. The
+        // sync is one call short of once a cycle, and still ends the step.
+        let mut m = Vec::new();
+        for s in 0..3u64 {
+            m.push(Mark { op: 9, ts_ns: s * 41_000_000, dur_ns: 300_000 });
+            m.push(Mark { op: 11, ts_ns: s * 41_000_000 + 40_500_000, dur_ns: 40_000_000 });
+        }
+        m.push(Mark { op: 9, ts_ns: 123_000_000, dur_ns: 300_000 });
+        m.push(Mark { op: 15, ts_ns: 123_030_000, dur_ns: 10_000 });
         assert_eq!(find(&m), Some(Cycle { period: 2, op: 11 }));
     }
 
