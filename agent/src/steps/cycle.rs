@@ -135,15 +135,18 @@ pub(crate) fn step_op(marks: &[Mark]) -> Option<u16> {
 /// the run: calls before them (a job's setup) end no step.
 pub(crate) fn first_step_end(marks: &[Mark], c: Cycle) -> usize {
     let ends: Vec<usize> = (0..marks.len()).filter(|&i| marks[i].op == c.op).collect();
-    let step = |k: usize| {
-        let from = if k == 0 { 0 } else { ends[k - 1] + 1 };
-        let mut ops: Vec<u16> = marks[from..=ends[k]].iter().map(|m| m.op).collect();
-        ops.sort_unstable();
-        ops
-    };
     let Some(&last) = ends.last() else { return marks.len() };
-    let typical = typical_step(&(ends.len().saturating_sub(8)..ends.len()).map(step).collect::<Vec<_>>());
-    let like = |k: usize| unlike(&step(k), &typical) <= c.period / 4;
+    // Each step's calls, sorted: those after the previous end up to its own.
+    let steps: Vec<Vec<u16>> = (0..ends.len())
+        .map(|k| {
+            let from = if k == 0 { 0 } else { ends[k - 1] + 1 };
+            let mut ops: Vec<u16> = marks[from..=ends[k]].iter().map(|m| m.op).collect();
+            ops.sort_unstable();
+            ops
+        })
+        .collect();
+    let typical = typical_step(&steps[steps.len().saturating_sub(8)..]);
+    let like = |k: usize| unlike(&steps[k], &typical) <= c.period / 4;
     let mut first = last;
     for k in (0..ends.len()).rev() {
         if like(k) || (k > 0 && like(k - 1)) {
