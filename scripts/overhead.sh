@@ -5,6 +5,7 @@
 # median of the per-pair ratios is the figure.
 #
 #   sudo scripts/overhead.sh [AGENT_BINARY] [PAIRS]
+#   sudo INGERO_TRAP_BUDGET=off scripts/overhead.sh ...   (every probe always on)
 #
 # With a CUDA device and PyTorch: real loops (scripts/gpu_steps.py: a
 # launch-bound MLP and a 12-layer bf16 transformer), the agent probing every

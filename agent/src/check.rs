@@ -177,6 +177,17 @@ pub fn load_checks() -> Vec<Check> {
             "",
         ));
     }
+    let duty = probes.features.multi_links() && probes.features.object() == Object::Full;
+    out.push(Check::warn_unless(
+        "trap budget",
+        duty,
+        if duty {
+            "kept: over --trap-budget, launch probes are duty-cycled (counts estimated)"
+        } else {
+            "not kept (no uprobe_multi links): every probe on, counts exact"
+        },
+        "Linux 6.6+ (or leave --no-uprobe-multi off)",
+    ));
     if let Ok(mm) = MapMemory::of_pid(std::process::id()) {
         let limit = own_memory_limit();
         let fits = limit.is_none_or(|l| mm.total() * 2 <= l);

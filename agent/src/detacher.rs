@@ -7,7 +7,7 @@
 //! the probe loop that stalled windows and every held lookup behind it.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 
 use crate::probes::link::Closing;
 use aya::maps::{Array, MapData};
@@ -25,25 +25,55 @@ impl std::fmt::Debug for Detacher {
     }
 }
 
+/// The kernel's switch that stops library holds while probes are closed
+/// (ebpf/libload.bpf.c, holds_paused): a close waits for every sleepable
+/// program in flight while it holds the lock the agent's next attach
+/// needs, so a held thread would wait for an attach that waits for it.
+/// Shared by every thread that closes probes (the detacher, the duty
+/// cycle): holds resume when the last of them is done.
+pub(crate) struct HoldPause {
+    map: Mutex<(Option<Array<MapData, u32>>, u32)>,
+}
+
+impl std::fmt::Debug for HoldPause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HoldPause")
+    }
+}
+
+impl HoldPause {
+    /// None: no hold is loaded, nothing to pause.
+    pub(crate) fn new(map: Option<Array<MapData, u32>>) -> HoldPause {
+        HoldPause { map: Mutex::new((map, 0)) }
+    }
+
+    /// Runs `close` with holds paused.
+    pub(crate) fn during<T>(&self, close: impl FnOnce() -> T) -> T {
+        self.set(true);
+        let out = close();
+        self.set(false);
+        out
+    }
+
+    fn set(&self, on: bool) {
+        let mut g = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let (map, closers) = &mut *g;
+        *closers = if on { *closers + 1 } else { closers.saturating_sub(1) };
+        let value = u32::from(*closers > 0);
+        if let Some(Err(e)) = map.as_mut().map(|m| m.set(0, value, 0)) {
+            tracing::warn!(error = %e, "setting holds_paused");
+        }
+    }
+}
+
 impl Detacher {
-    /// `paused`: the kernel's switch that stops library holds while probes
-    /// are closed (ebpf/libload.bpf.c): a close waits for every sleepable
-    /// program in flight while it holds the lock the agent's next attach
-    /// needs, so a held thread would wait for an attach that waits for it.
-    pub(crate) fn start(stats: Arc<LoopStats>, mut paused: Option<Array<MapData, u32>>) -> Detacher {
+    pub(crate) fn start(stats: Arc<LoopStats>, paused: Arc<HoldPause>) -> Detacher {
         let (tx, rx) = mpsc::channel::<Vec<Closing>>();
         let counted = stats.clone();
         let spawned = std::thread::Builder::new().name("ingero-detach".into()).spawn(move || {
             for links in rx {
-                let mut pause = |on: u32| {
-                    if let Some(Err(e)) = paused.as_mut().map(|m| m.set(0, on, 0)) {
-                        tracing::warn!(error = %e, "setting holds_paused");
-                    }
-                };
                 for link in links {
-                    pause(1);
-                    drop(link);
-                    pause(0);
+                    paused.during(|| drop(link));
                     counted.uprobes_detaching.fetch_sub(1, Ordering::Relaxed);
                 }
                 // What those probes' bookkeeping held goes back to the kernel:

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub(crate) mod attribution;
+pub(crate) mod budget;
 pub mod check;
 pub(crate) mod cost;
 pub(crate) mod detacher;
@@ -19,6 +20,7 @@ pub mod probes;
 pub(crate) mod procmaps;
 pub(crate) mod progress;
 pub(crate) mod run_time;
+pub(crate) mod sampling;
 pub(crate) mod ship;
 pub(crate) mod stacks;
 pub mod steps;

@@ -40,6 +40,9 @@ pub struct LoopConfig {
     pub watchdog: Duration,
     /// The probes' own run time is measured in one window of this many (0: never).
     pub probe_time_every: u32,
+    /// The share of one CPU the agent's traps may cost a traced process
+    /// before launch-type probes are duty-cycled (None: never).
+    pub trap_budget: Option<f64>,
 }
 
 /// Shared with the metrics endpoint.
@@ -69,6 +72,8 @@ pub struct LoopStats {
     pub trap_time_ns: AtomicU64,
     /// The largest share of one CPU a traced process spent in them last window (ppm).
     pub busiest_trap_ppm: AtomicU64,
+    /// The share of the last window the duty-cycled probes were on (ppm; 1,000,000: always).
+    pub sample_ratio_ppm: AtomicU64,
     pub libraries: AtomicU64,
     /// Library files that could not be probed (each is retried on the next scan).
     pub attach_failures: AtomicU64,

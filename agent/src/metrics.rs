@@ -179,7 +179,7 @@ fn loss_rows(l: &LoopStats) -> [Row; 5] {
 }
 
 /// The agent's trap cost to the processes it traces (cost.rs).
-fn cost_rows(l: &LoopStats) -> [Row; 3] {
+fn cost_rows(l: &LoopStats) -> [Row; 4] {
     let g = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
     [
         (
@@ -199,6 +199,12 @@ fn cost_rows(l: &LoopStats) -> [Row; 3] {
             Gauge,
             "Largest share of one CPU a traced process spent in the agent's traps last window (parts per million; goal < 10000)",
             g(&l.busiest_trap_ppm),
+        ),
+        (
+            "ingero_agent_sample_ratio_ppm",
+            Gauge,
+            "Share of the last window the duty-cycled probes (launch-type calls) were on, in parts per million: 1000000 when every call was seen; below it their counts are estimates (--trap-budget)",
+            g(&l.sample_ratio_ppm),
         ),
     ]
 }

@@ -92,6 +92,11 @@ pub struct ProbeLoop {
     /// What was last read of the launches threads count themselves.
     per_thread: ThreadCounts,
     over_goal: crate::cost::OverGoal,
+    budget: crate::budget::Budget,
+    /// Timed calls in and out of the duty cycle's on parts: the estimates' pace.
+    sampling: crate::sampling::Sampling,
+    /// The share of the window just flipped that the duty-cycled probes were on.
+    flip_ratio: f64,
     /// Each thread's recent syncs, copies and collectives: its step cycle.
     steps: crate::steps::Steps,
 }
@@ -123,7 +128,12 @@ impl ProbeLoop {
                 "off-CPU call sites need the full object on x86-64 (`ingero-agent check`): episodes ship without them"
             );
         }
-        log_map_memory(&stats);
+        crate::probes::memory::log_map_memory(&stats);
+        // Before any library is probed: the hot probes of each go to it.
+        let pause = Arc::new(crate::detacher::HoldPause::new(probes.take_holds_paused()));
+        let duty = cfg.trap_budget.is_some() && probes.start_duty(cfg.window, pause.clone());
+        tracing::info!(budget = ?cfg.trap_budget, duty, "trap budget");
+        stats.sample_ratio_ppm.store(1_000_000, Ordering::Relaxed);
         stats.trap_ns.store(probes.trap_ns.map_or(0, |t| t.round() as u64), Ordering::Relaxed);
         let mut l = ProbeLoop {
             rings,
@@ -144,11 +154,14 @@ impl ProbeLoop {
             next_scan: Instant::now() + cfg.rescan,
             last_counters: Counters::default(),
             run_time: crate::run_time::RunTimeSampler::new(cfg.probe_time_every),
-            detacher: Detacher::start(stats.clone(), probes.take_holds_paused()),
+            detacher: Detacher::start(stats.clone(), pause),
             holds_outlasted: 0,
             grace: Grace::start()?,
             per_thread: ThreadCounts::default(),
             over_goal: Default::default(),
+            budget: crate::budget::Budget::new(cfg.trap_budget),
+            sampling: Default::default(),
+            flip_ratio: 1.0,
             steps: Default::default(),
             probes,
             cfg,
@@ -276,7 +289,7 @@ impl ProbeLoop {
             }
             drop(busy);
             self.stalls.extend(self.stacks.take());
-            self.steps.push(self.rings.marks());
+            self.take_marks();
             let now = Instant::now();
             let due: Vec<u32> = self.follow_ups.iter().filter(|(t, _)| *t <= now).map(|(_, p)| *p).collect();
             if !due.is_empty() {
@@ -377,6 +390,9 @@ impl ProbeLoop {
     /// releases it. Returns the half to drain.
     fn flip_and_settle(&mut self) -> Result<drain::Flipped> {
         let flipped = drain::flip(&mut self.probes)?;
+        let now = crate::probes::duty::mono_ns();
+        self.flip_ratio = self.probes.duty.as_mut().map_or(1.0, |d| d.window_ratio(now));
+        self.sampling.flipped(now);
         self.grace.begin();
         let stats = self.stats.clone();
         let _busy = stats.watchdog.enter(Step::Settle);
@@ -407,11 +423,12 @@ impl ProbeLoop {
         }
         let flushed = self.stacks.flush(last);
         self.stalls.extend(flushed);
-        self.steps.push(self.rings.marks());
-        self.count_cost(&d);
-        let stalls = std::mem::take(&mut self.stalls);
+        self.take_marks();
         let delta = d.counters.since(&self.last_counters);
         self.last_counters = d.counters;
+        let shares = self.sampling.estimate(&mut d, self.flip_ratio, delta.mark_drops == 0);
+        self.count_cost(&d, &shares);
+        let stalls = std::mem::take(&mut self.stalls);
         let probe_run_ns = self.run_time.window_end(&self.probes);
         if d.cgroups.iter().any(|(id, _)| !self.cg_paths.contains_key(id)) {
             self.cg_paths = crate::attribution::cgroup::paths(&self.cfg.cgroup_mount, self.cfg.cgroup_root.as_deref());
@@ -445,6 +462,7 @@ impl ProbeLoop {
             probe_run_ns,
             host: &self.host,
             cgroup_scoped: self.cfg.cgroup_root.is_some(),
+            sample_shares: &shares,
         };
         // Only processes in scope produce rows (a scoped agent shares the kernel maps' view).
         let mut built = WindowBuilder::new(&ctx, &mut self.attr).build(&d, &stalls, &self.events, &self.cg_paths);
@@ -466,6 +484,17 @@ impl ProbeLoop {
         self.baselines.update(&mut self.probes, &d, &self.cfg);
         self.count_window(&delta, probe_run_ns);
         Ok(built.tables)
+    }
+
+    /// Timed calls as they returned: to the step finder, and counted in
+    /// and out of the duty cycle's on parts.
+    fn take_marks(&mut self) {
+        let marks = self.rings.marks();
+        if let Some(duty) = &self.probes.duty {
+            let on = duty.intervals();
+            self.sampling.note(&marks, |ts| crate::probes::duty::was_on(&on, ts));
+        }
+        self.steps.push(marks);
     }
 
     /// Calls in flight per process at the window's end (the thread slots
@@ -506,6 +535,7 @@ impl ProbeLoop {
             self.described.remove(&e.tgid);
             self.last_call_us.remove(&e.tgid);
             self.over_goal.forget(e.tgid);
+            self.sampling.forget(e.tgid);
             self.steps.forget(e.tgid);
         }
         for pid in crate::exits::exited_before(&mut self.exited, self.events.drain(..)) {
@@ -539,15 +569,21 @@ impl ProbeLoop {
         }
     }
 
-    /// The window's trap cost to the traced processes (metrics, and a
-    /// warning for a process above the goal).
-    fn count_cost(&mut self, d: &drain::Drained) {
+    /// The window's trap cost to the traced processes (metrics, a note for
+    /// a process above the budget), and the duty cycle's next ratio.
+    fn count_cost(&mut self, d: &drain::Drained, shares: &HashMap<u32, f64>) {
+        let s = &self.stats;
+        s.sample_ratio_ppm.store((self.flip_ratio * 1e6).round() as u64, Ordering::Relaxed);
         let Some(trap_ns) = self.probes.trap_ns else { return };
-        let c = crate::cost::window_cost(trap_ns, &d.calls, &d.nested, self.cfg.window);
-        self.stats.trap_time_ns.fetch_add(c.total_ns, Ordering::Relaxed);
-        let ppm = c.busiest.map_or(0, |(_, share)| (share * 1e6) as u64);
-        self.stats.busiest_trap_ppm.store(ppm, Ordering::Relaxed);
-        self.over_goal.check(&c);
+        let seen = |pid| shares.get(&pid).copied().unwrap_or(1.0);
+        let c = crate::cost::window_cost(trap_ns, &d.calls, &d.nested, self.cfg.window, seen);
+        s.trap_time_ns.fetch_add(c.total_ns, Ordering::Relaxed);
+        s.busiest_trap_ppm.store(c.busiest.map_or(0, |(_, share)| (share * 1e6) as u64), Ordering::Relaxed);
+        self.over_goal.check(&c, self.budget.share(), self.probes.duty.is_some());
+        let next = self.budget.next(&c.need);
+        if let Some(duty) = &self.probes.duty {
+            duty.set_ratio(next);
+        }
     }
 
     fn count_window(&self, delta: &Counters, probe_run_ns: u64) {
@@ -563,17 +599,5 @@ impl ProbeLoop {
         s.lib_hold_ns.fetch_add(delta.lib_hold_ns, Ordering::Relaxed);
         s.lib_hold_timeouts.fetch_add(delta.lib_hold_timeouts, Ordering::Relaxed);
         s.probe_run_ns.fetch_add(probe_run_ns, Ordering::Relaxed);
-    }
-}
-
-fn log_map_memory(stats: &LoopStats) {
-    if let Ok(mm) = crate::probes::memory::MapMemory::of_pid(std::process::id()) {
-        stats.kernel_map_bytes.store(mm.total(), Ordering::Relaxed);
-        tracing::info!(
-            kernel_map_mib = mm.total() >> 20,
-            possible_cpus = mm.possible_cpus,
-            at_256_cpus_mib = mm.at_cpus(256) >> 20,
-            "BPF maps loaded"
-        );
     }
 }

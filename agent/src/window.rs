@@ -33,6 +33,9 @@ pub(crate) struct WindowCtx<'a> {
     /// Scoped by --cgroup-root: cgroups outside the subtree are another
     /// "node's" and are left out of cgroup_windows.
     pub cgroup_scoped: bool,
+    /// Per process sampled, the share of its duty-cycled calls seen: their
+    /// counts are estimates (`crate::sampling`). Empty: every call seen.
+    pub sample_shares: &'a HashMap<u32, f64>,
 }
 
 fn common(ctx: &WindowCtx<'_>, pid: u32, p: &ProcInfo) -> Common {
@@ -144,6 +147,7 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
                 sampled: false,
                 hist_bucket: &hist_bucket,
                 hist_count: &hist_count,
+                sample_ratio: self.ctx.sample_shares.get(&k.tgid).copied().filter(|_| op.duty_cycled()),
             };
             let c = self.common(k.tgid);
             self.add(&mut b, &c, &row);

@@ -105,6 +105,7 @@ columns! {
         sampled: bool, "", "True when durations come from a sample of calls (imported traces); count is exact";
         hist_bucket: &'a [u8], "bucket index", "Sparse latency histogram: indices of non-empty buckets (see Histogram)";
         hist_count: &'a [u64], "calls", "Sparse latency histogram: count per bucket in hist_bucket";
+        sample_ratio: Option<f64>, "share", "Share of the window this op's probe was attached (the agent's --trap-budget duty cycle on launch-type calls): count is the calls seen divided by it, an estimate. Null: every call was seen";
     }
 }
 

@@ -78,6 +78,15 @@ struct RunArgs {
     /// program on the node pays ~50 ns a run for it. 1: every window; 0: never.
     #[arg(long, env = "INGERO_PROBE_TIME_EVERY", default_value_t = 30)]
     probe_time_every: u32,
+    /// The share of one CPU the agent's probes may cost a traced process (each probed call traps into the
+    /// kernel: ~0.5-0.8 µs, measured at start). Above it, the entry-only probes a program hits once per
+    /// kernel (launches, event records, memsets) are attached for the middle part of each second only
+    /// (1/2 down to 1/8 of it, the least that keeps the busiest process in budget), and their counts in
+    /// `call_windows` are what was seen divided by that share (`sample_ratio`): unbiased estimates. Syncs,
+    /// copies, collectives and allocations stay probed (their durations, outliers and steps are exact).
+    /// Needs uprobe_multi links (Linux 6.6+); `off`: every probe always on, counts exact.
+    #[arg(long, env = "INGERO_TRAP_BUDGET", default_value = "1%", value_parser = trap_budget)]
+    trap_budget: Budget,
     /// How often to rescan processes for newly loaded libraries.
     #[arg(long, env = "INGERO_RESCAN", default_value = "2s", value_parser = humantime::parse_duration)]
     rescan: Duration,
@@ -287,6 +296,7 @@ fn config(a: RunArgs, sink: Sink) -> AgentConfig {
         detach_unused_after: a.detach_unused_after,
         watchdog: a.watchdog,
         probe_time_every: a.probe_time_every,
+        trap_budget: a.trap_budget.0,
     };
     let kube = KubeConfig {
         enabled: a.kubernetes != "off",
@@ -349,6 +359,29 @@ fn run(a: RunArgs) -> Result<(), error::Error> {
     }
 }
 
+/// `--trap-budget`: a share of one CPU, or none.
+#[derive(Debug, Clone, Copy)]
+struct Budget(Option<f64>);
+
+/// `--trap-budget`: `off`, or a percentage of one CPU (`1%`, `0.5`) from
+/// 0.01% to 100%.
+fn trap_budget(s: &str) -> Result<Budget, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return Ok(Budget(None));
+    }
+    let pct: f64 = t
+        .strip_suffix('%')
+        .unwrap_or(t)
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s}: a percentage of one CPU (`1%`, `0.5%`) or `off`"))?;
+    if !(0.01..=100.0).contains(&pct) {
+        return Err(format!("{s}: between 0.01% and 100% of one CPU, or `off`"));
+    }
+    Ok(Budget(Some(pct / 100.0)))
+}
+
 /// `--dlopen-hold-max`: a duration from 1ms to 10s.
 fn hold_max(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
@@ -356,4 +389,19 @@ fn hold_max(s: &str) -> Result<Duration, String> {
         return Err(format!("{s}: between 1ms and 10s (a held thread polls on its CPU)"));
     }
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trap_budget_is_a_share_of_one_cpu_or_off() {
+        assert_eq!(trap_budget("1%").unwrap().0, Some(0.01));
+        assert_eq!(trap_budget(" 0.5 ").unwrap().0, Some(0.005));
+        assert_eq!(trap_budget("OFF").unwrap().0, None);
+        for bad in ["0%", "150%", "-1", "one", "1%%", ""] {
+            assert!(trap_budget(bad).is_err(), "{bad}");
+        }
+    }
 }

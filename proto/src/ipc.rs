@@ -185,6 +185,7 @@ mod tests {
             sampled: false,
             hist_bucket: &[10, 11],
             hist_count: &[4, 6],
+            sample_ratio: None,
         };
         let mut b = BatchBuilder::new(Table::CallWindows);
         b.append(&common, &row).unwrap();

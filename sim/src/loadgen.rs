@@ -80,6 +80,7 @@ pub fn synth_tables(node: &str, window_start_us: i64, rows: usize, seed: u64) ->
                 sampled: false,
                 hist_bucket: &b,
                 hist_count: &c,
+                sample_ratio: None,
             };
             calls.append(&common, &row).expect("synthetic row fits the schema");
         }

@@ -221,6 +221,7 @@ fn call_row(b: &mut BatchBuilder, c: &Common, lib: &str, op: &str, count: f64, p
         sampled: false,
         hist_bucket: &bk,
         hist_count: &ct,
+        sample_ratio: None,
     };
     b.append(c, &row).expect("simulated row fits the schema");
 }

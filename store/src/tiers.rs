@@ -384,6 +384,7 @@ mod tests {
                 sampled: false,
                 hist_bucket: &h,
                 hist_count: &n,
+                sample_ratio: None,
             };
             calls.append(&c, &row).unwrap();
         }

@@ -55,6 +55,9 @@ pub struct Probes {
     /// and attached (only when asked for: it runs at every syscall).
     offcpu_sites: bool,
     offcpu_attached: bool,
+    /// The hot probes' duty cycle (`start_duty`; none before, and on kernels
+    /// without uprobe_multi links: there those probes stay on).
+    pub(crate) duty: Option<super::duty::Duty>,
 }
 
 /// What `attach_found` did.
@@ -127,6 +130,7 @@ impl Probes {
             trap_ns: None,
             offcpu_sites: false,
             offcpu_attached: false,
+            duty: None,
         };
         p.settle(settings)?;
         let btf = Btf::from_sys_fs()?;
@@ -328,10 +332,15 @@ impl Probes {
         // alone, so its launches keep the frame record (ebpf/calls.bpf.c).
         let name = Path::new(&f.mapped_as).file_name().and_then(|n| n.to_str());
         let static_runtime = f.lib == Lib::Cudart && name.and_then(Lib::from_file_name) != Some(Lib::Cudart);
-        let (syms, links) = self.attach_library(&open.fd_path(), f.lib, static_runtime)?;
-        self.mark_probed(&open.id);
+        let mut hot = Vec::new();
+        let (mut syms, links) = self.attach_library(&open.fd_path(), f.lib, static_runtime, &mut hot)?;
+        let id = open.id.clone();
+        self.mark_probed(&id);
+        if let Some(duty) = self.duty.as_ref().filter(|_| !hot.is_empty()) {
+            syms.extend(duty.add(id.clone(), open, f.lib, &hot));
+        }
         // Probed ahead of use (pid 0: `--lib`, the usual directories): kept.
-        self.attached.insert(open.id, links, f.pid == 0);
+        self.attached.insert(id, links, f.pid == 0);
         Ok(Attached::Now(syms))
     }
 
@@ -362,6 +371,10 @@ impl Probes {
         let gone = self.attached.take_unused(&in_use, Instant::now(), ttl);
         let n = gone.len();
         let mut taken = Vec::new();
+        for (id, _) in &gone {
+            let hot = self.duty.as_ref().map(|d| d.remove(id)).unwrap_or_default();
+            taken.extend(hot.into_iter().map(|l| Box::new(l) as Closing));
+        }
         for link in gone.into_iter().flat_map(|(_, links)| links) {
             let (name, id) = match link {
                 Link::Perf(name, id) => (name, id),
@@ -412,9 +425,16 @@ impl Probes {
     /// Attaches every op of `lib` found in the file; returns the symbols
     /// probed and the probes. All or nothing: on an error the probes placed
     /// are removed.
-    fn attach_library(&mut self, path: &Path, lib: Lib, static_runtime: bool) -> Result<(Vec<&'static str>, Links)> {
+    /// The duty-cycled ops go to `hot` instead, for the duty cycle to place.
+    fn attach_library(
+        &mut self,
+        path: &Path,
+        lib: Lib,
+        static_runtime: bool,
+        hot: &mut Vec<super::plan::Planned>,
+    ) -> Result<(Vec<&'static str>, Links)> {
         let mut links: Links = Vec::new();
-        match self.attach_ops(path, lib, static_runtime, &mut links) {
+        match self.attach_ops(path, lib, static_runtime, (&mut links, hot)) {
             Ok(syms) => Ok((syms, links)),
             Err(e) => {
                 self.detach_links(links.into_iter());
@@ -428,7 +448,7 @@ impl Probes {
         path: &Path,
         lib: Lib,
         static_runtime: bool,
-        links: &mut Links,
+        (links, hot): (&mut Links, &mut Vec<super::plan::Planned>),
     ) -> Result<Vec<&'static str>> {
         if lib == Lib::Libc {
             // Both where the hold is on: the notice stands aside while it
@@ -446,7 +466,11 @@ impl Probes {
             }
             return Ok(done);
         }
-        let plan = super::plan::plan(path, lib, static_runtime)?;
+        let mut plan = super::plan::plan(path, lib, static_runtime)?;
+        if self.duty.is_some() {
+            hot.extend(plan.iter().filter(|p| p.op.duty_cycled()));
+            plan.retain(|p| !p.op.duty_cycled());
+        }
         if self.features.multi_links() {
             let fd = |name: &str| self.ebpf.program(name).map(|p| p.fd());
             let (Some(Ok(entry)), Some(Ok(ret))) = (fd("call_entry"), fd("call_return")) else {

@@ -141,6 +141,19 @@ pub(crate) fn lru_entries(cpus: u64) -> u32 {
     (cpus.saturating_mul(256)).clamp(16_384, 1 << 20) as u32
 }
 
+/// Logs the maps' kernel memory at load, and keeps it for the metrics.
+pub(crate) fn log_map_memory(stats: &crate::loop_config::LoopStats) {
+    if let Ok(mm) = MapMemory::of_pid(std::process::id()) {
+        stats.kernel_map_bytes.store(mm.total(), std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            kernel_map_mib = mm.total() >> 20,
+            possible_cpus = mm.possible_cpus,
+            at_256_cpus_mib = mm.at_cpus(256) >> 20,
+            "BPF maps loaded"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ mod arch_check;
 mod attached;
 mod compat;
 pub(crate) mod drain;
+pub(crate) mod duty;
 pub mod features;
 pub(crate) mod files;
 pub(crate) mod grace;

@@ -98,6 +98,17 @@ impl Op {
     pub fn return_probed(&self) -> bool {
         self.timed
     }
+
+    /// Counted from a duty cycle when the agent's traps would cost a process
+    /// more than `--trap-budget` (probes/duty.rs): the entry-only calls a
+    /// program makes per kernel (launches, event records and waits,
+    /// memsets, stream-ordered allocations), whose count is the signal and
+    /// a sample estimates it. Never a timed call (durations and outliers
+    /// come from every call), NCCL's, or `cudaFree` (its driver callee is
+    /// timed, and rare).
+    pub fn duty_cycled(&self) -> bool {
+        !self.timed && self.lib != Lib::Nccl && self.lib != Lib::Libc && self.symbol != "cudaFree"
+    }
 }
 
 /// Driver entry points whose callers in the dynamic runtime are entry-only
@@ -256,6 +267,24 @@ mod tests {
 
     fn by_symbol(symbol: &str) -> Option<Op> {
         all().into_iter().find(|o| o.symbol == symbol)
+    }
+
+    #[test]
+    fn a_duty_cycle_takes_runtime_calls_and_their_driver_calls_together() {
+        let cycled: Vec<Op> = all().into_iter().filter(|o| o.duty_cycled()).collect();
+        assert!(cycled.iter().all(|o| !o.return_probed()), "a timed call is never sampled");
+        for s in ["cudaLaunchKernel", "cuLaunchKernel", "cudaEventRecord", "cuMemsetD32Async", "cudaStreamWaitEvent"] {
+            assert!(cycled.iter().any(|o| o.symbol == s), "{s}");
+        }
+        for s in ["cudaFree", "ncclGroupStart", "cudaStreamSynchronize", "ncclAllReduce"] {
+            assert!(!cycled.iter().any(|o| o.symbol == s), "{s}");
+        }
+        // A runtime call off while the driver call it makes is on would
+        // count the driver's as the program's own: both go together, but
+        // for cudaFree's timed callee (neither is cycled).
+        for o in all().into_iter().filter(|o| o.runtime_callee() && o.symbol != "cuMemFree_v2") {
+            assert!(o.duty_cycled(), "{}", o.symbol);
+        }
     }
 
     #[test]

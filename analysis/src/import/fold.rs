@@ -330,6 +330,7 @@ impl<'a> Folder<'a> {
                 sampled: c.sampled,
                 hist_bucket: &b,
                 hist_count: &n,
+                sample_ratio: None,
             };
             t.append(&self.common(pid, w), &row)?;
         }

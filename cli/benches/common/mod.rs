@@ -103,6 +103,7 @@ fn window_batches(win: &[ingero_sim::model::RankWindow], names: &[String], start
                 sampled: false,
                 hist_bucket: &b,
                 hist_count: &hc,
+                sample_ratio: None,
             };
             calls.append(&c, &row).unwrap();
         }

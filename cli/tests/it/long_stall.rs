@@ -45,6 +45,7 @@ fn one_long_sync(node: &str, window_start_us: i64, ns: u64) -> arrow::array::Rec
         sampled: false,
         hist_bucket: &b,
         hist_count: &c,
+        sample_ratio: None,
     };
     calls.append(&common, &row).unwrap();
     calls.finish().unwrap()

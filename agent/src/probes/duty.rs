@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The duty cycle of the hot probes (issue: under 1%). A uprobe costs its
+//! trap whatever the program does, so the only way to spend less on a call
+//! is to have no breakpoint there: when the agent's traps would cost a
+//! process more than `--trap-budget`, the entry-only probes a program hits
+//! once per kernel (`Op::duty_cycled`: launches, event records, memsets)
+//! are attached for a share `r` of each cycle and detached for the rest.
+//! Their counts are then a sample, and the window's count is what was seen
+//! divided by the share of the window they were attached: an unbiased
+//! estimate of a rate that does not follow the cycle (a training step is
+//! milliseconds, the cycle a second). Timed calls (syncs, copies,
+//! collectives) stay probed, so durations, outliers and steps come from
+//! every call.
+//!
+//! Each file's hot probes are one uprobe_multi link of their own (Linux
+//! 6.6+; a perf-event uprobe takes ~80 ms to close, a link one wait for all
+//! of its probes), re-created from a held fd (`OpenLib::fd_path`). The on
+//! part sits in the middle of each cycle, and cycles divide the window, so
+//! a window's flip and the drain's read of the thread slots fall where the
+//! probes are off: no sampled call is counted in the wrong window. The
+//! share is not assumed but measured from the times the links were made
+//! and closed (`window_ratio`).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::files::{FileId, OpenLib};
+use super::link::MultiLink;
+use super::ops::Lib;
+use super::plan::Planned;
+use crate::detacher::HoldPause;
+
+/// The least share of a cycle the probes stay on: below it the on part
+/// (125 ms of a 1-s cycle) is not long against the few milliseconds a
+/// link takes to place, and the estimate would be noisy.
+pub(crate) const MIN_RATIO: f64 = 0.125;
+
+/// The longest cycle: a window is divided into cycles of at most this.
+const MAX_CYCLE: Duration = Duration::from_secs(1);
+
+/// One file's hot probes: the groups of offsets the kernel took as one
+/// link each (normally one), and the links while they are on.
+#[derive(Debug)]
+struct HotFile {
+    /// Keeps `path` reaching the file after the process that mapped it exits.
+    _open: OpenLib,
+    path: PathBuf,
+    lib: Lib,
+    groups: Vec<(Vec<u64>, Vec<u64>)>,
+    links: Vec<MultiLink>,
+}
+
+#[derive(Debug)]
+struct State {
+    files: HashMap<FileId, HotFile>,
+    /// Share of each cycle the probes are to be on (1: always).
+    ratio: f64,
+    /// Whether the hot probes are on now (a new file follows).
+    on: bool,
+    /// When they were on (monotonic ns): (start, end; None while on).
+    intervals: Vec<(u64, Option<u64>)>,
+    stop: bool,
+}
+
+type Shared = Arc<(Mutex<State>, Condvar)>;
+
+/// The hot probes of every probed file, and the thread that turns them on
+/// and off.
+#[derive(Debug)]
+pub(crate) struct Duty {
+    shared: Shared,
+    prog: Arc<OwnedFd>,
+    /// The last window's end (monotonic ns).
+    last_flip: u64,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl super::load::Probes {
+    /// Starts the duty cycle where the kernel makes uprobe_multi links for
+    /// the full object (Linux 6.6+); returns whether it runs. Elsewhere the
+    /// hot probes stay on: counts exact, cost unbounded (`ingero-agent check`).
+    pub(crate) fn start_duty(&mut self, window: Duration, pause: Arc<HoldPause>) -> bool {
+        if !self.features.multi_links() || self.features.object() != super::features::Object::Full {
+            return false;
+        }
+        let fd = self.ebpf.program("call_entry").and_then(|p| p.fd().ok()).map(|fd| fd.as_fd().try_clone_to_owned());
+        match fd.map(|fd| fd.and_then(|fd| Duty::start(fd, window, pause))) {
+            Some(Ok(d)) => {
+                self.duty = Some(d);
+                true
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "no duty cycle: the hot probes stay on whatever they cost");
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+fn lock(s: &Shared) -> MutexGuard<'_, State> {
+    s.0.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Duty {
+    /// `prog`: the entry program loaded for multi links (`call_entry`);
+    /// `window`: the agent's window, which the cycles divide.
+    pub(crate) fn start(prog: OwnedFd, window: Duration, pause: Arc<HoldPause>) -> std::io::Result<Duty> {
+        let now = mono_ns();
+        let state = State { files: HashMap::new(), ratio: 1.0, on: true, intervals: vec![(now, None)], stop: false };
+        let shared: Shared = Arc::new((Mutex::new(state), Condvar::new()));
+        let prog = Arc::new(prog);
+        let (s, p) = (shared.clone(), prog.clone());
+        let window = window.as_nanos().max(1) as u64;
+        let parts = cycles_of(Duration::from_nanos(window));
+        let thread = std::thread::Builder::new()
+            .name("ingero-duty".into())
+            .spawn(move || run(&s, &p, (window, parts), &pause))?;
+        Ok(Duty { shared, prog, last_flip: now, thread: Some(thread) })
+    }
+
+    /// Takes `hot` (the duty-cycled ops of one file) and places them now
+    /// (the kernel's answer decides which go in); they follow the cycle from
+    /// then on. Returns the symbols probed.
+    pub(crate) fn add(&self, id: FileId, open: OpenLib, lib: Lib, hot: &[Planned]) -> Vec<&'static str> {
+        let path = open.fd_path();
+        let mut done = Vec::new();
+        let mut groups = Vec::new();
+        let mut links = Vec::new();
+        let whole: (Vec<u64>, Vec<u64>) = hot.iter().map(|p| (p.offset, p.cookie)).unzip();
+        let tries: Vec<(Vec<&Planned>, (Vec<u64>, Vec<u64>))> = match self.link(&path, &whole) {
+            Ok(l) => {
+                links.push(l);
+                groups.push(whole);
+                done.extend(hot.iter().map(|p| p.op.symbol));
+                Vec::new()
+            }
+            // One offset the kernel refuses: each probe a link of its own.
+            Err(_) => hot.iter().map(|p| (vec![p], (vec![p.offset], vec![p.cookie]))).collect(),
+        };
+        for (ps, g) in tries {
+            match self.link(&path, &g) {
+                Ok(l) => {
+                    links.push(l);
+                    groups.push(g);
+                    done.extend(ps.iter().map(|p| p.op.symbol));
+                }
+                Err(e) => {
+                    tracing::debug!(symbol = ps[0].op.symbol, path = %path.display(), error = %e, "symbol not probed")
+                }
+            }
+        }
+        if groups.is_empty() {
+            return done;
+        }
+        let mut st = lock(&self.shared);
+        // Placed while the others are off: the thread closes them with the
+        // others at once (`set_on` sees a link it did not make).
+        let _open = open;
+        st.files.insert(id, HotFile { _open, path, lib, groups, links });
+        if !st.on {
+            self.shared.1.notify_all();
+        }
+        done
+    }
+
+    fn link(&self, path: &std::path::Path, (offsets, cookies): &(Vec<u64>, Vec<u64>)) -> std::io::Result<MultiLink> {
+        super::multi::attach(self.prog.as_fd(), path, offsets, cookies, false)
+    }
+
+    /// Forgets a file (no process maps it): its links, for the caller to close.
+    pub(crate) fn remove(&self, id: &FileId) -> Vec<MultiLink> {
+        lock(&self.shared).files.remove(id).map_or_else(Vec::new, |f| f.links)
+    }
+
+    /// The share of each cycle the probes are to be on from the next cycle.
+    pub(crate) fn set_ratio(&self, ratio: f64) {
+        let mut st = lock(&self.shared);
+        let ratio = if ratio >= 1.0 { 1.0 } else { ratio.max(MIN_RATIO) };
+        if st.ratio != ratio {
+            st.ratio = ratio;
+            self.shared.1.notify_all();
+        }
+    }
+
+    /// The share of the time since the last call that the hot probes were
+    /// on (1 exactly when they were on throughout), at a window's flip.
+    pub(crate) fn window_ratio(&mut self, now: u64) -> f64 {
+        let start = std::mem::replace(&mut self.last_flip, now);
+        let mut st = lock(&self.shared);
+        let r = on_share(&st.intervals, start, now);
+        // The window's own stay: its marks are read after its flip.
+        st.intervals.retain(|&(_, e)| e.is_none_or(|e| e > start));
+        r
+    }
+
+    /// When the probes were on, lately (monotonic ns; None: on now).
+    pub(crate) fn intervals(&self) -> Vec<(u64, Option<u64>)> {
+        lock(&self.shared).intervals.clone()
+    }
+}
+
+/// Whether `ts` falls in one of `intervals`.
+pub(crate) fn was_on(intervals: &[(u64, Option<u64>)], ts: u64) -> bool {
+    intervals.iter().any(|&(s, e)| s <= ts && e.is_none_or(|e| ts < e))
+}
+
+impl Drop for Duty {
+    fn drop(&mut self) {
+        lock(&self.shared).stop = true;
+        self.shared.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Cycles per window: parts of at most `MAX_CYCLE`.
+fn cycles_of(window: Duration) -> u64 {
+    window.as_nanos().div_ceil(MAX_CYCLE.as_nanos()).max(1) as u64
+}
+
+/// How much of [start, end) the intervals cover, as a share of it.
+fn on_share(intervals: &[(u64, Option<u64>)], start: u64, end: u64) -> f64 {
+    if end <= start {
+        return 1.0;
+    }
+    let covered: u64 = intervals
+        .iter()
+        .map(|&(s, e)| {
+            let e = e.unwrap_or(end).min(end);
+            e.saturating_sub(s.max(start))
+        })
+        .sum();
+    if covered >= end - start { 1.0 } else { covered as f64 / (end - start) as f64 }
+}
+
+/// Where the on part of the cycle around `now` lies (wall clock, ns since
+/// the epoch, as windows are aligned): its start and end, and the cycle's
+/// end. Cycles divide each window, counted from the window's start.
+fn on_part(now: u64, window: u64, parts: u64, ratio: f64) -> (u64, u64, u64) {
+    let w0 = now - now % window;
+    let k = (now - w0) * parts / window;
+    let (c0, c1) = (w0 + k * window / parts, w0 + (k + 1) * window / parts);
+    let off = ((1.0 - ratio) / 2.0 * (c1 - c0) as f64) as u64;
+    (c0 + off, c1 - off, c1)
+}
+
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The thread: probes on throughout at ratio 1, else on for the middle
+/// `ratio` of each cycle.
+fn run(shared: &Shared, prog: &OwnedFd, (window, parts): (u64, u64), pause: &HoldPause) {
+    loop {
+        let ratio = {
+            let st = lock(shared);
+            if st.stop {
+                return;
+            }
+            st.ratio
+        };
+        if ratio >= 1.0 {
+            set_on(shared, prog, true, pause);
+            wait_until(shared, None, |st| st.ratio < 1.0);
+            continue;
+        }
+        let now = wall_ns();
+        let (on_at, off_at, next) = on_part(now, window, parts, ratio);
+        if now < on_at {
+            set_on(shared, prog, false, pause);
+            if wait_until(shared, Some(on_at), |st| st.ratio != ratio) {
+                continue;
+            }
+        }
+        if wall_ns() < off_at {
+            set_on(shared, prog, true, pause);
+            wait_until(shared, Some(off_at), |_| false);
+        }
+        set_on(shared, prog, false, pause);
+        wait_until(shared, Some(next), |st| st.ratio != ratio);
+    }
+}
+
+/// Sleeps until the wall clock reaches `until` (None: forever), the agent
+/// stops, or `wake` holds; returns whether it woke early.
+fn wait_until(shared: &Shared, until: Option<u64>, wake: impl Fn(&State) -> bool) -> bool {
+    let mut st = lock(shared);
+    loop {
+        if st.stop || wake(&st) || (!st.on && st.files.values().any(|f| !f.links.is_empty())) {
+            return true;
+        }
+        let left = match until {
+            Some(u) => match u.checked_sub(wall_ns()) {
+                Some(l) if l > 0 => Duration::from_nanos(l),
+                _ => return false,
+            },
+            None => Duration::from_millis(200),
+        };
+        st = shared.1.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
+}
+
+/// Turns every file's hot probes on (runtimes before the driver, so a
+/// driver call under a runtime call never passes for the program's own)
+/// or off (the driver's first; closed at once, each close waits out its
+/// grace periods, together). The time each happened is recorded.
+fn set_on(shared: &Shared, prog: &OwnedFd, on: bool, pause: &HoldPause) {
+    let closing: Vec<MultiLink> = {
+        let mut st = lock(shared);
+        if on {
+            if st.on {
+                return;
+            }
+            let mut files: Vec<&mut HotFile> = st.files.values_mut().collect();
+            files.sort_by_key(|f| f.lib == Lib::Cuda);
+            for f in files {
+                for g in &f.groups {
+                    match super::multi::attach(prog.as_fd(), &f.path, &g.0, &g.1, false) {
+                        Ok(l) => f.links.push(l),
+                        Err(e) => tracing::warn!(path = %f.path.display(), error = %e, "re-attaching sampled probes"),
+                    }
+                }
+            }
+            // From the end of the placing: timed calls that return while
+            // links are placed come with few of the launches of their steps
+            // (measured: from the placing's midpoint, 5-12% fewer launches
+            // per timed call than in the rest of the on part).
+            st.intervals.push((mono_ns(), None));
+            st.on = true;
+            return;
+        }
+        let now = mono_ns();
+        if let Some(last) = st.intervals.last_mut().filter(|i| i.1.is_none()) {
+            last.1 = Some(now);
+        }
+        st.on = false;
+        let mut files: Vec<&mut HotFile> = st.files.values_mut().collect();
+        files.sort_by_key(|f| f.lib != Lib::Cuda);
+        files.into_iter().flat_map(|f| std::mem::take(&mut f.links)).collect()
+    };
+    if closing.is_empty() {
+        return;
+    }
+    // Each close removes its breakpoints at once, then waits; closed one
+    // after another, a later file's probes would stay on for those waits.
+    pause.during(|| {
+        std::thread::scope(|s| {
+            for l in closing {
+                s.spawn(move || drop(l));
+            }
+        })
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_share_counts_only_the_window_and_an_interval_still_open() {
+        // On 0-100 and 300-?: a window of 0-1000 is 100 + 700 of 1000 on.
+        let iv = [(0, Some(100)), (300, None)];
+        assert!((on_share(&iv, 0, 1000) - 0.8).abs() < 1e-12);
+        // Part of an interval before the window does not count.
+        assert!((on_share(&[(0, Some(600))], 500, 1500) - 0.1).abs() < 1e-12);
+        // On throughout: exactly 1, never a rounding below it.
+        assert_eq!(on_share(&[(0, None)], 123, 1_000_000_123), 1.0);
+        assert_eq!(on_share(&[], 0, 1000), 0.0);
+        assert!(was_on(&iv, 50) && !was_on(&iv, 100) && !was_on(&iv, 299) && was_on(&iv, u64::MAX));
+    }
+
+    #[test]
+    fn the_on_part_sits_mid_cycle_so_window_edges_fall_off() {
+        let s = 1_000_000_000;
+        let (on, off, next) = on_part(s * 7 + 3, s, 1, 0.25);
+        assert_eq!((on, off, next), (7_375_000_000, 7_625_000_000, 8 * s));
+        // Cycles divide the window, counted from its start: a 2.5-s window
+        // is three cycles of 833 ms, the last ending with the window.
+        assert_eq!(cycles_of(Duration::from_millis(2500)), 3);
+        assert_eq!(cycles_of(Duration::from_secs(1)), 1);
+        assert_eq!(cycles_of(Duration::from_millis(500)), 1);
+        let w = 2_500_000_000;
+        let (on, off, next) = on_part(w * 11 + 2_400_000_000, w, 3, 0.5);
+        assert_eq!(next, w * 12);
+        assert_eq!((on, off), (w * 11 + 1_666_666_666 + 208_333_333, w * 12 - 208_333_333));
+    }
+}
