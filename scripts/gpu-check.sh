@@ -42,8 +42,10 @@ EOF
 )
 libargs=()
 for d in "${libdirs[@]}"; do libargs+=("--lib=$d"); done
+# Counts compared exactly: every probe on (TRAP_BUDGET=1% checks the
+# duty cycle's estimates against the profiler instead).
 INGERO_LOG=info "$agent" run --aggregator http://127.0.0.1:9 --spool-dir "$work/spool" --spool-max 4GiB \
-  --window 1s --rescan 200ms --kubernetes off "${libargs[@]}" 2> "$work/agent.log" &
+  --window 1s --rescan 200ms --kubernetes off --trap-budget="${TRAP_BUDGET:-off}" "${libargs[@]}" 2> "$work/agent.log" &
 ag=$!
 for _ in $(seq 300); do grep -q "probe loop ready" "$work/agent.log" && break; sleep 0.1; done
 sleep 1

@@ -6,6 +6,8 @@
 #
 #   sudo scripts/overhead.sh [AGENT_BINARY] [PAIRS]
 #   sudo INGERO_TRAP_BUDGET=off scripts/overhead.sh ...   (every probe always on)
+#   PROXY_CALLS=1000000: a longer proxy run (default 200000, ~4 s; the trap
+#   budget cycles probes only after 2 s over it)
 #
 # With a CUDA device and PyTorch: real loops (scripts/gpu_steps.py: a
 # launch-bound MLP and a 12-layer bf16 transformer), the agent probing every
@@ -19,6 +21,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 agent="${1:-$here/../target/release/ingero-agent}"
 pairs="${2:-5}"
+calls="${PROXY_CALLS:-200000}"
 [ -x "$agent" ] || { echo "no agent binary at $agent (cargo build --release -p ingero-node)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "run as root (eBPF)" >&2; exit 1; }
 work="$(mktemp -d)"
@@ -43,7 +46,7 @@ for d in "${libdirs[@]}"; do libargs+=("--lib=$d"); done
 # One run of a model: prints its median step time in ms.
 run_model() {
   case "$1" in
-    proxy) "$work/callbench" "$lib" cudaLaunchKernel 200000 20 | awk '{printf "%.6f\n", $1 * 1000 / 200000}' ;;
+    proxy) "$work/callbench" "$lib" cudaLaunchKernel "$calls" 20 | awk -v n="$calls" '{printf "%.6f\n", $1 * 1000 / n}' ;;
     mlp) python3 "$here/gpu_steps.py" mlp --steps "${MLP_STEPS:-3000}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_ms"])' ;;
     transformer) python3 "$here/gpu_steps.py" transformer --steps "${TF_STEPS:-200}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["median_ms"])' ;;
   esac

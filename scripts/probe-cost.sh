@@ -32,8 +32,9 @@ for r in $(seq "$rounds"); do
   sleep 0.5
   bare+=("$(bench)")
   kill -INT $bt; wait $bt 2>/dev/null || true
+  # Every probe on: the cost of a traced call, not of a duty-cycled one.
   INGERO_LOG=info "$agent" run --aggregator http://127.0.0.1:9 --spool-dir "$work/spool" --lib "$lib" \
-    --kubernetes off 2> "$work/agent.log" &
+    --kubernetes off --trap-budget=off 2> "$work/agent.log" &
   ag=$!
   wait_for "$work/agent.log" "attached ahead of use"
   ingero+=("$(bench)")

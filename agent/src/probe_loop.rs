@@ -37,15 +37,6 @@ pub use crate::loop_config::{LoopConfig, LoopStats};
 /// Holds in a row that outlast their probing before the hold is turned off.
 const HOLDS_OUTLASTED_OFF: u32 = 3;
 
-/// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.
-fn mono_to_wall_us() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let mono_us = ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000;
-    chrono::Utc::now().timestamp_micros() - mono_us
-}
-
 /// The probe thread's state: the loaded probes, what it knows of each
 /// process, and the window being filled.
 pub struct ProbeLoop {
@@ -159,7 +150,7 @@ impl ProbeLoop {
             grace: Grace::start()?,
             per_thread: ThreadCounts::default(),
             over_goal: Default::default(),
-            budget: crate::budget::Budget::new(cfg.trap_budget),
+            budget: crate::budget::Budget::new(cfg.trap_budget, cfg.window),
             sampling: Default::default(),
             flip_ratio: 1.0,
             steps: Default::default(),
@@ -456,7 +447,7 @@ impl ProbeLoop {
             node: &self.cfg.node,
             window_start_us: window_start,
             window_us: window_us as u64,
-            mono_to_wall_us: mono_to_wall_us(),
+            mono_to_wall_us: crate::progress::mono_to_wall_us(),
             counters_delta: delta,
             spool_dropped: self.spool_dropped.load(Ordering::Relaxed),
             probe_run_ns,
@@ -510,7 +501,7 @@ impl ProbeLoop {
         let mut rows =
             crate::progress::collect(&in_flight, &self.last_call_us, now, window_end, crate::progress::proc_state);
         // Steps that ended before the window's end on the monotonic clock.
-        let end_ns = (window_end - mono_to_wall_us()).max(0) as u64 * 1000;
+        let end_ns = (window_end - crate::progress::mono_to_wall_us()).max(0) as u64 * 1000;
         let mut steps = self.steps.window(end_ns);
         if marks_lost {
             // A lost mark can merge two steps into one: no count rather than a wrong one.
@@ -580,7 +571,8 @@ impl ProbeLoop {
         s.trap_time_ns.fetch_add(c.total_ns, Ordering::Relaxed);
         s.busiest_trap_ppm.store(c.busiest.map_or(0, |(_, share)| (share * 1e6) as u64), Ordering::Relaxed);
         self.over_goal.check(&c, self.budget.share(), self.probes.duty.is_some());
-        let next = self.budget.next(&c.need);
+        let floor = self.probes.duty.as_ref().map_or(1.0, |d| d.floor());
+        let next = self.budget.next(&c.need, floor);
         if let Some(duty) = &self.probes.duty {
             duty.set_ratio(next);
         }

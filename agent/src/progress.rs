@@ -24,6 +24,15 @@ pub(crate) struct Progress {
     pub steps: Option<StepStats>,
 }
 
+/// Monotonic clock (what bpf_ktime_get_ns reads) → wall clock offset in µs.
+pub(crate) fn mono_to_wall_us() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let mono_us = ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000;
+    chrono::Utc::now().timestamp_micros() - mono_us
+}
+
 /// Monotonic clock in ns (what `bpf_ktime_get_ns` reads).
 pub(crate) fn mono_now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

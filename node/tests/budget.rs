@@ -75,9 +75,9 @@ async fn launches_over_the_budget_are_estimated_from_a_duty_cycle_and_slow_calls
     args.push("--trap-budget=1%".into());
     let agent = Agent::start(&args, &dir.path().join("agent.log"));
     let trap_ns = metric(&addr, "ingero_agent_trap_ns") as f64;
-    // ~8 s of 200 launches and a sync every ~2-4 ms: tens of percent of a
+    // ~9 s of 200 launches and a sync every ~2-4 ms: tens of percent of a
     // CPU in traps with every probe on, and a loop its traps slow down.
-    const ROUNDS: u64 = 2500;
+    const ROUNDS: u64 = 3000;
     const LAUNCHES: u64 = 200;
     let rounds = format!("repeat:{ROUNDS}");
     let launches = format!("call:cudaLaunchKernel:{LAUNCHES}:0");

@@ -41,6 +41,11 @@ pub(crate) const MIN_RATIO: f64 = 0.125;
 /// The longest cycle: a window is divided into cycles of at most this.
 const MAX_CYCLE: Duration = Duration::from_secs(1);
 
+/// The shortest on part: placing a file's links takes 5-15 ms here, and an
+/// on part not long against that would be mostly placing (a 100-ms window's
+/// 12.5 ms would be).
+const MIN_ON: Duration = Duration::from_millis(50);
+
 /// One file's hot probes: the groups of offsets the kernel took as one
 /// link each (normally one), and the links while they are on.
 #[derive(Debug)]
@@ -49,9 +54,12 @@ struct HotFile {
     _open: OpenLib,
     path: PathBuf,
     lib: Lib,
-    groups: Vec<(Vec<u64>, Vec<u64>)>,
+    groups: Vec<Group>,
     links: Vec<MultiLink>,
 }
+
+/// A link's file offsets and their cookies.
+type Group = (Vec<u64>, Vec<u64>);
 
 #[derive(Debug)]
 struct State {
@@ -75,30 +83,8 @@ pub(crate) struct Duty {
     prog: Arc<OwnedFd>,
     /// The last window's end (monotonic ns).
     last_flip: u64,
+    cycle: Duration,
     thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl super::load::Probes {
-    /// Starts the duty cycle where the kernel makes uprobe_multi links for
-    /// the full object (Linux 6.6+); returns whether it runs. Elsewhere the
-    /// hot probes stay on: counts exact, cost unbounded (`ingero-agent check`).
-    pub(crate) fn start_duty(&mut self, window: Duration, pause: Arc<HoldPause>) -> bool {
-        if !self.features.multi_links() || self.features.object() != super::features::Object::Full {
-            return false;
-        }
-        let fd = self.ebpf.program("call_entry").and_then(|p| p.fd().ok()).map(|fd| fd.as_fd().try_clone_to_owned());
-        match fd.map(|fd| fd.and_then(|fd| Duty::start(fd, window, pause))) {
-            Some(Ok(d)) => {
-                self.duty = Some(d);
-                true
-            }
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "no duty cycle: the hot probes stay on whatever they cost");
-                false
-            }
-            None => false,
-        }
-    }
 }
 
 fn lock(s: &Shared) -> MutexGuard<'_, State> {
@@ -123,10 +109,11 @@ impl Duty {
         let (s, p) = (shared.clone(), prog.clone());
         let window = window.as_nanos().max(1) as u64;
         let parts = cycles_of(Duration::from_nanos(window));
+        let cycle = Duration::from_nanos(window / parts);
         let thread = std::thread::Builder::new()
             .name("ingero-duty".into())
             .spawn(move || run(&s, &p, (window, parts), &pause))?;
-        Ok(Duty { shared, prog, last_flip: now, thread: Some(thread) })
+        Ok(Duty { shared, prog, last_flip: now, cycle, thread: Some(thread) })
     }
 
     /// Takes `hot` (the duty-cycled ops of one file) and places them now
@@ -134,47 +121,38 @@ impl Duty {
     /// then on. Returns the symbols probed.
     pub(crate) fn add(&self, id: FileId, open: OpenLib, lib: Lib, hot: &[Planned]) -> Vec<&'static str> {
         let path = open.fd_path();
-        let mut done = Vec::new();
-        let mut groups = Vec::new();
-        let mut links = Vec::new();
-        let whole: (Vec<u64>, Vec<u64>) = hot.iter().map(|p| (p.offset, p.cookie)).unzip();
-        let tries: Vec<(Vec<&Planned>, (Vec<u64>, Vec<u64>))> = match self.link(&path, &whole) {
-            Ok(l) => {
-                links.push(l);
-                groups.push(whole);
-                done.extend(hot.iter().map(|p| p.op.symbol));
-                Vec::new()
-            }
+        let group = |ps: &[Planned]| -> Group { ps.iter().map(|p| (p.offset, p.cookie)).unzip() };
+        let mut placed: Vec<(Group, MultiLink, &[Planned])> = Vec::new();
+        match self.link(&path, &group(hot)) {
+            Ok(l) => placed.push((group(hot), l, hot)),
             // One offset the kernel refuses: each probe a link of its own.
-            Err(_) => hot.iter().map(|p| (vec![p], (vec![p.offset], vec![p.cookie]))).collect(),
-        };
-        for (ps, g) in tries {
-            match self.link(&path, &g) {
-                Ok(l) => {
-                    links.push(l);
-                    groups.push(g);
-                    done.extend(ps.iter().map(|p| p.op.symbol));
-                }
-                Err(e) => {
-                    tracing::debug!(symbol = ps[0].op.symbol, path = %path.display(), error = %e, "symbol not probed")
+            Err(_) => {
+                for p in hot.chunks(1) {
+                    match self.link(&path, &group(p)) {
+                        Ok(l) => placed.push((group(p), l, p)),
+                        Err(e) => {
+                            tracing::debug!(symbol = p[0].op.symbol, path = %path.display(), error = %e, "symbol not probed");
+                        }
+                    }
                 }
             }
         }
-        if groups.is_empty() {
+        let done: Vec<&'static str> = placed.iter().flat_map(|g| g.2.iter().map(|p| p.op.symbol)).collect();
+        if placed.is_empty() {
             return done;
         }
+        let (groups, links) = placed.into_iter().map(|(g, l, _)| (g, l)).unzip();
         let mut st = lock(&self.shared);
         // Placed while the others are off: the thread closes them with the
-        // others at once (`set_on` sees a link it did not make).
-        let _open = open;
-        st.files.insert(id, HotFile { _open, path, lib, groups, links });
+        // others at once (`wait_until` sees a link it did not make).
+        st.files.insert(id, HotFile { _open: open, path, lib, groups, links });
         if !st.on {
             self.shared.1.notify_all();
         }
         done
     }
 
-    fn link(&self, path: &std::path::Path, (offsets, cookies): &(Vec<u64>, Vec<u64>)) -> std::io::Result<MultiLink> {
+    fn link(&self, path: &std::path::Path, (offsets, cookies): &Group) -> std::io::Result<MultiLink> {
         super::multi::attach(self.prog.as_fd(), path, offsets, cookies, false)
     }
 
@@ -183,10 +161,16 @@ impl Duty {
         lock(&self.shared).files.remove(id).map_or_else(Vec::new, |f| f.links)
     }
 
+    /// The least share of a cycle the probes can be on: `MIN_RATIO`, or
+    /// more where cycles are short (a window under 400 ms); 1: no cycling.
+    pub(crate) fn floor(&self) -> f64 {
+        floor_of(self.cycle)
+    }
+
     /// The share of each cycle the probes are to be on from the next cycle.
     pub(crate) fn set_ratio(&self, ratio: f64) {
         let mut st = lock(&self.shared);
-        let ratio = if ratio >= 1.0 { 1.0 } else { ratio.max(MIN_RATIO) };
+        let ratio = if ratio >= 1.0 { 1.0 } else { ratio.max(self.floor()) };
         if st.ratio != ratio {
             st.ratio = ratio;
             self.shared.1.notify_all();
@@ -223,6 +207,17 @@ impl Drop for Duty {
             let _ = t.join();
         }
     }
+}
+
+/// The least power-of-two share of `cycle` that is `MIN_ON` long, and at
+/// least `MIN_RATIO`.
+fn floor_of(cycle: Duration) -> f64 {
+    let floor = (MIN_ON.as_nanos() as f64 / cycle.as_nanos().max(1) as f64).max(MIN_RATIO);
+    let mut r = 1.0;
+    while r / 2.0 >= floor {
+        r /= 2.0;
+    }
+    r
 }
 
 /// Cycles per window: parts of at most `MAX_CYCLE`.
@@ -360,7 +355,7 @@ fn set_on(shared: &Shared, prog: &OwnedFd, on: bool, pause: &HoldPause) {
             for l in closing {
                 s.spawn(move || drop(l));
             }
-        })
+        });
     });
 }
 
@@ -391,6 +386,11 @@ mod tests {
         assert_eq!(cycles_of(Duration::from_millis(2500)), 3);
         assert_eq!(cycles_of(Duration::from_secs(1)), 1);
         assert_eq!(cycles_of(Duration::from_millis(500)), 1);
+        // On parts of 50 ms at least: a 100-ms window's half, a second's eighth.
+        assert_eq!(floor_of(Duration::from_millis(100)), 0.5);
+        assert_eq!(floor_of(Duration::from_millis(400)), MIN_RATIO);
+        assert_eq!(floor_of(Duration::from_secs(1)), MIN_RATIO);
+        assert_eq!(floor_of(Duration::from_millis(40)), 1.0);
         let w = 2_500_000_000;
         let (on, off, next) = on_part(w * 11 + 2_400_000_000, w, 3, 0.5);
         assert_eq!(next, w * 12);

@@ -24,6 +24,7 @@ mod object_check;
 pub(crate) mod offsets;
 pub mod ops;
 pub(crate) mod plan;
+mod setup;
 pub(crate) mod statics;
 pub(crate) mod thread_counts;
 pub(crate) mod tracepoints;

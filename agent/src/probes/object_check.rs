@@ -8,8 +8,8 @@
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use super::features;
-use super::load::{COMPAT_OBJECT, OBJECT};
 use super::ops;
+use super::setup::{COMPAT_OBJECT, OBJECT};
 
 /// Op ids the compat object has a program pair for (COMPAT_OPS, ebpf/events.h).
 const COMPAT_OPS: usize = super::abi::c::COMPAT_OPS as usize;
