@@ -182,9 +182,9 @@ pub fn load_checks() -> Vec<Check> {
         "trap budget",
         duty,
         if duty {
-            "kept: over --trap-budget, launch probes are duty-cycled (counts estimated)"
+            "kept: launch probes cycled over --trap-budget"
         } else {
-            "not kept (no uprobe_multi links): every probe on, counts exact"
+            "not kept: no uprobe_multi, every probe on"
         },
         "Linux 6.6+ (or leave --no-uprobe-multi off)",
     ));
