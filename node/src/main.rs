@@ -81,10 +81,12 @@ struct RunArgs {
     /// The share of one CPU the agent's probes may cost a traced process (each probed call traps into the
     /// kernel: ~0.5-0.8 µs, measured at start). Above it, the entry-only probes a program hits once per
     /// kernel (launches, event records, memsets) are attached for the middle part of each second only
-    /// (1/2 down to 1/8 of it, the least that keeps the busiest process in budget), and their counts in
-    /// `call_windows` are what was seen divided by that share (`sample_ratio`): unbiased estimates. Syncs,
-    /// copies, collectives and allocations stay probed (their durations, outliers and steps are exact).
-    /// Needs uprobe_multi links (Linux 6.6+); `off`: every probe always on, counts exact.
+    /// (1/2 down to 1/8 of it: the largest share that keeps the busiest process in budget, once one has
+    /// been over it for 2 s), and their counts in `call_windows` are estimates: what was seen divided by
+    /// `sample_ratio`, the share of the process's timed calls that fell where the probes were on (its
+    /// pace with and without them). Syncs, copies, collectives and allocations stay probed (their
+    /// durations, outliers and steps are exact). Needs uprobe_multi links (Linux 6.6+); `off`: every
+    /// probe always on, counts exact.
     #[arg(long, env = "INGERO_TRAP_BUDGET", default_value = "1%", value_parser = trap_budget)]
     trap_budget: Budget,
     /// How often to rescan processes for newly loaded libraries.
