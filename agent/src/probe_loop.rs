@@ -535,6 +535,7 @@ impl ProbeLoop {
         // Exits lost to a full ring buffer, and reused pids, are caught here:
         // cached state stays bounded by the processes alive now.
         for pid in self.attr.prune() {
+            self.sampling.forget(pid);
             self.probes.forget(pid);
             self.baselines.forget(&mut self.probes.ebpf, pid);
             self.stacks.forget(pid);
