@@ -30,6 +30,26 @@ struct {
 	__type(value, struct call_val);
 } zero_call SEC(".maps");
 
+/* The duty cycle's gate (agent/src/probes/duty.rs): 1 while the
+ * duty-cycled probes count. Their links are placed before it opens and
+ * closed after it shuts, so the time a call was counted is exactly the
+ * time it was open, however long placing and closing take. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} duty_gate SEC(".maps");
+
+static __always_inline int duty_shut(__u64 cookie)
+{
+	if (!(cookie & COOKIE_DUTY))
+		return 0;
+	__u32 k = 0;
+	__u32 *open = bpf_map_lookup_elem(&duty_gate, &k);
+	return !open || !*open;
+}
+
 /* Always zero: a new thread slot's first value (off the stack: a frame of
  * 64 bytes or more gets a per-CPU private stack on recent kernels). */
 struct {
@@ -371,6 +391,8 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u64 cookie)
 	if (!tgid)
 		return 0;
 	if (c->pid_filter && !bpf_map_lookup_elem(&targets, &tgid))
+		return 0;
+	if (duty_shut(cookie))
 		return 0;
 	/* A clock read only where a start time is kept (entry-only launches
 	 * keep none: this runs at every launch). */

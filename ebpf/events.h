@@ -20,6 +20,8 @@
 #define COOKIE_RT_CALLEE (1u << 19)  /* a driver call that an entry-only runtime call makes */
 #define COOKIE_STATIC_RT (1u << 20)  /* a runtime linked into another file (the executable,
                                       * NCCL): its code mapping is not the runtime's alone */
+#define COOKIE_DUTY (1u << 21)       /* duty-cycled (agent/src/probes/duty.rs): counted only
+                                      * while the duty gate is open */
 
 #define MAX_OPS 256
 /* stall_event.op of an off-CPU episode outside any traced call (sched.bpf.c):

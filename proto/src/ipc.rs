@@ -195,6 +195,6 @@ mod tests {
         assert_eq!(decode(Table::CallWindows, &bytes, 10).unwrap(), vec![batch]);
         assert!(matches!(decode(Table::CallWindows, &bytes, 1), Err(Error::TooLarge(_))));
         let err = decode(Table::SchedWindows, &bytes, 10).unwrap_err().to_string();
-        assert!(err.contains("sched_windows: expected"), "{err}");
+        assert!(err.contains("sched_windows: column 12 must be `threads`, got `library`"), "{err}");
     }
 }

@@ -19,6 +19,7 @@ pub(crate) const COOKIE_COMM_INIT: u64 = c::COOKIE_COMM_INIT;
 pub(crate) const COOKIE_BRACKET: u64 = c::COOKIE_BRACKET;
 pub(crate) const COOKIE_RT_CALLEE: u64 = c::COOKIE_RT_CALLEE;
 pub(crate) const COOKIE_STATIC_RT: u64 = c::COOKIE_STATIC_RT;
+pub(crate) const COOKIE_DUTY: u64 = c::COOKIE_DUTY;
 
 /// `StallEvent::op` of an off-CPU episode outside any call (its `reason`: the syscall).
 pub(crate) const OP_OFFCPU: u32 = c::OP_OFFCPU as u32;

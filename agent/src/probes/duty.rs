@@ -18,8 +18,12 @@
 //! part sits in the middle of each cycle, and cycles divide the window, so
 //! a window's flip and the drain's read of the thread slots fall where the
 //! probes are off: no sampled call is counted in the wrong window. The
-//! share is not assumed but measured from the times the links were made
-//! and closed (`window_ratio`).
+//! probes count only while a gate in the kernel is open (`duty_gate`,
+//! checked by the entry program on these probes alone), opened once the
+//! links are placed and shut before they are closed, so the share is the
+//! gate's measured time (`window_ratio`), not the placing's and closing's
+//! (milliseconds here; on a node busy with other probes, a first CI run
+//! saw estimates 2.3x too high while the share came from them).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -27,6 +31,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use aya::maps::{Array, MapData};
+
+use super::abi::COOKIE_DUTY;
 use super::files::{FileId, OpenLib};
 use super::link::MultiLink;
 use super::ops::Lib;
@@ -61,8 +68,10 @@ struct HotFile {
 /// A link's file offsets and their cookies.
 type Group = (Vec<u64>, Vec<u64>);
 
-#[derive(Debug)]
 struct State {
+    /// The kernel's gate (ebpf/calls.bpf.c `duty_gate`): duty-cycled
+    /// probes count only while it is 1.
+    gate: Array<MapData, u32>,
     files: HashMap<FileId, HotFile>,
     /// Share of each cycle the probes are to be on (1: always).
     ratio: f64,
@@ -71,6 +80,22 @@ struct State {
     /// When they were on (monotonic ns): (start, end; None while on).
     intervals: Vec<(u64, Option<u64>)>,
     stop: bool,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State").field("files", &self.files.len()).field("on", &self.on).finish_non_exhaustive()
+    }
+}
+
+impl State {
+    /// Opens or shuts the gate; returns when (monotonic ns).
+    fn gate(&mut self, open: bool) -> u64 {
+        if let Err(e) = self.gate.set(0, u32::from(open), 0) {
+            tracing::warn!(error = %e, open, "setting the duty gate");
+        }
+        mono_ns()
+    }
 }
 
 type Shared = Arc<(Mutex<State>, Condvar)>;
@@ -101,9 +126,16 @@ pub(crate) fn mono_ns() -> u64 {
 impl Duty {
     /// `prog`: the entry program loaded for multi links (`call_entry`);
     /// `window`: the agent's window, which the cycles divide.
-    pub(crate) fn start(prog: OwnedFd, window: Duration, pause: Arc<HoldPause>) -> std::io::Result<Duty> {
-        let now = mono_ns();
-        let state = State { files: HashMap::new(), ratio: 1.0, on: true, intervals: vec![(now, None)], stop: false };
+    /// `gate`: the kernel's `duty_gate` map (opened here).
+    pub(crate) fn start(
+        prog: OwnedFd,
+        gate: Array<MapData, u32>,
+        window: Duration,
+        pause: Arc<HoldPause>,
+    ) -> std::io::Result<Duty> {
+        let mut state = State { gate, files: HashMap::new(), ratio: 1.0, on: true, intervals: vec![], stop: false };
+        let now = state.gate(true);
+        state.intervals.push((now, None));
         let shared: Shared = Arc::new((Mutex::new(state), Condvar::new()));
         let prog = Arc::new(prog);
         let (s, p) = (shared.clone(), prog.clone());
@@ -121,7 +153,7 @@ impl Duty {
     /// then on. Returns the symbols probed.
     pub(crate) fn add(&self, id: FileId, open: OpenLib, lib: Lib, hot: &[Planned]) -> Vec<&'static str> {
         let path = open.fd_path();
-        let group = |ps: &[Planned]| -> Group { ps.iter().map(|p| (p.offset, p.cookie)).unzip() };
+        let group = |ps: &[Planned]| -> Group { ps.iter().map(|p| (p.offset, p.cookie | COOKIE_DUTY)).unzip() };
         let mut placed: Vec<(Group, MultiLink, &[Planned])> = Vec::new();
         match self.link(&path, &group(hot)) {
             Ok(l) => placed.push((group(hot), l, hot)),
@@ -143,8 +175,8 @@ impl Duty {
         }
         let (groups, links) = placed.into_iter().map(|(g, l, _)| (g, l)).unzip();
         let mut st = lock(&self.shared);
-        // Placed while the others are off: the thread closes them with the
-        // others at once (`wait_until` sees a link it did not make).
+        // Placed while the gate is shut: they count nothing, and the thread
+        // closes them (`wait_until` sees a link it did not make).
         st.files.insert(id, HotFile { _open: open, path, lib, groups, links });
         if !st.on {
             self.shared.1.notify_all();
@@ -307,10 +339,11 @@ fn wait_until(shared: &Shared, until: Option<u64>, wake: impl Fn(&State) -> bool
     }
 }
 
-/// Turns every file's hot probes on (runtimes before the driver, so a
-/// driver call under a runtime call never passes for the program's own)
-/// or off (the driver's first; closed at once, each close waits out its
-/// grace periods, together). The time each happened is recorded.
+/// Turns every file's hot probes on: their links placed, then the gate
+/// opened (runtimes before the driver, as the driver's entry tells its
+/// runtime's calls by them); or off: the gate shut, then the links closed
+/// at once (each close waits out its grace periods). The gate's times are
+/// the on part's: placing and closing take milliseconds, more on a busy node.
 fn set_on(shared: &Shared, prog: &OwnedFd, on: bool, pause: &HoldPause) {
     let closing: Vec<MultiLink> = {
         let mut st = lock(shared);
@@ -328,17 +361,16 @@ fn set_on(shared: &Shared, prog: &OwnedFd, on: bool, pause: &HoldPause) {
                     }
                 }
             }
-            // From the end of the placing: timed calls that return while
-            // links are placed come with few of the launches of their steps
-            // (measured: from the placing's midpoint, 5-12% fewer launches
-            // per timed call than in the rest of the on part).
-            st.intervals.push((mono_ns(), None));
+            let t = st.gate(true);
+            st.intervals.push((t, None));
             st.on = true;
             return;
         }
-        let now = mono_ns();
-        if let Some(last) = st.intervals.last_mut().filter(|i| i.1.is_none()) {
-            last.1 = Some(now);
+        if st.on {
+            let t = st.gate(false);
+            if let Some(last) = st.intervals.last_mut().filter(|i| i.1.is_none()) {
+                last.1 = Some(t);
+            }
         }
         st.on = false;
         let mut files: Vec<&mut HotFile> = st.files.values_mut().collect();
@@ -348,8 +380,8 @@ fn set_on(shared: &Shared, prog: &OwnedFd, on: bool, pause: &HoldPause) {
     if closing.is_empty() {
         return;
     }
-    // Each close removes its breakpoints at once, then waits; closed one
-    // after another, a later file's probes would stay on for those waits.
+    // Closed one after another, a later file's breakpoints would trap (and
+    // count nothing) through the earlier ones' waits.
     pause.during(|| {
         std::thread::scope(|s| {
             for l in closing {

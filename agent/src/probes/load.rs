@@ -354,16 +354,17 @@ impl Probes {
             return false;
         }
         let fd = self.ebpf.program("call_entry").and_then(|p| p.fd().ok()).map(|fd| fd.as_fd().try_clone_to_owned());
-        match fd.map(|fd| fd.and_then(|fd| super::duty::Duty::start(fd, window, pause))) {
-            Some(Ok(d)) => {
+        let gate = self.ebpf.take_map("duty_gate").and_then(|m| Array::try_from(m).ok());
+        let Some((fd, gate)) = fd.zip(gate) else { return false };
+        match fd.and_then(|fd| super::duty::Duty::start(fd, gate, window, pause)) {
+            Ok(d) => {
                 self.duty = Some(d);
                 true
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(error = %e, "no duty cycle: the hot probes stay on whatever they cost");
                 false
             }
-            None => false,
         }
     }
 

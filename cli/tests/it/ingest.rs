@@ -102,7 +102,11 @@ async fn bad_input_gets_a_precise_status_and_the_server_keeps_serving() {
             Code::InvalidArgument,
             "not an Arrow IPC stream",
         ),
-        (req(vec![tb("sched_windows", good_ipc.clone())], 2), Code::InvalidArgument, "sched_windows: expected"),
+        (
+            req(vec![tb("sched_windows", good_ipc.clone())], 2),
+            Code::InvalidArgument,
+            "sched_windows: column 12 must be `threads`",
+        ),
         (req(vec![tb("gpu_magic", good_ipc.clone())], 3), Code::InvalidArgument, "unknown table `gpu_magic`"),
         (req(vec![], 4), Code::InvalidArgument, "no tables"),
         (req(vec![tb("call_windows", good_ipc.clone())], 0), Code::InvalidArgument, "sequence"),
