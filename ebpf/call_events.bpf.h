@@ -51,9 +51,11 @@ static __always_inline void outlier(struct pt_regs *ctx, __u64 pid_tgid, __u32 o
 
 /* Syncs, copies and collectives are the rare calls of a step (launches
  * make no mark), so one ring write each costs little. */
-static __always_inline void mark(__u64 pid_tgid, __u32 op, __u64 end, __u64 d)
+static __always_inline void mark(__u64 pid_tgid, __u32 op, __u64 end, __u64 d, __u32 flags)
 {
-	struct call_mark m = { .ts_ns = end, .dur_ns = d, .tgid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .op = op };
+	struct call_mark m = {
+		.ts_ns = end, .dur_ns = d, .tgid = pid_tgid >> 32, .tid = (__u32)pid_tgid, .op = op, .flags = flags
+	};
 	if (bpf_ringbuf_output(&marks, &m, sizeof(m), BPF_RB_NO_WAKEUP)) {
 		struct counters *cn = ctrs();
 		if (cn)

@@ -50,6 +50,14 @@ static __always_inline int duty_shut(__u64 cookie)
 	return !open || !*open;
 }
 
+/* The gate as a returning call sees it (struct call_mark's flags). */
+static __always_inline __u32 duty_open(void)
+{
+	__u32 k = 0;
+	__u32 *open = bpf_map_lookup_elem(&duty_gate, &k);
+	return open && *open ? MARK_DUTY_ON : 0;
+}
+
 /* Always zero: a new thread slot's first value (off the stack: a frame of
  * 64 bytes or more gets a per-CPU private stack on recent kernels). */
 struct {
@@ -466,7 +474,7 @@ static __always_inline int on_return(struct pt_regs *ctx, __u64 cookie)
 	__u64 d = end - began;
 	bpf_map_delete_elem(&inflight, &k);
 	if (c->call_marks)
-		mark(pid_tgid, op, end, d);
+		mark(pid_tgid, op, end, d, duty_open());
 
 	struct call_key key = { .tgid = pid_tgid >> 32, .op = op };
 	struct call_val *v = call_agg(c, &key);

@@ -481,9 +481,8 @@ impl ProbeLoop {
     /// and out of the duty cycle's on parts.
     fn take_marks(&mut self) {
         let marks = self.rings.marks();
-        if let Some(duty) = &self.probes.duty {
-            let on = duty.intervals();
-            self.sampling.note(&marks, |ts| crate::probes::duty::was_on(&on, ts));
+        if self.probes.duty.is_some() {
+            self.sampling.note(&marks);
         }
         self.steps.push(marks);
     }

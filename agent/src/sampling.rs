@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use crate::probes::abi::CallMark;
+use crate::probes::abi::{CallMark, MARK_DUTY_ON};
 use crate::probes::drain::Drained;
 use crate::probes::ops;
 
@@ -51,13 +51,15 @@ pub(crate) struct Sampling {
 }
 
 impl Sampling {
-    /// Counts marks (each a timed call's return); `on(ts)` tells whether the
-    /// duty-cycled probes were on then.
-    pub(crate) fn note(&mut self, marks: &[CallMark], on: impl Fn(u64) -> bool) {
+    /// Counts marks (each a timed call's return), in the on parts by the
+    /// gate the kernel saw at the return (`MARK_DUTY_ON`): the very gate
+    /// the launches were counted through, however late this agent's own
+    /// clock reads around its writes were.
+    pub(crate) fn note(&mut self, marks: &[CallMark]) {
         for m in marks {
             let to = if self.flip.is_some_and(|f| m.ts_ns >= f) { &mut self.next } else { &mut self.this };
             let c = to.entry(m.tgid).or_default();
-            c.0 += u64::from(on(m.ts_ns));
+            c.0 += u64::from(m.flags & MARK_DUTY_ON != 0);
             c.1 += 1;
         }
     }
@@ -98,7 +100,9 @@ impl Sampling {
                     Some(&(on, all)) => all as f64 * ratio / on as f64,
                     None => speed.get(&pid).filter(|s| s.1 >= MIN_ON_CALLS).map_or(1.0, |s| s.0 / s.1),
                 };
-                if (K_RANGE.0..=K_RANGE.1).contains(&k) { ratio / k } else { ratio }
+                let share = if (K_RANGE.0..=K_RANGE.1).contains(&k) { ratio / k } else { ratio };
+                tracing::debug!(pid, ratio, ?own, k, share, marks_whole, "sampled share");
+                share
             })
         };
         for (key, v) in &mut d.calls {
@@ -129,8 +133,9 @@ mod tests {
         (CallKey { tgid, op }, CallVal { count, errors: 0, total_ns: 0, max_ns: 0, hist: [0; HIST_BUCKETS] })
     }
 
-    fn mark(tgid: u32, ts_ns: u64) -> CallMark {
-        CallMark { ts_ns, dur_ns: 0, tgid, tid: tgid, op: 0, pad: 0 }
+    /// A timed call's return; `on`: the gate was open then.
+    fn mark(tgid: u32, ts_ns: u64, on: bool) -> CallMark {
+        CallMark { ts_ns, dur_ns: 0, tgid, tid: tgid, op: 0, flags: if on { MARK_DUTY_ON } else { 0 } }
     }
 
     fn window(launches: u64, nested: u64) -> Drained {
@@ -170,13 +175,14 @@ mod tests {
         let mut est = Vec::new();
         for w in 0..6u64 {
             let base = w * 1_000_000_000;
-            let mut marks: Vec<CallMark> = (0..8).map(|i| mark(7, base + 380_000_000 + i * 30_000_000)).collect();
+            let m = |ts| mark(7, ts, on(ts));
+            let mut marks: Vec<CallMark> = (0..8).map(|i| m(base + 380_000_000 + i * 30_000_000)).collect();
             // Off: a sync every 10 ms; the one at the window's start was
             // read before the last window closed.
-            marks.extend((1..100).map(|i| mark(7, base + i * 10_000_000)).filter(|m| !on(m.ts_ns)));
-            s.note(&marks, on);
+            marks.extend((1..100).map(|i| m(base + i * 10_000_000)).filter(|m| !on(m.ts_ns)));
+            s.note(&marks);
             s.flipped(base + 1_000_000_000);
-            s.note(&[mark(7, base + 1_000_000_000)], on);
+            s.note(&[m(base + 1_000_000_000)]);
             // 8 steps seen of 83 made, 100 launches each.
             let mut d = window(800, 0);
             let shares = s.estimate(&mut d, 0.25, true);
@@ -188,10 +194,25 @@ mod tests {
         assert!((share - 800.0 / 8300.0).abs() < 0.005, "{est:?}");
         // A lost mark keeps what was learnt, and learns nothing from the window.
         let mut d = window(800, 0);
-        s.note(&[mark(7, 6_400_000_000)], on);
+        s.note(&[mark(7, 6_400_000_000, true)]);
         assert!(s.estimate(&mut d, 0.25, false)[&7] < 0.1);
         s.forget(7);
         let mut d = window(800, 0);
         assert_eq!(s.estimate(&mut d, 0.25, true)[&7], 0.25, "forgotten: the time estimate");
+    }
+
+    #[test]
+    fn the_pace_comes_from_the_gate_the_kernel_saw_not_from_the_share_of_time() {
+        // The agent's clock said the probes were on for half the window (a
+        // read after a gate's write came late); the kernel's marks say 10
+        // of the 100 steps ended with the gate open, and those steps' 1,000
+        // launches were all that was counted: the estimate is 10,000.
+        let mut s = Sampling::default();
+        let marks: Vec<CallMark> = (0..100).map(|i| mark(7, i * 10_000_000, (40..50).contains(&i))).collect();
+        s.note(&marks);
+        s.flipped(1_000_000_000);
+        let mut d = window(1000, 0);
+        let shares = s.estimate(&mut d, 0.5, true);
+        assert_eq!(d.calls[0].1.count, 10_000, "{shares:?}");
     }
 }

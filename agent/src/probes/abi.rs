@@ -20,6 +20,8 @@ pub(crate) const COOKIE_BRACKET: u64 = c::COOKIE_BRACKET;
 pub(crate) const COOKIE_RT_CALLEE: u64 = c::COOKIE_RT_CALLEE;
 pub(crate) const COOKIE_STATIC_RT: u64 = c::COOKIE_STATIC_RT;
 pub(crate) const COOKIE_DUTY: u64 = c::COOKIE_DUTY;
+/// A mark's call returned while the duty gate was open.
+pub(crate) const MARK_DUTY_ON: u32 = c::MARK_DUTY_ON as u32;
 
 /// `StallEvent::op` of an off-CPU episode outside any call (its `reason`: the syscall).
 pub(crate) const OP_OFFCPU: u32 = c::OP_OFFCPU as u32;
@@ -422,7 +424,8 @@ pub(crate) struct CallMark {
     pub tgid: u32,
     pub tid: u32,
     pub op: u32,
-    pub pad: u32,
+    /// `MARK_DUTY_ON`.
+    pub flags: u32,
 }
 
 /// Plain-old-data mirrors of the C structs: no padding holes with
@@ -491,6 +494,7 @@ const _: () = {
     assert!(size_of::<CallMark>() == 32);
     assert!(offset_of!(CallMark, tgid) == 16);
     assert!(offset_of!(CallMark, op) == 24);
+    assert!(offset_of!(CallMark, flags) == 28);
     assert!(offset_of!(Config, scope_level) == 40);
     assert!(offset_of!(Config, pidns_ino) == 24);
 };

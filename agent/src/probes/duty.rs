@@ -20,10 +20,12 @@
 //! probes are off: no sampled call is counted in the wrong window. The
 //! probes count only while a gate in the kernel is open (`duty_gate`,
 //! checked by the entry program on these probes alone), opened once the
-//! links are placed and shut before they are closed, so the share is the
-//! gate's measured time (`window_ratio`), not the placing's and closing's
-//! (milliseconds here; on a node busy with other probes, a first CI run
-//! saw estimates 2.3x too high while the share came from them).
+//! links are placed and shut before they are closed. The estimates learn a
+//! loop's pace from the timed calls that returned while the gate was open,
+//! as the kernel saw it (`MARK_DUTY_ON` in each mark), not from this
+//! thread's clock: a first CI run saw estimates 2.3x too high while the
+//! share came from placing and closing the links, a later one -61% where
+//! a clock read after a gate's write was late.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -89,12 +91,20 @@ impl std::fmt::Debug for State {
 }
 
 impl State {
-    /// Opens or shuts the gate; returns when (monotonic ns).
+    /// Opens or shuts the gate; returns when (monotonic ns): the middle of
+    /// clock reads on either side of the write, which a preemption between
+    /// them can leave far apart. Only the time share (`window_ratio`) reads
+    /// it; marks carry the gate as the kernel saw it.
     fn gate(&mut self, open: bool) -> u64 {
+        let before = mono_ns();
         if let Err(e) = self.gate.set(0, u32::from(open), 0) {
             tracing::warn!(error = %e, open, "setting the duty gate");
         }
-        mono_ns()
+        let after = mono_ns();
+        if after - before > 5_000_000 {
+            tracing::debug!(open, ms = (after - before) as f64 / 1e6, "the duty gate's write took long");
+        }
+        before + (after - before) / 2
     }
 }
 
@@ -215,20 +225,9 @@ impl Duty {
         let start = std::mem::replace(&mut self.last_flip, now);
         let mut st = lock(&self.shared);
         let r = on_share(&st.intervals, start, now);
-        // The window's own stay: its marks are read after its flip.
-        st.intervals.retain(|&(_, e)| e.is_none_or(|e| e > start));
+        st.intervals.retain(|&(_, e)| e.is_none_or(|e| e > now));
         r
     }
-
-    /// When the probes were on, lately (monotonic ns; None: on now).
-    pub(crate) fn intervals(&self) -> Vec<(u64, Option<u64>)> {
-        lock(&self.shared).intervals.clone()
-    }
-}
-
-/// Whether `ts` falls in one of `intervals`.
-pub(crate) fn was_on(intervals: &[(u64, Option<u64>)], ts: u64) -> bool {
-    intervals.iter().any(|&(s, e)| s <= ts && e.is_none_or(|e| ts < e))
 }
 
 impl Drop for Duty {
@@ -351,6 +350,7 @@ fn set_on(shared: &Shared, prog: &OwnedFd, on: bool, pause: &HoldPause) {
             if st.on {
                 return;
             }
+            let t0 = mono_ns();
             let mut files: Vec<&mut HotFile> = st.files.values_mut().collect();
             files.sort_by_key(|f| f.lib == Lib::Cuda);
             for f in files {
@@ -362,12 +362,14 @@ fn set_on(shared: &Shared, prog: &OwnedFd, on: bool, pause: &HoldPause) {
                 }
             }
             let t = st.gate(true);
+            tracing::debug!(placed_ms = (t - t0) as f64 / 1e6, "duty gate open");
             st.intervals.push((t, None));
             st.on = true;
             return;
         }
         if st.on {
             let t = st.gate(false);
+            tracing::debug!("duty gate shut");
             if let Some(last) = st.intervals.last_mut().filter(|i| i.1.is_none()) {
                 last.1 = Some(t);
             }
@@ -405,7 +407,6 @@ mod tests {
         // On throughout: exactly 1, never a rounding below it.
         assert_eq!(on_share(&[(0, None)], 123, 1_000_000_123), 1.0);
         assert_eq!(on_share(&[], 0, 1000), 0.0);
-        assert!(was_on(&iv, 50) && !was_on(&iv, 100) && !was_on(&iv, 299) && was_on(&iv, u64::MAX));
     }
 
     #[test]

@@ -168,9 +168,9 @@ mod tests {
         let mut out = Vec::new();
         for s in 0..n {
             let len = (step_ms + if s == slow { extra_ms } else { 0 }) * MS;
-            out.push(CallMark { ts_ns: t + MS, dur_ns: 10_000, tgid: pid, tid, op: 3, pad: 0 });
+            out.push(CallMark { ts_ns: t + MS, dur_ns: 10_000, tgid: pid, tid, op: 3, flags: 0 });
             t += len;
-            out.push(CallMark { ts_ns: t, dur_ns: len - 2 * MS, tgid: pid, tid, op: 5, pad: 0 });
+            out.push(CallMark { ts_ns: t, dur_ns: len - 2 * MS, tgid: pid, tid, op: 5, flags: 0 });
         }
         out
     }
@@ -251,12 +251,12 @@ mod tests {
         for s in 0..40u64 {
             let t = s * 30 * MS;
             for i in 0..3 {
-                marks.push(CallMark { ts_ns: t + i * 1000, dur_ns: 1000, tgid: 10, tid: 10, op: 3, pad: 0 });
+                marks.push(CallMark { ts_ns: t + i * 1000, dur_ns: 1000, tgid: 10, tid: 10, op: 3, flags: 0 });
             }
             if s % 7 == 3 {
-                marks.push(CallMark { ts_ns: t + 5000, dur_ns: 1000, tgid: 10, tid: 10, op: 9, pad: 0 });
+                marks.push(CallMark { ts_ns: t + 5000, dur_ns: 1000, tgid: 10, tid: 10, op: 9, flags: 0 });
             }
-            marks.push(CallMark { ts_ns: t + 29 * MS, dur_ns: 28 * MS, tgid: 10, tid: 10, op: 5, pad: 0 });
+            marks.push(CallMark { ts_ns: t + 29 * MS, dur_ns: 28 * MS, tgid: 10, tid: 10, op: 5, flags: 0 });
         }
         // The cycle is believed in the first window, which ends after 16 steps.
         assert_eq!(count(marks, 10, 480, 1500), (40, Some(30 * MS)));
