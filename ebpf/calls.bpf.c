@@ -235,7 +235,7 @@ static __always_inline int nested_in(struct thread_call *tc, __u64 cookie)
  * frame while the address is still there is the launch's own. One user
  * read per launch (~95 ns here). */
 static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now,
-				 __u64 sp)
+				 __u64 sp, __u32 half)
 {
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
 	int nested = tc && (tc->depth > 0 ? sp < tc->sp : entry_only_live(tc, sp));
@@ -295,15 +295,16 @@ static __always_inline void learn_runtime(struct thread_call *tc, __u64 ip)
 /* Counts a launch in the thread's own slot: only this thread writes it, so
  * no atomic and no shared cache line (userspace reads the running totals).
  * False when the slot's few op counters are all taken by other ops. */
-static __always_inline int slot_count(struct thread_call *tc, __u32 op)
+static __always_inline int slot_count(struct thread_call *tc, __u32 op, __u32 half)
 {
+	half &= 1;
 	for (int i = 0; i < THREAD_COUNTS; i++) {
 		if (tc->counts[i].op == op + 1) {
-			tc->counts[i].n++;
+			tc->counts[i].n[half]++;
 			return 1;
 		}
 		if (tc->counts[i].op == 0) {
-			tc->counts[i].n = 1;
+			tc->counts[i].n[half] = 1;
 			tc->counts[i].op = op + 1;
 			return 1;
 		}
@@ -339,7 +340,7 @@ static __always_inline __u64 return_address(struct pt_regs *ctx)
  * aggregate per launch (the bracket's return-address read was ~95 ns of a
  * launch's ~335 here; the aggregate's lookup and atomic add ~50). */
 static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u32 op, __u64 cookie, __u64 now,
-				 __u64 sp)
+				 __u64 sp, __u32 half)
 {
 	struct thread_call *tc = bpf_map_lookup_elem(&thread_calls, &tid);
 	if (tc && tc->depth > 0 && sp < tc->sp) {
@@ -370,7 +371,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 tid, __u32 tgid, __u
 		 * so its driver call is still known for the runtime's own. */
 		if (!tc->text_hi)
 			record_frame(tc, tid, tgid, op, now, sp);
-		return slot_count(tc, op) ? ENTER_COUNTED : ENTER_OWN;
+		return slot_count(tc, op, half) ? ENTER_COUNTED : ENTER_OWN;
 	}
 	if ((cookie & COOKIE_RT_CALLEE) && tc) {
 		if (tc->text_hi) {
@@ -407,7 +408,7 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u64 cookie)
 	__u64 now = cookie & COOKIE_TIMED ? bpf_ktime_get_ns() : 0;
 	/* A launch counted in its thread's slot is one of the events userspace
 	 * adds from the slots: nothing more to do here. */
-	if (enter(ctx, (__u32)pid_tgid, tgid, op, cookie, now, PT_REGS_SP(ctx)) != ENTER_OWN)
+	if (enter(ctx, (__u32)pid_tgid, tgid, op, cookie, now, PT_REGS_SP(ctx), c->active) != ENTER_OWN)
 		return 0;
 	struct counters *cn = ctrs();
 	if (cn)
@@ -474,7 +475,7 @@ static __always_inline int on_return(struct pt_regs *ctx, __u64 cookie)
 	__u64 d = end - began;
 	bpf_map_delete_elem(&inflight, &k);
 	if (c->call_marks)
-		mark(pid_tgid, op, end, d, duty_open());
+		mark(pid_tgid, op, end, d, duty_open() | (c->active ? MARK_HALF_B : 0));
 
 	struct call_key key = { .tgid = pid_tgid >> 32, .op = op };
 	struct call_val *v = call_agg(c, &key);

@@ -71,9 +71,15 @@ struct sched_vals {
 
 #define THREAD_COUNTS 4
 
+/* Counted per half of the aggregates (`config.active` at the launch), as
+ * the shared maps are: the agent reads the half it flipped away from after
+ * the grace period, so a window's launches and its syncs split at the very
+ * same flip, however late its read of the slots (a read preempted for a
+ * third of a second after the flip put a third of a window's launches in
+ * the window before: -34% in one window of CI). */
 struct op_count {
-	__u32 op; /* op id + 1; 0: unused */
-	__u32 n;  /* wraps: userspace takes differences */
+	__u32 op;   /* op id + 1; 0: unused */
+	__u32 n[2]; /* per half; wrap: userspace takes differences */
 };
 
 /* The outermost traced call a thread is inside (key: tid). Calls made from
@@ -281,7 +287,7 @@ struct call_mark {
 	__u32 tgid;
 	__u32 tid;
 	__u32 op;
-	__u32 flags; /* MARK_DUTY_ON */
+	__u32 flags; /* MARK_DUTY_ON, MARK_HALF_B */
 };
 
 /* call_mark.flags: the duty gate (calls.bpf.c) was open at the return, so
@@ -290,5 +296,9 @@ struct call_mark {
  * gate's writes can be late by a preemption (seen: estimates -49% with a
  * 150-ms delay after a write). */
 #define MARK_DUTY_ON 1u
+/* call_mark.flags: the call returned while the aggregates' active half was
+ * b (`config.active`): the window its sync was counted in, which the
+ * agent's clock read at the flip can only approximate. */
+#define MARK_HALF_B 2u
 
 #endif

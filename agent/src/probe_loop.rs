@@ -383,7 +383,7 @@ impl ProbeLoop {
         let flipped = drain::flip(&mut self.probes)?;
         let now = crate::probes::duty::mono_ns();
         self.flip_ratio = self.probes.duty.as_mut().map_or(1.0, |d| d.window_ratio(now));
-        self.sampling.flipped(now);
+        self.sampling.flipped(flipped.idle());
         self.grace.begin();
         let stats = self.stats.clone();
         let _busy = stats.watchdog.enter(Step::Settle);

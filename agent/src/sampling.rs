@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use crate::probes::abi::{CallMark, MARK_DUTY_ON};
+use crate::probes::abi::{CallMark, MARK_DUTY_ON, MARK_HALF_B};
 use crate::probes::drain::Drained;
 use crate::probes::ops;
 
@@ -40,9 +40,9 @@ const K_RANGE: (f64, f64) = (0.5, 8.0);
 /// Per process, its timed calls in each window, in the on parts and in all.
 #[derive(Debug, Default)]
 pub(crate) struct Sampling {
-    /// The flip of the window being closed (monotonic ns): a mark at or
-    /// after it is the next window's.
-    flip: Option<u64>,
+    /// The half of the window being closed, once flipped away from: a mark
+    /// of the other half is the next window's.
+    flip: Option<u32>,
     /// pid → (timed calls while the probes were on, all of them).
     this: HashMap<u32, (u64, u64)>,
     next: HashMap<u32, (u64, u64)>,
@@ -54,19 +54,21 @@ impl Sampling {
     /// Counts marks (each a timed call's return), in the on parts by the
     /// gate the kernel saw at the return (`MARK_DUTY_ON`): the very gate
     /// the launches were counted through, however late this agent's own
-    /// clock reads around its writes were.
+    /// clock reads around its writes were; and in the window whose half of
+    /// the aggregates counted them (`MARK_HALF_B`), as the launches are.
     pub(crate) fn note(&mut self, marks: &[CallMark]) {
         for m in marks {
-            let to = if self.flip.is_some_and(|f| m.ts_ns >= f) { &mut self.next } else { &mut self.this };
+            let half = u32::from(m.flags & MARK_HALF_B != 0);
+            let to = if self.flip.is_some_and(|idle| half != idle) { &mut self.next } else { &mut self.this };
             let c = to.entry(m.tgid).or_default();
             c.0 += u64::from(m.flags & MARK_DUTY_ON != 0);
             c.1 += 1;
         }
     }
 
-    /// The window's flip, at monotonic `at`.
-    pub(crate) fn flipped(&mut self, at: u64) {
-        self.flip = Some(at);
+    /// The window's flip away from half `idle`.
+    pub(crate) fn flipped(&mut self, idle: u32) {
+        self.flip = Some(idle);
     }
 
     pub(crate) fn forget(&mut self, pid: u32) {
@@ -133,9 +135,11 @@ mod tests {
         (CallKey { tgid, op }, CallVal { count, errors: 0, total_ns: 0, max_ns: 0, hist: [0; HIST_BUCKETS] })
     }
 
-    /// A timed call's return; `on`: the gate was open then.
+    /// A timed call's return; `on`: the gate was open then. Windows of 1 s
+    /// from 0, counted in halves a, b, a, …
     fn mark(tgid: u32, ts_ns: u64, on: bool) -> CallMark {
-        CallMark { ts_ns, dur_ns: 0, tgid, tid: tgid, op: 0, flags: if on { MARK_DUTY_ON } else { 0 } }
+        let half = if (ts_ns / 1_000_000_000) % 2 == 1 { MARK_HALF_B } else { 0 };
+        CallMark { ts_ns, dur_ns: 0, tgid, tid: tgid, op: 0, flags: half | if on { MARK_DUTY_ON } else { 0 } }
     }
 
     fn window(launches: u64, nested: u64) -> Drained {
@@ -181,7 +185,7 @@ mod tests {
             // read before the last window closed.
             marks.extend((1..100).map(|i| m(base + i * 10_000_000)).filter(|m| !on(m.ts_ns)));
             s.note(&marks);
-            s.flipped(base + 1_000_000_000);
+            s.flipped((w % 2) as u32);
             s.note(&[m(base + 1_000_000_000)]);
             // 8 steps seen of 83 made, 100 launches each.
             let mut d = window(800, 0);
@@ -202,6 +206,16 @@ mod tests {
     }
 
     #[test]
+    fn a_mark_is_the_window_whose_half_counted_it_however_late_it_is_read() {
+        let mut s = Sampling::default();
+        s.flipped(0);
+        // Returned in half a, read after the flip: this window's; half b: the next's.
+        let late = CallMark { flags: MARK_DUTY_ON, ..mark(7, 1_300_000_000, true) };
+        s.note(&[late, mark(7, 1_300_000_000, false)]);
+        assert_eq!((s.this[&7], s.next[&7]), ((1, 1), (0, 1)));
+    }
+
+    #[test]
     fn the_pace_comes_from_the_gate_the_kernel_saw_not_from_the_share_of_time() {
         // The agent's clock said the probes were on for half the window (a
         // read after a gate's write came late); the kernel's marks say 10
@@ -210,7 +224,7 @@ mod tests {
         let mut s = Sampling::default();
         let marks: Vec<CallMark> = (0..100).map(|i| mark(7, i * 10_000_000, (40..50).contains(&i))).collect();
         s.note(&marks);
-        s.flipped(1_000_000_000);
+        s.flipped(0);
         let mut d = window(1000, 0);
         let shares = s.estimate(&mut d, 0.5, true);
         assert_eq!(d.calls[0].1.count, 10_000, "{shares:?}");

@@ -22,6 +22,8 @@ pub(crate) const COOKIE_STATIC_RT: u64 = c::COOKIE_STATIC_RT;
 pub(crate) const COOKIE_DUTY: u64 = c::COOKIE_DUTY;
 /// A mark's call returned while the duty gate was open.
 pub(crate) const MARK_DUTY_ON: u32 = c::MARK_DUTY_ON as u32;
+/// A mark's call returned while the aggregates' active half was b.
+pub(crate) const MARK_HALF_B: u32 = c::MARK_HALF_B as u32;
 
 /// `StallEvent::op` of an off-CPU episode outside any call (its `reason`: the syscall).
 pub(crate) const OP_OFFCPU: u32 = c::OP_OFFCPU as u32;
@@ -137,8 +139,9 @@ pub(crate) const THREAD_COUNTS: usize = c::THREAD_COUNTS as usize;
 pub(crate) struct OpCount {
     /// Op id + 1; 0: unused.
     pub op: u32,
-    /// Wraps: only differences mean anything.
-    pub n: u32,
+    /// Per half of the aggregates (`Config::active` at the launch); wraps:
+    /// only differences mean anything.
+    pub n: [u32; 2],
 }
 
 /// Key of a thread slot retired at exit or exec (`retired`).
@@ -424,7 +427,7 @@ pub(crate) struct CallMark {
     pub tgid: u32,
     pub tid: u32,
     pub op: u32,
-    /// `MARK_DUTY_ON`.
+    /// `MARK_DUTY_ON`, `MARK_HALF_B`.
     pub flags: u32,
 }
 
@@ -451,7 +454,8 @@ const _: () = {
     assert!(offset_of!(SchedVal, off_call_ns) == 56);
     assert!(size_of::<SchedVals>() == 144);
     assert!(offset_of!(SchedVals, other) == 72);
-    assert!(size_of::<ThreadCall>() == 64 + 8 * THREAD_COUNTS);
+    assert!(size_of::<ThreadCall>() == 64 + 12 * THREAD_COUNTS);
+    assert!(size_of::<OpCount>() == 12);
     assert!(offset_of!(ThreadCall, born) == 56);
     assert!(offset_of!(ThreadCall, counts) == 64);
     assert!(size_of::<RetiredKey>() == 16);

@@ -48,43 +48,44 @@ fn drain_map<K: Pod + Eq + std::hash::Hash, V: Pod>(probes: &mut Probes, name: &
     Ok(out)
 }
 
-/// What a flip took: the half to drain once nothing writes it any more, and
-/// the thread slots as they were at the flip. Launches are counted in the
-/// slots, so reading them here, not after the grace period and the other
-/// maps, puts a window's launches and its timed calls on one boundary.
+/// What a flip took: the half to drain once nothing writes it any more.
 #[derive(Debug)]
 pub(crate) struct Flipped {
     idle: u32,
-    retired: Vec<(RetiredKey, ThreadCall)>,
-    /// None: the read failed; the slots' last reads are kept, and their
-    /// growth ships at the next window.
-    threads: Option<Vec<(u32, ThreadCall)>>,
 }
 
-/// Makes the other half active and reads the thread slots (retired first:
-/// see `thread_counts`). Programs that read the old index may still be
-/// writing the old half: drain it only after a grace period that began
-/// after this (`grace::Grace`). The slots hold running totals and need none.
+impl Flipped {
+    /// The half flipped away from (`MARK_HALF_B` set in its marks: 1).
+    pub(crate) fn idle(&self) -> u32 {
+        self.idle
+    }
+}
+
+/// Makes the other half active. Programs that read the old index may still
+/// be writing the old half, the thread slots' launch counts included: drain
+/// it only after a grace period that began after this (`grace::Grace`).
 pub(crate) fn flip(probes: &mut Probes) -> Result<Flipped> {
     let _rt = Unpreempted::for_maps(&probes.features);
     let idle = probes.active();
     probes.flip()?;
-    let retired = drain_map::<RetiredKey, ThreadCall>(probes, "retired")?;
-    let threads = thread_slots(probes).map_err(|e| tracing::warn!(error = %e, "reading the thread slots")).ok();
-    Ok(Flipped { idle, retired, threads })
+    Ok(Flipped { idle })
 }
 
 /// Reads and empties the idle half, and adds the launches threads counted
-/// in their own slots since the last flip.
+/// in their own slots' idle half (retired slots first: see `thread_counts`).
 pub(crate) fn drain(probes: &mut Probes, f: Flipped, per_thread: &mut ThreadCounts) -> Result<Drained> {
     let _rt = Unpreempted::for_maps(&probes.features);
+    let retired = drain_map::<RetiredKey, ThreadCall>(probes, "retired")?;
+    // None: the read failed; the slots' last reads are kept, and their
+    // growth ships at the next window.
+    let live = thread_slots(probes).map_err(|e| tracing::warn!(error = %e, "reading the thread slots")).ok();
     let s = if f.idle == 0 { "a" } else { "b" };
     let mut calls = drain_map::<CallKey, CallVal>(probes, &format!("calls_{s}"))?;
     let sched = drain_map::<u32, SchedVals>(probes, &format!("sched_{s}"))?;
     let cgroups = drain_map::<u64, CgroupVal>(probes, &format!("cgcpu_{s}"))?;
     let io = drain_map::<IoKey, IoVal>(probes, &format!("io_{s}"))?;
-    let growth = per_thread.window(&f.retired, f.threads.as_deref());
-    let threads = f.threads.unwrap_or_default();
+    let growth = per_thread.window(&retired, live.as_deref(), f.idle as usize & 1);
+    let threads = live.unwrap_or_default();
     add_counts(&mut calls, growth.calls);
     let mut counters = counters(probes)?;
     counters.events += per_thread.total();
