@@ -73,7 +73,10 @@ async fn launches_over_the_budget_are_estimated_from_a_duty_cycle_and_slow_calls
     let mut args = store_args(dir.path(), &cg);
     args.push(format!("--metrics-addr={addr}"));
     args.push("--trap-budget=1%".into());
-    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    // The duty cycle's and the estimates' lines: a failure shows why.
+    let log = "info,ingero_agent::probes::duty=debug,ingero_agent::sampling=debug".to_string();
+    let log = std::env::var("INGERO_TEST_LOG").unwrap_or(log);
+    let agent = Agent::start_env(&args, &dir.path().join("agent.log"), &[("INGERO_LOG", log)]);
     let trap_ns = metric(&addr, "ingero_agent_trap_ns") as f64;
     // ~9 s of 200 launches and a sync every ~2-4 ms: tens of percent of a
     // CPU in traps with every probe on, and a loop its traps slow down.

@@ -312,11 +312,21 @@ fn run(shared: &Shared, prog: &OwnedFd, (window, parts): (u64, u64), pause: &Hol
         }
         if wall_ns() < off_at {
             set_on(shared, prog, true, pause);
-            wait_until(shared, Some(off_at), |_| false);
+            wait_until(shared, Some(shut_at(wall_ns(), (on_at, off_at), next)), |_| false);
         }
         set_on(shared, prog, false, pause);
         wait_until(shared, Some(next), |st| st.ratio != ratio);
     }
+}
+
+/// When to shut a gate opened at `opened` for the on part `(on_at, off_at)`
+/// of a cycle ending at `next`: the on part's full length after the gate
+/// opened, however late (placing the links took 145 ms of a 125-ms on part
+/// beside another agent's churn of uprobes: an on part of a few steps, whose
+/// estimate was off by a third), within the cycle. Launches and marks split
+/// at the flip exactly, so an on part may end at the cycle's end.
+fn shut_at(opened: u64, (on_at, off_at): (u64, u64), next: u64) -> u64 {
+    (opened + (off_at - on_at)).max(off_at).min(next)
 }
 
 /// Sleeps until the wall clock reaches `until` (None: forever), the agent
@@ -407,6 +417,15 @@ mod tests {
         // On throughout: exactly 1, never a rounding below it.
         assert_eq!(on_share(&[(0, None)], 123, 1_000_000_123), 1.0);
         assert_eq!(on_share(&[], 0, 1000), 0.0);
+    }
+
+    #[test]
+    fn a_gate_opened_late_stays_open_the_on_parts_length_within_the_cycle() {
+        let (on, off, next) = on_part(7_000_000_000, 1_000_000_000, 1, 0.125);
+        assert_eq!(shut_at(on + 1_000_000, (on, off), next), off + 1_000_000, "placed in 1 ms");
+        assert_eq!(shut_at(on + 145_000_000, (on, off), next), off + 145_000_000, "placed in 145 ms");
+        assert_eq!(shut_at(off + 400_000_000, (on, off), next), next, "not past the cycle");
+        assert_eq!(shut_at(on - 5, (on, off), next), off, "never shorter than planned");
     }
 
     #[test]
