@@ -15,9 +15,9 @@
 //! Each file's hot probes are one uprobe_multi link of their own (Linux
 //! 6.6+; a perf-event uprobe takes ~80 ms to close, a link one wait for all
 //! of its probes), re-created from a held fd (`OpenLib::fd_path`). The on
-//! part sits in the middle of each cycle, and cycles divide the window, so
-//! a window's flip falls where the probes are off (launches and marks are
-//! split at the flip exactly, by the aggregates' half they counted in). The
+//! part sits in the middle of each cycle, and cycles divide the window (a
+//! late on part may run to the cycle's end: launches and marks are split at
+//! the flip exactly, by the aggregates' half they counted in). The
 //! probes count only while a gate in the kernel is open (`duty_gate`,
 //! checked by the entry program on these probes alone), opened once the
 //! links are placed and shut before they are closed. The estimates learn a
