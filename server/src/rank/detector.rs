@@ -202,6 +202,7 @@ impl Detector {
                     break;
                 }
                 let nodes = job.pending.remove(&w).map(|p| p.nodes).unwrap_or_default();
+                tracing::trace!(job = %name, window = w, nodes = nodes.len(), active, complete, expired, later, "judged");
                 judge(cfg, job, w, &nodes);
                 job.evaluated_up_to = Some(w);
                 judged += 1;
@@ -436,7 +437,13 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &ByName<Signal
             (false, false) => 0.0,
         };
         let end = w + (window_s * 1e6) as i64;
+        let was_flagged = st.flagged;
+        tracing::trace!(node = %name, window = w, score, cause, any_cause, deviant, "node judged");
         update(cfg, st, (w, end, lost_s), stuck.get(&i), deviant.then_some((*score, list)));
+        if st.flagged != was_flagged {
+            let what = if st.flagged { "flagged" } else { "cleared" };
+            tracing::debug!(node = %name, window = w, score = st.score, stuck = st.stuck, "{what}");
+        }
     }
 }
 
