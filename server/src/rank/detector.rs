@@ -361,12 +361,11 @@ fn add(d: &mut (f64, Vec<Deviation>, bool), dev: Deviation, cause: bool) {
     d.1.push(dev);
 }
 
-fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &ByName<Signals>) {
-    // Looked up once: a 10,000-node job is judged 360 times per history hour.
-    let (names, sigs): (Vec<&String>, Vec<&Signals>) = nodes.iter().unzip();
-    let n = names.len();
-    let mut measured_windows = Vec::with_capacity(n);
-    for (name, s) in names.iter().zip(&sigs) {
+/// Counts window `w` in each node's state (created on its first window);
+/// returns each node's measured windows so far, in `names` order.
+fn note_window(job: &mut JobState, w: i64, names: &[&String], sigs: &[&Signals]) -> Vec<u64> {
+    let mut measured_windows = Vec::with_capacity(names.len());
+    for (name, s) in names.iter().zip(sigs) {
         if !job.nodes.contains_key(name.as_str()) {
             job.nodes.insert((*name).clone(), NodeState::default());
         }
@@ -377,6 +376,14 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &ByName<Signal
         st.steps.add(s);
         measured_windows.push(st.measured_windows);
     }
+    measured_windows
+}
+
+fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &ByName<Signals>) {
+    // Looked up once: a 10,000-node job is judged 360 times per history hour.
+    let (names, sigs): (Vec<&String>, Vec<&Signals>) = nodes.iter().unzip();
+    let n = names.len();
+    let measured_windows = note_window(job, w, &names, &sigs);
     if n < 2 {
         return; // nothing to compare with
     }
