@@ -154,7 +154,7 @@ impl Collector<'_> {
     async fn calls(&mut self) -> Result<BTreeMap<i64, f64>> {
         let calls = self
             .sql(&format!(
-                "SELECT {W} AS t, library, op, count, total_ns, hist_bucket, hist_count, window_us, max_ns, sampled FROM {CALL_WINDOWS} WHERE {}",
+                "SELECT {W} AS t, library, op, count, total_ns, hist_bucket, hist_count, window_us, max_ns, sampled, sample_ratio FROM {CALL_WINDOWS} WHERE {}",
                 self.filter
             ))
             .await?;
@@ -166,7 +166,7 @@ impl Collector<'_> {
             let (count, total) = (b.primitives::<UInt64Type>("count")?, b.primitives::<UInt64Type>("total_ns")?);
             let (hb, hc) = (b.lists("hist_bucket")?, b.lists("hist_count")?);
             let (wu, mx) = (b.primitives::<UInt64Type>("window_us")?, b.primitives::<UInt64Type>("max_ns")?);
-            let sampled = b.booleans("sampled")?;
+            let (sampled, ratio) = (b.booleans("sampled")?, b.primitives::<Float64Type>("sample_ratio")?);
             for i in 0..b.num_rows() {
                 let (l, o, t) = (lib.value(i), op.value(i), t.value(i));
                 let (bk, ct) = (hb.value(i), hc.value(i));
@@ -183,6 +183,7 @@ impl Collector<'_> {
                 st.total_ns += total.value(i);
                 st.max_ns = st.max_ns.max(mx.value(i));
                 st.sampled |= sampled.value(i);
+                st.seen += seen_calls(count.value(i), ratio.is_valid(i).then(|| ratio.value(i)));
                 st.hist.merge(&hist);
                 if is_device_wait(l, o) || o.contains("Memcpy") {
                     *waiting.entry(t).or_default() += total.value(i) as f64;
@@ -388,6 +389,16 @@ fn by_window(batches: &[RecordBatch], peers: &mut BTreeSet<String>) -> Result<Ha
 }
 
 /// Quantiles per op, busiest first.
+/// The calls a row's probe saw: its count is the calls seen divided by the
+/// share of the window the probe was attached (`sample_ratio`, the agent's
+/// duty cycle); null (older files, imported traces, full capture) means all.
+fn seen_calls(count: u64, sample_ratio: Option<f64>) -> f64 {
+    match sample_ratio {
+        Some(r) if r.is_finite() && r > 0.0 && r < 1.0 => count as f64 * r,
+        _ => count as f64,
+    }
+}
+
 fn finish_ops(ops: BTreeMap<String, OpStat>) -> Vec<OpStat> {
     let mut ops: Vec<OpStat> = ops
         .into_values()
@@ -396,9 +407,26 @@ fn finish_ops(ops: BTreeMap<String, OpStat>) -> Vec<OpStat> {
             let cap = |q: Option<u64>| q.map(|v| if o.max_ns > 0 { v.min(o.max_ns) } else { v });
             o.p50_ns = cap(o.hist.quantile(0.5));
             o.p99_ns = cap(o.hist.quantile(0.99));
+            // Below the count (by more than rounding): part of it is an estimate.
+            o.seen_share = (o.seen + 0.5 < o.count as f64).then(|| o.seen / o.count.max(1) as f64);
             o
         })
         .collect();
     ops.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
     ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seen_calls;
+
+    #[test]
+    fn a_count_is_all_seen_unless_a_ratio_in_0_to_1_says_otherwise() {
+        assert_eq!(seen_calls(4_000, Some(0.25)), 1_000.0);
+        // Null (full capture, older files), a full window, or a value no
+        // agent writes: the count stands as seen.
+        for r in [None, Some(1.0), Some(0.0), Some(-0.5), Some(1.5), Some(f64::NAN), Some(f64::INFINITY)] {
+            assert_eq!(seen_calls(4_000, r), 4_000.0, "{r:?}");
+        }
+    }
 }

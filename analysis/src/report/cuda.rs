@@ -28,10 +28,14 @@ fn ratio(o: &OpStat) -> f64 {
 
 fn lat(o: &OpStat) -> String {
     let s = if o.sampled { " (durations partly from a sample)" } else { "" };
+    // A count the duty cycle estimated is marked as one, with what was seen.
+    let calls = match o.seen_share {
+        Some(seen) => format!("≈{} calls ({:.0}% seen, the rest estimated)", o.count, seen * 100.0),
+        None => format!("{} calls", o.count),
+    };
     format!(
-        "{}: {} calls, p50 {}, p99 {}, max {}, {} in total{s}",
+        "{}: {calls}, p50 {}, p99 {}, max {}, {} in total{s}",
         o.op,
-        o.count,
         fmt_ns(o.p50_ns.unwrap_or(0)),
         fmt_ns(o.p99_ns.unwrap_or(0)),
         fmt_ns(o.max_ns),

@@ -119,6 +119,13 @@ pub struct OpStat {
     pub max_ns: u64,
     /// Some durations come from a sample (imported traces).
     pub sampled: bool,
+    /// Share of `count` the probes saw when the agent's duty cycle (its
+    /// trap budget) estimated the rest; absent when every call was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_share: Option<f64>,
+    /// Calls seen, summed over rows (`count` when nothing was estimated).
+    #[serde(skip)]
+    pub seen: f64,
     #[serde(skip)]
     pub hist: Histogram,
 }

@@ -14,6 +14,7 @@ mod cost;
 mod crash;
 mod dashboard;
 mod delta;
+mod estimated;
 mod evaluate;
 mod export;
 mod history;
