@@ -96,42 +96,55 @@ impl Controller {
                 let link = self.cfg.report_link(&node, &job);
                 let loss = cost.map_or(String::new(), |c| format!(" {}.", crate::policy::loss_text(&c)));
                 let msg = format!("{cause}.{loss} Flagged for {}. Report: {link}", human(flagged_for));
-                let res = if mode == Mode::On {
+                let (mut recs, undone) = if mode == Mode::On {
                     self.mark(&node, &job, &msg).await
                 } else {
-                    self.would_mark(&node, &job).await
+                    self.would_mark(&node, &job).await.map_or_else(|e| (Vec::new(), Some(e)), |r| (r, None))
                 };
-                match res {
-                    Ok(mut recs) => {
-                        for r in &mut recs {
-                            r.cause.clone_from(&cause);
-                            self.metrics.action(&r.action, mode);
-                        }
-                        recs
-                    }
-                    Err(e) => {
-                        // Not marked: the next look tries again.
-                        self.policy.forget(&node);
-                        self.failed(&node, &job, &cause, e)
-                    }
+                recs.iter_mut().for_each(|r| r.cause.clone_from(&cause));
+                self.count(&recs);
+                if let Some(e) = undone {
+                    // Not marked: the next look tries again.
+                    self.policy.forget(&node);
+                    recs.extend(self.failed(&node, &job, &cause, e));
                 }
+                recs
             }
             Decision::Clear { node, job, healthy_for } => {
-                let res = if mode == Mode::On {
+                let (mut recs, undone) = if mode == Mode::On {
                     self.clear(&node, &job, healthy_for).await
                 } else {
-                    Ok(vec![Record::new("clear", &node, &job, mode, "", format!("healthy for {}", human(healthy_for)))])
+                    (
+                        vec![Record::new(
+                            "clear",
+                            &node,
+                            &job,
+                            mode,
+                            "",
+                            format!("healthy for {}", human(healthy_for)),
+                        )],
+                        None,
+                    )
                 };
-                match res {
-                    Ok(recs) => {
-                        recs.iter().for_each(|r| self.metrics.action(&r.action, mode));
-                        recs
-                    }
-                    Err(e) => {
-                        self.policy.adopt(&node, &job);
-                        self.failed(&node, &job, "", e)
-                    }
+                self.count(&recs);
+                if let Some(e) = undone {
+                    // Still ours: the next clear tries again.
+                    self.policy.adopt(&node, &job);
+                    recs.extend(self.failed(&node, &job, "", e));
                 }
+                recs
+            }
+        }
+    }
+
+    /// Counts what landed; an `error` among them is a step that failed after
+    /// the change itself was made.
+    fn count(&self, recs: &[Record]) {
+        for r in recs {
+            if r.action == "error" {
+                self.metrics.errors.inc();
+            } else {
+                self.metrics.action(&r.action, self.cfg.mode);
             }
         }
     }
@@ -141,26 +154,51 @@ impl Controller {
         vec![Record::new("error", node, job, self.cfg.mode, cause, e.to_string())]
     }
 
-    async fn mark(&self, node: &str, job: &str, msg: &str) -> Result<Vec<Record>> {
+    /// A step that failed after the change was made: journaled beside it.
+    fn step_failed(node: &str, job: &str, done: &str, step: &str, e: &crate::Error) -> Record {
+        Record::new("error", node, job, Mode::On, "", format!("{done}, but {step} failed: {e}"))
+    }
+
+    /// What landed, and the error that left the node as it was (the next
+    /// look tries again).
+    async fn mark(&self, node: &str, job: &str, msg: &str) -> (Vec<Record>, Option<crate::Error>) {
         let c = &self.cluster;
-        c.set_condition(node, job, msg, true).await?;
+        if let Err(e) = c.set_condition(node, job, msg, true).await {
+            return (Vec::new(), Some(e));
+        }
+        // The condition is the mark (a restarted or second replica reads it
+        // back), so from here a failed step is journaled beside the mark and
+        // the rest still run; undoing the mark to retry would spend the hour's
+        // budget again and repeat the events that did land.
         let mut recs = vec![Record::new("mark", node, job, Mode::On, "", msg.to_string())];
+        if let Err(e) = self.mark_events(node, job, msg).await {
+            recs.push(Self::step_failed(node, job, "marked", "sending its events", &e));
+        }
+        if self.cfg.taint {
+            match c.set_taint(node, true).await {
+                Ok(true) => recs.push(Record::new(
+                    "taint",
+                    node,
+                    job,
+                    Mode::On,
+                    "",
+                    format!("{} NoSchedule", crate::cluster::TAINT_KEY),
+                )),
+                Ok(false) => {}
+                Err(e) => recs.push(Self::step_failed(node, job, "marked", "tainting it", &e)),
+            }
+        }
+        (recs, None)
+    }
+
+    async fn mark_events(&self, node: &str, job: &str, msg: &str) -> Result<()> {
+        let c = &self.cluster;
         c.node_event(node, true, "IngeroStraggler", &format!("job {job}: {msg}")).await?;
         for pod in c.job_pods(node, job).await? {
             c.pod_event(&pod, true, "IngeroStragglerNode", &format!("node {node} is a straggler in job {job}: {msg}"))
                 .await?;
         }
-        if self.cfg.taint && c.set_taint(node, true).await? {
-            recs.push(Record::new(
-                "taint",
-                node,
-                job,
-                Mode::On,
-                "",
-                format!("{} NoSchedule", crate::cluster::TAINT_KEY),
-            ));
-        }
-        Ok(recs)
+        Ok(())
     }
 
     /// Dry-run: reads what it would touch, changes nothing.
@@ -175,17 +213,26 @@ impl Controller {
         Ok(vec![Record::new("mark", node, job, self.cfg.mode, "", detail)])
     }
 
-    async fn clear(&self, node: &str, job: &str, healthy_for: Duration) -> Result<Vec<Record>> {
+    /// The taint goes first: one left behind keeps work off a healthy node,
+    /// so until it is gone the node stays ours and every clear retries it.
+    async fn clear(&self, node: &str, job: &str, healthy_for: Duration) -> (Vec<Record>, Option<crate::Error>) {
         let c = &self.cluster;
         let msg = format!("healthy for {}", human(healthy_for));
-        c.set_condition(node, job, &msg, false).await?;
-        let mut recs = vec![Record::new("clear", node, job, Mode::On, "", msg.clone())];
+        let mut recs = Vec::new();
         // Always: a taint from an earlier run with --remediate-taint goes too.
-        if c.set_taint(node, false).await? {
-            recs.push(Record::new("untaint", node, job, Mode::On, "", crate::cluster::TAINT_KEY.into()));
+        match c.set_taint(node, false).await {
+            Ok(true) => recs.push(Record::new("untaint", node, job, Mode::On, "", crate::cluster::TAINT_KEY.into())),
+            Ok(false) => {}
+            Err(e) => return (recs, Some(e)),
         }
-        c.node_event(node, false, "IngeroRecovered", &format!("job {job}: {msg}")).await?;
-        Ok(recs)
+        if let Err(e) = c.set_condition(node, job, &msg, false).await {
+            return (recs, Some(e));
+        }
+        recs.push(Record::new("clear", node, job, Mode::On, "", msg.clone()));
+        if let Err(e) = c.node_event(node, false, "IngeroRecovered", &format!("job {job}: {msg}")).await {
+            recs.push(Self::step_failed(node, job, "cleared", "sending its event", &e));
+        }
+        (recs, None)
     }
 }
 

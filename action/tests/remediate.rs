@@ -2,7 +2,8 @@
 //! Remediation against an API server stand-in (real HTTP, real kube-rs):
 //! dry-run changes nothing, marks carry cause and report, the budget holds
 //! under a burst, conditions and taints clear after recovery, a restarted
-//! controller undoes what an earlier one did, nothing is ever evicted.
+//! controller undoes what an earlier one did, a step the API server refuses
+//! after the mark is journaled beside it, nothing is ever evicted.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -155,7 +156,7 @@ async fn a_confirmed_straggler_is_marked_with_cause_report_and_events_then_clear
     assert!(c.step(at(t0, 399)).await.unwrap().is_empty());
     let recs = c.step(at(t0, 400)).await.unwrap();
     let actions: Vec<&str> = recs.iter().map(|r| r.action.as_str()).collect();
-    assert_eq!(actions, ["clear", "untaint"]);
+    assert_eq!(actions, ["untaint", "clear"]);
     let (status, reason, _) = rig.api.condition("n1").unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("False", "Recovered"));
     assert_eq!(rig.api.taints("n1"), ["nvidia.com/gpu:NoSchedule", "example.com/maintenance:NoSchedule"]);
@@ -226,11 +227,11 @@ async fn a_restarted_controller_undoes_marks_made_before_it() {
     assert!(c.step(at(t0, 100)).await.unwrap().is_empty());
     let recs = c.step(at(t0, 400)).await.unwrap();
     let actions: Vec<(&str, &str)> = recs.iter().map(|r| (r.action.as_str(), r.node.as_str())).collect();
-    assert_eq!(actions, [("clear", "n2"), ("untaint", "n2")]);
+    assert_eq!(actions, [("untaint", "n2"), ("clear", "n2")]);
     assert_eq!(rig.api.condition("n2").unwrap().0, "False");
     assert_eq!(rig.api.taints("n2"), ["nvidia.com/gpu:NoSchedule"]);
     let journal: Vec<String> = rig.journal().await.into_iter().map(|(a, n, _)| format!("{a} {n}")).collect();
-    assert_eq!(journal, ["mark n2", "taint n2", "clear n2", "untaint n2"]);
+    assert_eq!(journal, ["mark n2", "taint n2", "untaint n2", "clear n2"]);
     assert_no_eviction(&rig.api);
 }
 
@@ -250,6 +251,64 @@ async fn an_api_error_is_journaled_and_retried() {
     let recs = c.step(at(t0, 70)).await.unwrap();
     assert_eq!(recs[0].action, "error");
     assert!(encode(&rig.metrics).contains("ingero_remediation_errors_total 2"));
+}
+
+#[tokio::test]
+async fn a_step_that_fails_after_the_mark_is_journaled_and_the_mark_stands() {
+    let rig = Rig::new(&["n1", "n2", "n3", "n4"]).await;
+    let all = ["n1", "n2", "n3", "n4"];
+    let mut c = rig.controller(Config { taint: true, max_per_hour: 1, max_job_share: 1.0, ..cfg(Mode::On) });
+    // RBAC without `events create`: the condition and the taint land, the events do not.
+    rig.api.world.lock().unwrap().forbid = vec!["events"];
+    rig.set(&["n1"], &all);
+    let t0 = Instant::now();
+    c.step(t0).await.unwrap();
+    let recs = c.step(at(t0, 60)).await.unwrap();
+    let actions: Vec<&str> = recs.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(actions, ["mark", "error", "taint"]);
+    assert!(recs[1].detail.starts_with("marked, but sending its events failed:"), "{}", recs[1].detail);
+    assert!(recs[1].detail.contains("cannot create resource \"events\""), "{}", recs[1].detail);
+    assert_eq!(recs[1].cause, recs[0].cause, "the failed step says which mark it belongs to");
+    assert_eq!(rig.api.condition("n1").unwrap().0, "True");
+    assert!(rig.api.taints("n1").contains(&"ingero.io/straggler:NoSchedule".to_string()));
+    // The mark stands: later looks neither mark again nor send events again.
+    for s in [70, 80, 90] {
+        assert!(c.step(at(t0, s)).await.unwrap().is_empty(), "look at {s}s");
+    }
+    let m = encode(&rig.metrics);
+    assert!(m.contains(r#"ingero_remediation_actions_total{action="mark",mode="on"} 1"#), "{m}");
+    assert!(m.contains("ingero_remediation_errors_total 1"), "{m}");
+    assert!(m.contains("ingero_remediation_marked_nodes 1"), "{m}");
+    // And it spent the hour's budget: a second straggler is held back.
+    rig.set(&["n1", "n2"], &all);
+    c.step(at(t0, 100)).await.unwrap();
+    let recs = c.step(at(t0, 160)).await.unwrap();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!((recs[0].action.as_str(), recs[0].node.as_str()), ("held", "n2"));
+    assert!(recs[0].detail.starts_with("hour budget"), "{}", recs[0].detail);
+
+    // Healthy, but RBAC refuses the taint's removal: nothing is cleared, and
+    // the next clear tries again rather than leave a taint on a healthy node.
+    rig.api.world.lock().unwrap().forbid = vec!["nodes"];
+    rig.set(&[], &all);
+    c.step(at(t0, 200)).await.unwrap();
+    let recs = c.step(at(t0, 500)).await.unwrap();
+    let actions: Vec<&str> = recs.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(actions, ["error"]);
+    assert_eq!(rig.api.condition("n1").unwrap().0, "True", "a node still tainted is not shown as recovered");
+    rig.api.world.lock().unwrap().forbid.clear();
+    c.step(at(t0, 510)).await.unwrap();
+    let recs = c.step(at(t0, 810)).await.unwrap();
+    let actions: Vec<&str> = recs.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(actions, ["untaint", "clear"]);
+    assert_eq!(rig.api.condition("n1").unwrap().0, "False");
+    assert_eq!(rig.api.taints("n1"), ["nvidia.com/gpu:NoSchedule"]);
+    let journal: Vec<String> = rig.journal().await.into_iter().map(|(a, n, _)| format!("{a} {n}")).collect();
+    assert_eq!(journal, ["mark n1", "error n1", "taint n1", "held n2", "error n1", "untaint n1", "clear n1"]);
+    let m = encode(&rig.metrics);
+    assert!(m.contains("ingero_remediation_errors_total 2"), "{m}");
+    assert!(m.contains("ingero_remediation_marked_nodes 0"), "{m}");
+    assert_no_eviction(&rig.api);
 }
 
 fn assert_no_eviction(api: &ApiServer) {
