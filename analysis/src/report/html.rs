@@ -170,6 +170,7 @@ pub fn render(r: &Report) -> String {
                 h2 { "Causal chains" }
                 (chains(r))
                 (steps(r))
+                (super::ops::html(&r.ops))
                 @if !r.call_sites.is_empty() {
                     h2 { "Where the stalls were made" }
                     // Hand-built SVG and table from flame.rs, which escapes its own text.

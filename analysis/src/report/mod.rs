@@ -12,6 +12,7 @@ pub(crate) mod flame;
 pub mod fleet;
 pub(crate) mod hang;
 pub mod html;
+pub(crate) mod ops;
 pub(crate) mod reference;
 pub mod sites;
 pub(crate) mod starved;

@@ -101,11 +101,13 @@ pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict>
                 let (p50, p99) = (o.p50_ns.unwrap_or(0), o.p99_ns.unwrap_or(0));
                 let ratio = if p50 > 0 { p99 as f64 / p50 as f64 } else { 0.0 };
                 let ours_txt = format!(
-                    "our {} p99 {} = {:.1}x p50 {} over {} calls (theirs: p99 {}µs = {:.1}x p50)",
+                    "our {} p99 {} = {:.1}x p50 {} over {}{} calls (theirs: p99 {}µs = {:.1}x p50)",
                     o.op,
                     fmt_ns(p99),
                     ratio,
                     fmt_ns(p50),
+                    // Part of the count estimated under the trap budget.
+                    if o.seen_share.is_some() { "≈" } else { "" },
                     o.count,
                     r.p99_us,
                     r.tail_ratio

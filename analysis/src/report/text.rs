@@ -6,6 +6,7 @@ use std::fmt::Write;
 use super::Report;
 use super::blocked::BlockedSite;
 use super::chains::{Severity, fmt_ns};
+use super::data::OpStat;
 
 const WIDTH: usize = 80;
 
@@ -86,6 +87,7 @@ pub fn render(r: &Report) -> String {
     }
     chains(&mut o, r);
     steps(&mut o, r);
+    calls_table(&mut o, &r.ops);
     if !r.call_sites.is_empty() {
         let _ = writeln!(o, "Call sites of the stalls");
         let _ = writeln!(o, "{}", "━".repeat(WIDTH));
@@ -183,6 +185,40 @@ fn sites(o: &mut String, sites: &[super::sites::CallSite], indent: &str) {
     }
 }
 
+/// At most 80 columns: 28 + 11 + 4 × 10.
+fn calls_table(out: &mut String, ops: &[OpStat]) {
+    use super::ops::{NAME, SHOWN, calls, dur, name, seen_line};
+    if ops.is_empty() {
+        return;
+    }
+    let shown: Vec<&OpStat> = ops.iter().take(SHOWN).collect();
+    let _ = writeln!(out, "CUDA/NCCL calls, most time first");
+    let _ = writeln!(out, "{}", "━".repeat(WIDTH));
+    let _ = writeln!(out, "{:<NAME$}{:>11}{:>10}{:>10}{:>10}{:>10}", "op", "calls", "total", "p50", "p99", "max");
+    for o in &shown {
+        let _ = writeln!(
+            out,
+            "{:<NAME$}{:>11}{:>10}{:>10}{:>10}{:>10}",
+            name(&o.op),
+            calls(o),
+            dur(Some(o.total_ns)),
+            dur(o.p50_ns),
+            dur(o.p99_ns),
+            dur(Some(o.max_ns))
+        );
+    }
+    if ops.len() > SHOWN {
+        let _ = writeln!(out, "… {} more ops in --format json", ops.len() - SHOWN);
+    }
+    if let Some(seen) = seen_line(&shown) {
+        wrap(out, "", "  ", &format!("≈ estimated under the agent's trap budget; calls seen: {seen}."));
+    }
+    if shown.iter().any(|o| o.sampled) {
+        let _ = writeln!(out, "Times of some ops come from a sample of their calls.");
+    }
+    let _ = writeln!(out);
+}
+
 /// Step times, where the job labelled its steps.
 fn steps(o: &mut String, r: &Report) {
     let Some(s) = &r.steps else { return };
@@ -233,6 +269,7 @@ fn reference(o: &mut String, r: &Report) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::ops::tests::op;
 
     #[test]
     fn wraps_at_80_columns() {
@@ -240,5 +277,36 @@ mod tests {
         wrap(&mut o, "  Fix: ", "       ", &"word ".repeat(60));
         assert!(o.lines().all(|l| l.chars().count() <= WIDTH), "{o}");
         assert!(o.lines().count() > 3);
+    }
+
+    #[test]
+    fn the_table_of_calls_fits_80_columns_and_marks_estimates_and_untimed_calls() {
+        let mut v = vec![
+            op("cudaStreamSynchronize", 12_345, 4_210_000_000, Some(310_000), None),
+            op("cudaLaunchKernel", 842_000, 0, None, Some(0.25)),
+            op("ncclDevCommCreateWithAVeryLongName_v2", 7, 9_000, Some(1_000), None),
+        ];
+        v.extend((0..9).map(|i| op(&format!("cuOp{i}"), 1, 1, Some(1), None)));
+        let mut o = String::new();
+        calls_table(&mut o, &v);
+        assert!(o.lines().all(|l| l.chars().count() <= 80), "{o}");
+        let sync = o.lines().find(|l| l.starts_with("cudaStreamSynchronize")).unwrap();
+        assert!(sync.contains("12,345") && sync.contains("4.21s") && sync.contains("310µs"), "{sync}");
+        let launch = o.lines().find(|l| l.starts_with("cudaLaunchKernel")).unwrap();
+        assert!(launch.contains("≈842,000"), "{launch}");
+        assert_eq!(launch.matches('—').count(), 4, "an untimed op shows no times: {launch}");
+        assert!(o.contains("ncclDevCommCreateWithAVery…  "), "{o}");
+        assert!(o.contains("… 4 more ops in --format json"), "{o}");
+        assert!(o.contains("calls seen: cudaLaunchKernel 25%."), "{o}");
+    }
+
+    #[test]
+    fn exact_counts_carry_no_mark_and_no_ops_no_section() {
+        let mut o = String::new();
+        calls_table(&mut o, &[op("cudaMemcpyAsync", 1_000, 5_000_000, Some(5_000), None)]);
+        assert!(o.contains("1,000") && !o.contains('≈'), "{o}");
+        let mut empty = String::new();
+        calls_table(&mut empty, &[]);
+        assert!(empty.is_empty());
     }
 }

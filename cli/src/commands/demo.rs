@@ -69,9 +69,11 @@ pub(crate) async fn run(a: DemoArgs) -> CmdResult {
 }
 
 async fn demo(a: &DemoArgs, inj: Injection, server: &Server, store: &StoreUrl) -> CmdResult {
-    eprintln!("ingero demo: aggregator on {} (store {store})", server.grpc_url());
+    // One fact per line: a temporary store's path alone is ~40 columns.
+    eprintln!("ingero demo: aggregator on {}", server.grpc_url());
+    eprintln!("  store {store}");
     eprintln!(
-        "simulating {} nodes of one data-parallel job for {:?}; injecting {} at {:?}",
+        "simulating {} nodes of one data-parallel job for {:?};\n  injecting {} at {:?}",
         a.nodes,
         a.duration,
         inj.label(),

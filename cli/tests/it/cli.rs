@@ -126,6 +126,7 @@ fn check_in_chromium(page: &Path, tmp: &Path) {
     assert_eq!(dom.matches("<svg").count(), 4, "expected four plots");
     assert!(dom.contains("Step time (median per window"), "no step-time plot");
     assert!(dom.contains("job's other nodes"), "plots lack the peer comparison");
+    assert!(dom.contains("CUDA/NCCL calls") && dom.contains("cudaStreamSynchronize"), "no table of calls");
     let shot = tmp.join("report.png");
     let o = Command::new(chromium.unwrap())
         .args(common)

@@ -82,6 +82,19 @@ async fn a_duty_cycled_count_is_reported_as_an_estimate_with_its_seen_share() {
     assert!((share - 0.4).abs() < 1e-9, "2,000 of 5,000 seen: {share}");
     let text = v.to_string();
     assert!(text.contains("≈5000 calls (40% seen, the rest estimated)"), "{text}");
+    // The terminal and HTML tables of calls say it too, whether or not a chain fired.
+    let o = ingero(&["report", "--node=gpu-3", &store, "--since=10m"]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = table.lines().find(|l| l.starts_with("cudaLaunchKernel ")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("≈5,000"), "{row}");
+    assert!(table.contains("calls seen: cudaLaunchKernel 40%."), "{table}");
+    assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
+    let html = dir.path().join("r.html");
+    let out = format!("--out={}", html.display());
+    let o = ingero(&["report", "--node=gpu-3", &store, "--since=10m", "--format=html", &out]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<td class=\"num\">≈5,000</td><td class=\"num\">40%</td>"), "{page}");
 
     // Every call seen (another node, no ratios): the count is exact.
     let mut c = IngestClient::new(&server.grpc_url(), "gpu-4", RetryPolicy::default()).unwrap();
@@ -99,4 +112,8 @@ async fn a_duty_cycled_count_is_reported_as_an_estimate_with_its_seen_share() {
     let text = v.to_string();
     assert!(text.contains("cudaLaunchKernel: 5000 calls, p50"), "{text}");
     assert!(!text.contains('≈'), "{text}");
+    let o = ingero(&["report", "--node=gpu-4", &store, "--since=10m"]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = table.lines().find(|l| l.starts_with("cudaLaunchKernel ")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains(" 5,000 ") && !table.contains('≈'), "{table}");
 }
