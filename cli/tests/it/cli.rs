@@ -3,17 +3,9 @@
 //! HTML one opened in headless Chromium), and refusals with exit code 2.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use crate::fixtures::*;
-
-fn ingero(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string())
-}
 
 #[test]
 fn demo_then_history_sql_and_reports_on_its_dataset() {

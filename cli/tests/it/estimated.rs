@@ -4,18 +4,12 @@
 //! probe was attached). A report must say which counts are estimates and how
 //! much was seen, not print them as exact.
 
-use std::process::{Command, Output};
-
 use crate::fixtures::*;
 use ingero_model::Table;
 use ingero_model::hist::{Histogram, bucket};
 use ingero_model::rows::{BatchBuilder, TimestampUs};
 use ingero_model::tables::{CallRow, Common};
 use ingero_proto::client::{IngestClient, RetryPolicy};
-
-fn ingero(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()
-}
 
 /// One window of a node's `cudaLaunchKernel` row: `seen` launches timed (1 in 50 at
 /// 1 ms, the rest at 10 µs: a tail the report names), `count` shipped.

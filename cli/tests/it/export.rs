@@ -5,18 +5,13 @@
 //! its outlier calls as slices on the thread that made them.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use crate::fixtures::*;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingero");
 const READER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_read.py");
 const REAL_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pytorch-173382-empty-cache.db");
-
-fn ingero(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
-}
 
 fn reader_present() -> bool {
     let ok = Command::new("python3")

@@ -11,10 +11,6 @@ use ingero_analysis::query::QueryEngine;
 use ingero_analysis::rank::history::{self, HistoryRequest};
 use ingero_server::rank::detector::DetectorConfig;
 
-fn ingero(args: &[String]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backfill_writes_tiers_and_history_flags_the_injected_node() {
     let dir = tempfile::tempdir().unwrap();

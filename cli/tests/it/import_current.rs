@@ -16,7 +16,6 @@ use ingero_analysis::query::QueryEngine;
 use ingero_store::{Store, StoreUrl};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingero");
 const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pytorch-173382-empty-cache.db");
 const READER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_read.py");
 /// The recording's two minutes (ns since epoch / 60 s): 29572668 and 29572669.

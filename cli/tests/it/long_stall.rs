@@ -4,7 +4,7 @@
 //! the bucket as written (it once failed the whole report: the u8 column was
 //! stored as a signed byte).
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use crate::fixtures::*;
 use ingero_model::Table;
@@ -12,10 +12,6 @@ use ingero_model::hist::{Histogram, bucket};
 use ingero_model::rows::{BatchBuilder, TimestampUs};
 use ingero_model::tables::{CallRow, Common};
 use ingero_proto::client::{IngestClient, RetryPolicy};
-
-fn ingero(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()
-}
 
 /// A process whose one `cudaDeviceSynchronize` took `ns`, beside ordinary syncs.
 fn one_long_sync(node: &str, window_start_us: i64, ns: u64) -> arrow::array::RecordBatch {

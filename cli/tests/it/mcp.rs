@@ -11,7 +11,6 @@ use std::process::{Child, Command, Stdio};
 use crate::fixtures::*;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingero");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
 
 fn sdk_present() -> bool {

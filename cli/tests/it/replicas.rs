@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::fixtures::ingero;
+
 const REPLICAS: usize = 3;
 
 fn free_port() -> u16 {
@@ -38,10 +40,6 @@ fn spawn_replica(dir: &Path, i: usize, ports: &[u16]) -> Child {
         std::thread::sleep(Duration::from_millis(50));
     }
     child
-}
-
-fn ingero(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ingero")).args(args).output().unwrap()
 }
 
 fn sql_number(dir: &Path, q: &str) -> u64 {

@@ -11,8 +11,6 @@ use std::process::Command;
 use crate::fixtures::*;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingero");
-
 fn run(args: &[String]) -> std::process::Output {
     Command::new(BIN).args(args).output().unwrap()
 }
