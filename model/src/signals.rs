@@ -159,6 +159,23 @@ pub fn is_launch(op: &str) -> bool {
     LAUNCH_PREFIXES.iter().any(|p| op.starts_with(p))
 }
 
+/// What a call does, whatever its API name or layer (runtime, driver,
+/// `_ptsz`/`_v2` forms): reports count by it as well as by name, so a launch
+/// reached only at the driver still counts as a launch.
+pub fn op_kind(library: &str, op: &str) -> &'static str {
+    match op {
+        _ if is_launch(op) => "launch",
+        _ if is_sync_op(op) => "sync",
+        _ if op.contains("Memcpy") => "copy",
+        _ if op.contains("Memset") => "memset",
+        _ if op.contains("Event") => "event",
+        _ if ["Malloc", "Free", "MemAlloc", "MemFree"].iter().any(|p| op.contains(p)) => "memory",
+        _ if is_nccl_collective(library, op) => "collective",
+        _ if library == "nccl" => "nccl control",
+        _ => "other",
+    }
+}
+
 /// The name prefixes of every launch entry point (`Ex`, `_ptsz` and
 /// `ExC` forms included); the SQL of history and reports is built from it.
 pub const LAUNCH_PREFIXES: [&str; 6] = [

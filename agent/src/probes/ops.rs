@@ -270,6 +270,32 @@ mod tests {
     }
 
     #[test]
+    fn every_traced_call_has_a_kind_reports_count_it_by() {
+        use ingero_model::signals::op_kind;
+        for o in all().into_iter().filter(|o| o.lib != Lib::Libc) {
+            assert_ne!(op_kind(o.lib.name(), o.symbol), "other", "{}", o.symbol);
+        }
+        let kind = |s: &str| op_kind(by_symbol(s).unwrap().lib.name(), s);
+        for (s, k) in [
+            ("cuLaunchKernelEx_ptsz", "launch"),
+            ("cudaGraphLaunch", "launch"),
+            ("cudaEventSynchronize", "sync"),
+            ("cuMemcpyDtoHAsync_v2", "copy"),
+            ("cuMemsetD32Async", "memset"),
+            ("cudaStreamWaitEvent", "event"),
+            ("cudaEventRecordWithFlags", "event"),
+            ("cudaFreeAsync", "memory"),
+            ("cuMemAlloc_v2", "memory"),
+            ("ncclAllReduce", "collective"),
+            ("ncclSend", "collective"),
+            ("ncclGroupEnd", "nccl control"),
+            ("ncclCommInitRank", "nccl control"),
+        ] {
+            assert_eq!(kind(s), k, "{s}");
+        }
+    }
+
+    #[test]
     fn a_duty_cycle_takes_runtime_calls_and_their_driver_calls_together() {
         let cycled: Vec<Op> = all().into_iter().filter(|o| o.duty_cycled()).collect();
         assert!(cycled.iter().all(|o| !o.return_probed()), "a timed call is never sampled");

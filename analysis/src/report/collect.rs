@@ -177,6 +177,7 @@ impl Collector<'_> {
                 let st = ops.entry(o.to_string()).or_insert_with(|| OpStat {
                     library: l.into(),
                     op: o.into(),
+                    kind: ingero_model::signals::op_kind(l, o).into(),
                     ..Default::default()
                 });
                 st.count += count.value(i);

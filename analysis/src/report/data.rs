@@ -112,6 +112,9 @@ pub struct Event {
 pub struct OpStat {
     pub library: String,
     pub op: String,
+    /// What the call does (`launch`, `sync`, `copy`, …: `signals::op_kind`).
+    #[serde(default)]
+    pub kind: String,
     pub count: u64,
     pub total_ns: u64,
     pub p50_ns: Option<u64>,

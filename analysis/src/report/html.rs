@@ -205,6 +205,7 @@ svg{width:100%;height:auto} .ct{font-size:13px;font-weight:600;fill:#1b1f24} .ax
 table{border-collapse:collapse;width:100%;background:#fff} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left;font-size:13px} .num{text-align:right}
 .sites td{vertical-align:top} .callers{color:#57606a;font-size:12px} .fl{font-size:11px;fill:#1b1f24;pointer-events:none} details.where{margin-top:6px} details ol{margin:4px 0;font-size:12px}
 .slow{fill:#bf8700;fill-opacity:.13} .epoch{stroke:#57606a;stroke-dasharray:4 3} .mk{font-size:10px;fill:#57606a}
+.ops+.meta{margin-top:6px}
 .flag{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:6px 10px} .ok{background:#dafbe1;padding:8px;border-radius:6px}
 ";
 

@@ -187,7 +187,7 @@ fn sites(o: &mut String, sites: &[super::sites::CallSite], indent: &str) {
 
 /// At most 80 columns: 28 + 11 + 4 × 10.
 fn calls_table(out: &mut String, ops: &[OpStat]) {
-    use super::ops::{NAME, SHOWN, calls, dur, name, seen_line};
+    use super::ops::{NAME, SHOWN, by_kind, calls, dur, name, seen_line};
     if ops.is_empty() {
         return;
     }
@@ -209,6 +209,9 @@ fn calls_table(out: &mut String, ops: &[OpStat]) {
     }
     if ops.len() > SHOWN {
         let _ = writeln!(out, "… {} more ops in --format json", ops.len() - SHOWN);
+    }
+    if let Some(k) = by_kind(ops) {
+        wrap(out, "By kind: ", "  ", &k);
     }
     if let Some(seen) = seen_line(&shown) {
         wrap(out, "", "  ", &format!("≈ estimated under the agent's trap budget; calls seen: {seen}."));
@@ -298,6 +301,8 @@ mod tests {
         assert!(o.contains("ncclDevCommCreateWithAVery…  "), "{o}");
         assert!(o.contains("… 4 more ops in --format json"), "{o}");
         assert!(o.contains("calls seen: cudaLaunchKernel 25%."), "{o}");
+        // Summed by what the calls do, over every op, not only those shown.
+        assert!(o.contains("By kind: ≈842,000 launches · 12,345 syncs · 16 others"), "{o}");
     }
 
     #[test]

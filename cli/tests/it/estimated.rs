@@ -82,6 +82,8 @@ async fn a_duty_cycled_count_is_reported_as_an_estimate_with_its_seen_share() {
     let row = table.lines().find(|l| l.starts_with("cudaLaunchKernel ")).unwrap_or_else(|| panic!("{table}"));
     assert!(row.contains("≈5,000"), "{row}");
     assert!(table.contains("calls seen: cudaLaunchKernel 40%."), "{table}");
+    assert!(table.contains("By kind: ≈5,000 launches"), "{table}");
+    assert_eq!(op["kind"], "launch", "{op}");
     assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
     let html = dir.path().join("r.html");
     let out = format!("--out={}", html.display());
