@@ -10,8 +10,11 @@ use ingero_analysis::report::{self, Report, Target, html, text};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum Format {
+    /// For a terminal (80 columns): chains, steps, the table of calls, call sites.
     Text,
+    /// Every field: chains, ops (with kind and, when estimated, seen_share), call sites.
     Json,
+    /// A self-contained page (no scripts, no network) with plots over time.
     Html,
 }
 
@@ -30,6 +33,7 @@ pub(crate) struct ReportArgs {
     /// How far back (10m, 1h) or from an RFC 3339 time.
     #[arg(long, default_value = "10m", env = "INGERO_SINCE", value_parser = Since::parse)]
     pub since: Since,
+    /// What to write.
     #[arg(long, value_enum, default_value = "text", env = "INGERO_FORMAT")]
     pub format: Format,
     /// Write to this file instead of standard output.

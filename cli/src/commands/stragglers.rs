@@ -12,7 +12,9 @@ use ingero_server::rank::detector::DetectorConfig;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum Format {
+    /// For a terminal (80 columns): one line per deviating node, most deviant first.
     Table,
+    /// Every node's standing: score, signals, step time, cost.
     Json,
     /// The fleet view: nodes × time heatmap per job, ranking, per-node detail
     /// (history: --since defaults to 1h).
