@@ -150,3 +150,46 @@ pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict>
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::data::OpStat;
+
+    fn with_op(seen_share: Option<f64>) -> String {
+        let theirs = RefChain {
+            id: "c1".into(),
+            detected_ns: 1_700_000_000_000_000_000,
+            severity: "HIGH".into(),
+            summary: "cudaStreamSynchronize p99 is 40x p50".into(),
+            cuda_op: "cudaStreamSynchronize".into(),
+            p99_us: 40_000,
+            p50_us: 1_000,
+            tail_ratio: 40.0,
+            ..RefChain::default()
+        };
+        let d = ReportData {
+            ops: vec![OpStat {
+                library: "cudart".into(),
+                op: "cudaStreamSynchronize".into(),
+                count: 4_000,
+                p50_ns: Some(1_000_000),
+                p99_ns: Some(1_100_000),
+                max_ns: 2_000_000,
+                seen_share,
+                ..OpStat::default()
+            }],
+            reference: vec![serde_json::to_string(&theirs).unwrap()],
+            ..ReportData::default()
+        };
+        let v = judge(&d, &Summary::default(), &[]);
+        assert_eq!(v.len(), 1);
+        v[0].why.clone()
+    }
+
+    #[test]
+    fn our_count_says_when_it_is_an_estimate() {
+        assert!(with_op(None).contains("over 4000 calls"), "{}", with_op(None));
+        assert!(with_op(Some(0.25)).contains("over ≈4000 calls"), "{}", with_op(Some(0.25)));
+    }
+}
