@@ -78,4 +78,28 @@ for op in sorted(set(ours) | set(prof), key=lambda o: -max(ours.get(o, 0), prof.
     a, p = ours.get(op, 0), prof.get(op, 0)
     r = f"{a / p:.3f}" if p else "—"
     print(f"| {op} | {a} | {p} | {r} |")
+
+# By what the call does (model/src/signals.rs `op_kind`, mirrored): a launch
+# the agent saw only at the driver (a runtime linked into cuBLAS or NCCL) is
+# still a launch, so the launch totals must match where the names need not.
+LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cuGraphLaunch",
+          "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel")
+def kind(op):
+    if op.startswith(LAUNCH): return "launch"
+    if "Synchronize" in op: return "sync"
+    if "Memcpy" in op: return "copy"
+    if "Memset" in op: return "memset"
+    if "Event" in op: return "event"
+    if any(p in op for p in ("Malloc", "Free", "MemAlloc", "MemFree")): return "memory"
+    if op.startswith("nccl"):
+        control = op in ("ncclGroupStart", "ncclGroupEnd") or op.startswith("ncclComm")
+        return "nccl control" if control else "collective"
+    return "other"
+by = {}
+for src, table in ((0, ours), (1, prof)):
+    for op, n in table.items():
+        by.setdefault(kind(op), [0, 0])[src] += n
+print(f"\n| kind | agent | torch.profiler | agent / profiler |\n|---|---|---|---|")
+for k, (a, p) in sorted(by.items(), key=lambda kv: -max(kv[1])):
+    print(f"| {k} | {a} | {p} | {f'{a / p:.3f}' if p else '—'} |")
 EOF
