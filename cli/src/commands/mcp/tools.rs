@@ -116,7 +116,9 @@ impl Ingero {
 
     #[tool(description = "Explain one pod's, node's or process's stalls as cause → effect → fix chains, with \
         severity, how much of the time each cause explains, the evidence, the call sites (file:line of the \
-        Python/native code that stalled), the node's straggler standing, noisy neighbours and events. Use it \
+        Python/native code that stalled), the calls made per op (`ops`: count, `kind` such as launch or sync, \
+        p50/p99; `seen_share` where the agent's trap budget estimated part of the count), the node's \
+        straggler standing, noisy neighbours and events. Use it \
         after `stragglers` names a node, or when asked why a given pod/process is slow.")]
     async fn stall_report(&self, Parameters(p): Parameters<ReportParams>) -> ToolResult {
         let (kind, target) = match (&p.pod, &p.node, &p.pid) {
