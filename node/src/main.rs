@@ -406,4 +406,20 @@ mod tests {
             assert!(trap_budget(bad).is_err(), "{bad}");
         }
     }
+
+    /// `--help` is read in an 80-column terminal: clap wraps to it
+    /// (`wrap_help`), so no flag's text runs past the edge.
+    #[test]
+    fn every_help_fits_80_columns() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command().term_width(80);
+        cmd.build();
+        let mut pages = vec![cmd.render_long_help().to_string()];
+        pages.extend(cmd.get_subcommands_mut().map(|c| c.render_long_help().to_string()));
+        assert!(pages.len() >= 3 && pages.iter().any(|p| p.contains("--trap-budget")));
+        for page in pages {
+            let wide: Vec<&str> = page.lines().filter(|l| l.chars().count() > 80).collect();
+            assert!(wide.is_empty(), "wider than 80 columns: {wide:#?}");
+        }
+    }
 }

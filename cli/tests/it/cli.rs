@@ -132,6 +132,35 @@ fn check_in_chromium(page: &Path, tmp: &Path) {
     assert!(size > 20_000, "screenshot missing or blank ({size} bytes): {}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// Every `--help` page wraps to an 80-column terminal (clap reads
+/// `COLUMNS` as it reads the terminal's width).
+#[test]
+fn every_help_fits_80_columns() {
+    let help = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).env("COLUMNS", "80").env("LINES", "24").output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o).1);
+        text(&o).0
+    };
+    let top = help(&["--help"]);
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.strip_prefix("  ").filter(|c| !c.starts_with(' ')))
+        .filter_map(|c| c.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.contains(&"serve") && commands.contains(&"report") && commands.len() >= 10, "{top}");
+    for args in
+        std::iter::once(vec!["--help"]).chain(commands.iter().flat_map(|c| [vec![*c, "--help"], vec![*c, "-h"]]))
+    {
+        let page = help(&args);
+        let wide: Vec<&str> = page.lines().filter(|l| l.chars().count() > 80).collect();
+        assert!(wide.is_empty(), "`ingero {}` wider than 80 columns: {wide:#?}", args.join(" "));
+    }
+}
+
 #[test]
 fn bad_arguments_exit_2_with_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
