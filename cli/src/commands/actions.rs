@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::columns::{fit, wrap};
 use super::{CmdResult, Failure, Since};
 use crate::cli::{RemediateArgs, StoreArgs};
 use ingero_action::cluster::Cluster;
@@ -72,9 +73,9 @@ pub(crate) async fn run(a: ActionsArgs) -> CmdResult {
     }
     if recs.is_empty() {
         println!(
-            "no remediation records in {} since {} (remediation runs with `ingero serve --remediate dry-run|on`)",
-            store.url,
-            chrono::DateTime::from_timestamp_micros(a.since.start_us()).unwrap_or_default().to_rfc3339()
+            "no remediation records since {} in {}\n(remediation runs with `ingero serve --remediate dry-run|on`)",
+            ingero_model::time::rfc3339(a.since.start_us()),
+            store.url
         );
         return Ok(());
     }
@@ -101,30 +102,6 @@ fn table(recs: &[Record]) -> String {
         }
     }
     out
-}
-
-/// Words into lines of at most `w` characters (a longer word, a URL, is cut).
-fn wrap(s: &str, w: usize) -> Vec<String> {
-    let mut lines: Vec<String> = Vec::new();
-    let mut cur = String::new();
-    for word in s.split_whitespace() {
-        if !cur.is_empty() && cur.chars().count() + 1 + word.chars().count() > w {
-            lines.push(std::mem::take(&mut cur));
-        }
-        if !cur.is_empty() {
-            cur.push(' ');
-        }
-        cur.push_str(word);
-    }
-    if !cur.is_empty() {
-        lines.push(cur);
-    }
-    lines.into_iter().map(|l| fit(&l, w)).collect()
-}
-
-/// At most `w` characters, an ellipsis marking a cut.
-fn fit(s: &str, w: usize) -> String {
-    if s.chars().count() <= w { s.to_string() } else { s.chars().take(w - 1).chain(['…']).collect() }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! (`--server`) or straight from a store (`--store`).
 
 pub(crate) mod actions;
+mod columns;
 pub(crate) mod demo;
 pub(crate) mod evaluate;
 pub(crate) mod export;

@@ -111,7 +111,10 @@ pub(crate) fn table(list: &[Offender], episodes: usize, min: u32) -> String {
         } else {
             f.node.clone()
         };
-        let causes = f.causes.iter().map(|(c, n)| if *n > 1 { format!("{c} ×{n}") } else { c.clone() });
+        let causes = f.causes.iter().map(|(c, n)| {
+            let c = ingero_server::rank::short_label(c);
+            if *n > 1 { format!("{c} ×{n}") } else { c.to_string() }
+        });
         let mut causes = causes.collect::<Vec<_>>().join(", ");
         if causes.chars().count() > 26 {
             causes = format!("{}…", causes.chars().take(25).collect::<String>());
@@ -164,7 +167,7 @@ mod tests {
         assert_eq!(list[0].usd, None, "an unpriced episode leaves the node's dollars unsaid");
         let t = table(&list, eps.len(), 2);
         assert!(t.lines().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{t}");
-        assert!(t.contains("$70.00") && t.contains("runq_share ×2, io_share"), "{t}");
+        assert!(t.contains("$70.00") && t.contains("run-queue ×2, block IO"), "{t}");
         assert!(table(&[], 1, 2).contains("no node was flagged 2 times or more (1 episode(s)"));
     }
 }

@@ -3,12 +3,14 @@
 
 use clap::{Args, ValueEnum};
 
+use super::columns::{fit, wrap};
 use super::{CmdResult, Failure, Since, SourceArgs, status_failure};
 use ingero_analysis::rank::history::{self, HistoryRequest};
 use ingero_analysis::report::fleet;
 use ingero_model::time::rfc3339;
 use ingero_server::rank::Ranking;
 use ingero_server::rank::detector::DetectorConfig;
+use ingero_server::rank::standing::Deviation;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum Format {
@@ -130,7 +132,7 @@ async fn fetch_at(
 /// timestamp (the column then pushes TOP SIGNAL right, still ≤ 80 columns).
 pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -> String {
     let today = now.format("%Y-%m-%d").to_string();
-    let mut o = format!("{:<16} {:<14} {:>6} {:<4} {:<8} {}\n", "NODE", "JOB", "SCORE", "FLAG", "SINCE", "TOP SIGNAL");
+    let mut o = format!("{:<16} {:<14} {:>6} {:<5} {:<8} {}\n", "NODE", "JOB", "SCORE", "FLAG", "SINCE", "TOP SIGNAL");
     let empty = vec![];
     let list = r["stragglers"].as_array().unwrap_or(&empty);
     let unranked = r["unranked"].as_array().unwrap_or(&empty);
@@ -150,25 +152,31 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
             u["reason"].as_str().unwrap_or("not ranked")
         ));
     }
-    let cut = |s: &str, n: usize| {
-        if s.chars().count() > n { format!("{}…", s.chars().take(n - 1).collect::<String>()) } else { s.to_string() }
-    };
     for s in list {
         let since = s["since"]
             .as_str()
             .map(|t| if t.starts_with(&today) { t.get(11..19).unwrap_or(t).to_string() } else { t.to_string() })
             .unwrap_or_else(|| "-".into());
-        let top = s["signals"][0]["text"].as_str().unwrap_or("-");
-        let room = (80 - 45usize).saturating_sub(since.chars().count().max(8));
+        // The column says it in a few words; a flagged node's line below in full.
+        let top = serde_json::from_value::<Deviation>(s["signals"][0].clone()).ok();
+        let room = (80 - 46usize).saturating_sub(since.chars().count().max(8));
+        let flag = match (s["stuck"] == true, s["flagged"] == true) {
+            (true, _) => "STUCK",
+            (_, true) => "YES",
+            _ => "no",
+        };
         o.push_str(&format!(
-            "{:<16} {:<14} {:>6.1} {:<4} {:<8} {}\n",
-            cut(s["node"].as_str().unwrap_or(""), 16),
-            cut(s["job"].as_str().unwrap_or(""), 14),
+            "{:<16} {:<14} {:>6.1} {:<5} {:<8} {}\n",
+            fit(s["node"].as_str().unwrap_or(""), 16),
+            fit(s["job"].as_str().unwrap_or(""), 14),
             s["score"].as_f64().unwrap_or(0.0),
-            if s["flagged"] == true { "YES" } else { "no" },
+            flag,
             since,
-            cut(top, room.max(12))
+            fit(&top.as_ref().map_or("-".into(), Deviation::brief), room.max(12))
         ));
+        if let Some(d) = top.filter(|_| flag != "no") {
+            wrap(&d.text, 78).iter().for_each(|l| o.push_str(&format!("  {l}\n")));
+        }
         if let Ok(step) = serde_json::from_value::<ingero_server::rank::steps::StepTime>(s["step"].clone()) {
             o.push_str(&format!("  {}\n", step.text()));
         }
@@ -185,7 +193,7 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
         o.push_str(&format!("replicas: {} of {} answered\n", replicas.len() - down.len(), replicas.len()));
     }
     for d in down {
-        let why = cut(d["error"].as_str().unwrap_or("no answer"), 40);
+        let why = fit(d["error"].as_str().unwrap_or("no answer"), 40);
         o.push_str(&format!(
             "  NOT ANSWERING {} ({why}): its jobs may be missing\n",
             d["replica"].as_str().unwrap_or("?")
@@ -200,22 +208,46 @@ mod tests {
 
     #[test]
     fn since_is_a_time_today_and_a_full_timestamp_otherwise() {
+        let runq = serde_json::json!({"signal": "runq_share", "value": 0.41, "job_median": 0.03, "z": 27.6,
+            "text": "run-queue wait 41% vs job median 3%"});
+        let host = serde_json::json!({"signal": "offcpu_share", "value": 0.38, "job_median": 0.02, "z": 9.1,
+            "text": "host-blocked (off-CPU outside CUDA/NCCL calls) 38% vs job median 2%"});
+        let stuck = serde_json::json!({"signal": "stuck", "value": 95.0, "job_median": 0.0, "z": 0.0,
+            "text": "job stuck: python (pid 4242) is on CPU outside any CUDA/NCCL call; 7 rank(s) on 7 other node(s) have waited up to 95 s in ncclAllReduce for it"});
         let r = serde_json::json!({"stragglers": [
             {"node": "node-333", "job": "llama-pretrain", "score": 27.6, "flagged": true,
-             "since": "2026-11-20T10:00:00Z", "signals": [{"text": "run-queue wait 41% vs job median 3%"}]},
+             "since": "2026-11-20T10:00:00Z", "signals": [runq]},
             {"node": "node-12", "job": "llama-pretrain", "score": 9.1, "flagged": true,
-             "since": "2026-11-23T08:15:02Z", "signals": [{"text": "run-queue wait 41% vs job median 3%"}],
+             "since": "2026-11-23T08:15:02Z", "signals": [host.clone()],
              "cost": {"gpus": 1024, "gpu_hours": 1234.5678, "usd": 4938.27},
              "step": {"seconds": 0.48, "job_seconds": 0.31, "ratio": 1.55}},
+            {"node": "node-40", "job": "llama-pretrain", "score": 5.0, "flagged": false,
+             "since": null, "signals": [host]},
+            {"node": "node-7", "job": "bert", "score": 0.0, "flagged": true, "stuck": true,
+             "since": "2026-11-23T11:58:00Z", "signals": [stuck]},
         ]});
         let now = chrono::DateTime::parse_from_rfc3339("2026-11-23T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
         let t = table(&r, now);
         let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[1].contains("2026-11-20T10:00:00Z"), "{t}");
-        assert!(lines[2].contains(" 08:15:02 ") && !lines[2].contains("2026-11-23"), "{t}");
         assert!(lines.iter().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{t}");
-        assert!(lines[1].contains("run-queue"), "top signal cut away entirely: {t}");
-        assert_eq!(lines[3], "  step 0.480 s, 1.55× the job's 0.310 s", "{t}");
-        assert!(lines[4].contains("lost so far: 1234.57 GPU-hours ($4938.27) on the job's 1024 GPUs"), "{t}");
+        assert!(lines[1].contains("2026-11-20T10:00:00Z") && lines[1].ends_with(" run-queue 41%…"), "{t}");
+        // A full timestamp leaves the column little room: the line below says it.
+        assert_eq!(lines[2], "  run-queue wait 41% vs job median 3%", "{t}");
+        // Its value in the column, whatever the label's length; in full below.
+        assert!(lines[3].contains(" 08:15:02 ") && !lines[3].contains("2026-11-23"), "{t}");
+        assert!(lines[3].ends_with(" host-blocked 38% (job 2%)"), "{t}");
+        assert_eq!(lines[4], "  host-blocked (off-CPU outside CUDA/NCCL calls) 38% vs job median 2%", "{t}");
+        assert_eq!(lines[5], "  step 0.480 s, 1.55× the job's 0.310 s", "{t}");
+        assert!(lines[6].contains("lost so far: 1234.57 GPU-hours ($4938.27) on the job's 1024 GPUs"), "{t}");
+        // A node that deviates but is not flagged: one line.
+        assert!(lines[7].starts_with("node-40 ") && lines[7].contains(" no ") && lines[7].ends_with("(job 2%)"), "{t}");
+        assert!(
+            lines[8].starts_with("node-7 ") && lines[8].contains(" STUCK ") && lines[8].ends_with(" peers waited 95 s")
+        );
+        assert!(
+            lines[9].starts_with("  job stuck: python (pid 4242)") && lines[10].ends_with("ncclAllReduce for it"),
+            "{t}"
+        );
+        assert_eq!(lines.len(), 11, "{t}");
     }
 }

@@ -161,6 +161,19 @@ fn every_help_fits_80_columns() {
     }
 }
 
+/// A store remediation never wrote to: said so, with how to turn it on.
+#[test]
+fn actions_on_a_store_without_records_says_how_to_get_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = ingero(&["actions", &format!("--store=file://{}", dir.path().display()), "--since=2h"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.starts_with("no remediation records since 20") && out.contains("--remediate dry-run|on"), "{out}");
+    // The store's URL is never cut; the rest fits 80 columns.
+    let rest = out.replace(&format!("file://{}", dir.path().display()), "URL");
+    assert!(rest.lines().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{out}");
+}
+
 #[test]
 fn bad_arguments_exit_2_with_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -10,6 +10,7 @@ pub mod exposition;
 mod intake;
 pub mod recent;
 pub(crate) mod spec;
+pub use spec::short_label;
 pub mod standing;
 pub mod steps;
 pub mod stuck;
