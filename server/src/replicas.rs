@@ -184,6 +184,7 @@ impl Replicas {
             match r {
                 Ok(rk) => {
                     merged.jobs += rk.jobs;
+                    merged.nodes += rk.nodes;
                     merged.stragglers.extend(rk.stragglers);
                     answers.push(ReplicaAnswer { replica: url, answered: true, error: None });
                 }

@@ -404,6 +404,7 @@ mod tests {
             generated_at: "now".into(),
             source: "history".into(),
             jobs: 1,
+            nodes,
             stragglers: vec![standing],
             timeline: Some(tl),
             replicas: Vec::new(),

@@ -106,19 +106,12 @@ pub(crate) fn table(list: &[Offender], episodes: usize, min: u32) -> String {
         o.push_str(&format!("no node was flagged {min} times or more ({episodes} episode(s) in the range)\n"));
     }
     for f in list {
-        let node: String = if f.node.chars().count() > 16 {
-            format!("{}…", f.node.chars().take(15).collect::<String>())
-        } else {
-            f.node.clone()
-        };
+        let node = super::columns::fit(&f.node, 16);
         let causes = f.causes.iter().map(|(c, n)| {
             let c = ingero_server::rank::short_label(c);
             if *n > 1 { format!("{c} ×{n}") } else { c.to_string() }
         });
-        let mut causes = causes.collect::<Vec<_>>().join(", ");
-        if causes.chars().count() > 26 {
-            causes = format!("{}…", causes.chars().take(25).collect::<String>());
-        }
+        let causes = super::columns::fit(&causes.collect::<Vec<_>>().join(", "), 26);
         let flagged = humantime::format_duration(std::time::Duration::from_secs(f.flagged_s as u64)).to_string();
         let flagged = flagged.split(' ').take(2).collect::<Vec<_>>().join("");
         let usd = f.usd.map_or("-".to_string(), |d| format!("${d:.2}"));

@@ -66,6 +66,9 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
     let since = a.since.or(html.then_some(Since::Ago(std::time::Duration::from_secs(3600))));
     let end_us = chrono::Utc::now().timestamp_micros() + 1;
     let ranking = fetch_at(&a.source, a.job.clone(), since, html, a.rank.detector(), a.resolution).await?;
+    if let Some(job) = a.job.as_deref().filter(|_| ranking["nodes"] == 0) {
+        eprintln!("no node of job {job:?}: `ingero stragglers` without --job ranks every job");
+    }
     let body = match a.format {
         Format::Json => serde_json::to_string_pretty(&ranking)? + "\n",
         Format::Table => table(&ranking, chrono::Utc::now()),
@@ -137,7 +140,7 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
     let list = r["stragglers"].as_array().unwrap_or(&empty);
     let unranked = r["unranked"].as_array().unwrap_or(&empty);
     if list.is_empty() && unranked.is_empty() {
-        o.push_str("no node deviates from its job\n");
+        o.push_str(nothing_listed(r));
     }
     for u in unranked {
         let nodes: Vec<&str> = u["nodes"].as_array().into_iter().flatten().filter_map(|n| n.as_str()).collect();
@@ -186,6 +189,12 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
             o.push_str(&format!("  lost so far: {h:.2} GPU-hours{usd} on the job's {g} GPUs\n"));
         }
     }
+    if let Some(nodes @ 1..) = r["nodes"].as_u64() {
+        let apart = list.len() + unranked.iter().map(|u| u["nodes"].as_array().map_or(0, Vec::len)).sum::<usize>();
+        let calm = (nodes as usize).saturating_sub(apart);
+        let jobs = r["jobs"].as_u64().unwrap_or(0);
+        o.push_str(&format!("{nodes} node(s) in {jobs} job(s) judged; {calm} within their job's range\n"));
+    }
     // Several replicas: say which answered; a silent one's jobs may be missing.
     let replicas = r["replicas"].as_array().unwrap_or(&empty);
     let down: Vec<&serde_json::Value> = replicas.iter().filter(|a| a["answered"] != true).collect();
@@ -200,6 +209,15 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
         ));
     }
     o
+}
+
+/// The table's line when it lists no node: nothing to rank is not "all calm".
+fn nothing_listed(r: &serde_json::Value) -> &'static str {
+    match (r["nodes"].as_u64(), r["source"].as_str()) {
+        (Some(0), Some("live")) => "no node has reported to this aggregator yet\n",
+        (Some(0), _) => "no node reported in the range (a longer --since?)\n",
+        _ => "no node deviates from its job\n",
+    }
 }
 
 #[cfg(test)]
@@ -249,5 +267,24 @@ mod tests {
             "{t}"
         );
         assert_eq!(lines.len(), 11, "{t}");
+    }
+
+    #[test]
+    fn all_calm_and_no_data_read_differently() {
+        let now = chrono::Utc::now();
+        let calm = table(&serde_json::json!({"source": "history", "jobs": 2, "nodes": 40, "stragglers": []}), now);
+        assert!(calm.contains("no node deviates from its job\n40 node(s) in 2 job(s) judged; 40 within"), "{calm}");
+        let none = table(&serde_json::json!({"source": "history", "jobs": 0, "nodes": 0, "stragglers": []}), now);
+        assert!(none.contains("no node reported in the range") && !none.contains("judged"), "{none}");
+        let live = table(&serde_json::json!({"source": "live", "jobs": 0, "nodes": 0, "stragglers": []}), now);
+        assert!(live.contains("no node has reported to this aggregator yet"), "{live}");
+        // Nodes listed, and those of a job left unranked, are not counted calm.
+        let r = serde_json::json!({"source": "history", "jobs": 2, "nodes": 10,
+            "stragglers": [{"node": "n1", "job": "a", "score": 9.0, "flagged": true, "signals": []}],
+            "unranked": [{"job": "b", "nodes": ["m1", "m2", "m3"], "reason": "no shared window"}]});
+        assert!(table(&r, now).ends_with("10 node(s) in 2 job(s) judged; 6 within their job's range\n"));
+        // An older aggregator's answer (no count) keeps the old line, no total.
+        let old = table(&serde_json::json!({"source": "live", "jobs": 1, "stragglers": []}), now);
+        assert!(old.ends_with("no node deviates from its job\n"), "{old}");
     }
 }

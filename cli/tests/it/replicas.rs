@@ -155,6 +155,8 @@ fn flagged_once(url: &str) -> Vec<String> {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), nodes.len(), "a node listed twice on {url}: {v}");
+    // Nor counted twice: each job and node once, fleet-wide.
+    assert_eq!((v["jobs"].as_u64(), v["nodes"].as_u64()), (Some(2), Some(36)), "on {url}: {v}");
     let flagged = v["stragglers"].as_array().unwrap().iter().filter(|s| s["flagged"] == true);
     flagged.map(|s| s["node"].as_str().unwrap().to_string()).collect()
 }

@@ -330,8 +330,15 @@ impl Detector {
         })
     }
 
-    pub fn jobs(&self) -> usize {
-        self.jobs.len()
+    /// Jobs ranked now (`job`: 1 if it is one of them).
+    pub fn jobs(&self, job: Option<&str>) -> usize {
+        job.map_or(self.jobs.len(), |j| usize::from(self.jobs.contains_key(j)))
+    }
+
+    /// Nodes ranked now (of `job`, or of every job): each judged against
+    /// its job's other nodes, whether or not it deviates.
+    pub fn nodes(&self, job: Option<&str>) -> usize {
+        self.jobs.iter().filter(|(j, _)| job.is_none_or(|want| want == j.as_str())).map(|(_, st)| st.nodes.len()).sum()
     }
 
     /// Every judged window of every node (`timeline` on), sorted by job, node.

@@ -33,6 +33,10 @@ pub struct Ranking {
     pub generated_at: String,
     pub source: String,
     pub jobs: usize,
+    /// Nodes ranked (the listed stragglers and those within their job's
+    /// range): says "all calm" apart from "no data".
+    #[serde(default)]
+    pub nodes: usize,
     pub stragglers: Vec<Standing>,
     /// Every node's score per bin (history with the detector's `timeline` on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,7 +122,8 @@ impl Ranking {
         Ranking {
             generated_at: chrono::Utc::now().to_rfc3339(),
             source: source.to_string(),
-            jobs: d.jobs(),
+            jobs: d.jobs(job),
+            nodes: d.nodes(job),
             stragglers: d.standings(job, 1.0),
             timeline: None,
             replicas: Vec::new(),

@@ -147,7 +147,7 @@ fn live_forgets_nodes_and_jobs_that_stopped_reporting() {
         d.drain();
     }
     assert_eq!(d.flagged().count(), 0, "an ended job's last flag is forgotten");
-    assert_eq!(d.jobs(), 1);
+    assert_eq!((d.jobs(None), d.nodes(None)), (1, 2), "the ended job and its nodes are forgotten");
     assert_eq!(d.standings(None, f64::NEG_INFINITY).len(), 2, "node-1 of the running job is still within the minute");
     for w in 75..105 {
         win(&mut d, "running", w, &[0.03]);
@@ -163,7 +163,9 @@ fn live_forgets_nodes_and_jobs_that_stopped_reporting() {
         win(&mut h, "running", w, &[0.03, 0.03]);
     }
     h.drain();
-    assert_eq!(h.jobs(), 2);
+    assert_eq!((h.jobs(None), h.nodes(None)), (2, 5));
+    assert_eq!((h.jobs(Some("ended")), h.nodes(Some("ended"))), (1, 3));
+    assert_eq!((h.jobs(Some("other")), h.nodes(Some("other"))), (0, 0));
 }
 
 /// The detector books a contended node's episode: 4 streak windows of
