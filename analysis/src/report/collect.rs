@@ -98,10 +98,11 @@ impl Collector<'_> {
         }
         if nodes.is_empty() {
             return Err(Error::NoData(format!(
-                "no data for {} between {} and {}: check the name, --since and --store/--server",
+                "no data for {} between {} and {}: check the name, --since and --store/--server ({})",
                 self.target.describe(),
                 rfc3339(self.range.0),
-                rfc3339(self.range.1)
+                rfc3339(self.range.1),
+                self.seen_instead().await?
             )));
         }
         self.d.nodes = nodes.into_iter().collect();
@@ -109,6 +110,32 @@ impl Collector<'_> {
         self.d.pids = pids.into_iter().collect();
         self.d.comms = comms.into_iter().collect();
         Ok(())
+    }
+
+    /// The names of the target's kind that have data in the range, a few
+    /// of them, for a name the user got wrong.
+    async fn seen_instead(&self) -> Result<String> {
+        const SHOWN: usize = 5;
+        let (name, kind) = self.target.spelled();
+        // Utf8: `concat` of a CAST gives a view type. No ORDER BY/LIMIT:
+        // DataFusion 55 cuts DISTINCT too early under a LIMIT (apache/
+        // datafusion#24927); the names in a range fit in memory.
+        let q = format!(
+            "SELECT DISTINCT arrow_cast({name}, 'Utf8') AS name FROM {SCHED_WINDOWS} \
+             WHERE {} AND {name} IS NOT NULL AND {name} <> '' AND {name} <> '/'",
+            self.time
+        );
+        let mut names = BTreeSet::new();
+        for b in &self.sql(&q).await? {
+            names.extend(strs(b, "name")?.into_iter().flatten());
+        }
+        let n = names.len();
+        let names: Vec<String> = names.into_iter().take(SHOWN).collect();
+        Ok(match n {
+            0 => format!("no {kind} have data in that range"),
+            n if n <= SHOWN => format!("{kind} with data then: {}", names.join(", ")),
+            n => format!("{kind} with data then: {}, … {n} in all", names.join(", ")),
+        })
     }
 
     /// Run-queue and off-CPU shares. Agents measure, in the kernel, which

@@ -48,6 +48,16 @@ impl Target {
         }
     }
 
+    /// What the user would type for this kind of target, as SQL over a
+    /// window table, and the kind's name in the plural ("pods").
+    pub(super) fn spelled(&self) -> (&'static str, &'static str) {
+        match self {
+            Target::Pod { .. } => ("concat(namespace, '/', pod)", "pods"),
+            Target::Node(_) => ("node", "nodes"),
+            Target::Pid { .. } => ("concat(node, ':', CAST(pid AS VARCHAR))", "processes"),
+        }
+    }
+
     pub(super) fn filter(&self) -> String {
         let q = |s: &str| format!("'{}'", s.replace('\'', "''"));
         match self {

@@ -42,6 +42,10 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     let (out, _) = text(&o);
     assert!(out.starts_with("NODE") && out.contains("node-2") && out.lines().all(|l| l.chars().count() <= 80), "{out}");
     assert!(out.contains("× the job's"), "no step time: {out}");
+    assert!(out.ends_with("6 node(s) in 1 job(s) judged; 5 within their job's range\n"), "{out}");
+    let o = ingero(&["stragglers", &store, "--since=5m", "--job=nobody"]);
+    let (out, err) = text(&o);
+    assert!(out.contains("no node reported in the range") && err.contains("no node of job \"nobody\""), "{out}{err}");
 
     let o = ingero(&["sql", "SELECT count(*) AS n FROM call_windows WHERE node = 'node-2'", &store, "--format=json"]);
     let (out, err) = text(&o);
@@ -85,7 +89,13 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
 
     let o = ingero(&["report", "--pod=ml/nobody", &store, "--since=5m"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
-    assert!(text(&o).1.contains("no data for pod ml/nobody"));
+    let err = text(&o).1;
+    assert!(err.contains("no data for pod ml/nobody"), "{err}");
+    // The pods that have data, for a name mistyped.
+    assert!(err.contains("pods with data then: ml/llama-pretrain-worker-0, ml/llama-pretrain-worker-1,"), "{err}");
+    assert!(err.contains(", … 6 in all)"), "{err}");
+    let o = ingero(&["report", "--pid=node-9:1", &store, "--since=5m"]);
+    assert!(text(&o).1.contains("processes with data then: node-0:"), "{}", text(&o).1);
 }
 
 /// Renders the page as a person would see it and checks what is on screen.
