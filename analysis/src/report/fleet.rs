@@ -99,9 +99,11 @@ pub fn render(r: &Ranking, range: (&str, &str)) -> String {
 fn cost_text(eps: &[&Episode]) -> String {
     let hours: f64 = eps.iter().filter_map(|e| e.cost).map(|c| c.gpu_hours).sum();
     let usd: Option<f64> = eps.iter().map(|e| e.cost.and_then(|c| c.usd)).sum();
+    // As the episodes' rows say it (0.04, not 0.0).
+    let hours = if hours < 10.0 { format!("{hours:.2}") } else { format!("{hours:.1}") };
     match usd {
-        Some(d) => format!("{hours:.1} GPU-hours (${d:.2})"),
-        None => format!("{hours:.1} GPU-hours"),
+        Some(d) => format!("{hours} GPU-hours (${d:.2})"),
+        None => format!("{hours} GPU-hours"),
     }
 }
 
@@ -346,6 +348,7 @@ fn detail(s: Option<&Standing>, row: Option<&NodeTimeline>, tl: &Timeline) -> Ma
                     li { (d.text) " (z " (format!("{:.1}", d.z)) ")" }
                 }
             }
+            @if let Some(t) = s.and_then(|s| s.step.as_ref()) { p { (t.text()) } }
             p.meta {
                 "Drill down: "
                 code { "ingero report --node " (node) " --since " (from.as_deref().unwrap_or("1h")) }

@@ -93,12 +93,14 @@ impl SimulateArgs {
 }
 
 pub(crate) fn print_report(r: &SimReport) {
-    println!("{:<22} {:>6} {:>14}  SIGNALS", "INJECTION", "AT", "FLAGGED AFTER");
+    println!("{:<20} {:>6} {:>14}  SIGNALS", "INJECTION", "AT", "FLAGGED AFTER");
     for i in &r.injections {
         let after = i.flagged_after_secs.map_or("NOT FLAGGED".to_string(), |s| format!("{s:.1}s"));
-        let sig = i.signals.first().cloned().unwrap_or_default();
-        let sig: String = sig.chars().take(80 - 47).collect();
-        println!("{:<22} {:>5.0}s {:>14}  {}", i.injection, i.at_secs, after, sig);
+        // The top signal in full, wrapped under its column (80 columns).
+        let sig = super::columns::wrap(i.signals.first().map_or("", String::as_str), 80 - 45);
+        let first = sig.first().map_or("", String::as_str);
+        println!("{:<20} {:>5.0}s {:>14}  {first}", super::columns::fit(&i.injection, 20), i.at_secs, after);
+        sig.iter().skip(1).for_each(|l| println!("{:45}{l}", ""));
     }
     if r.injections.is_empty() {
         println!("(no straggler injected)");

@@ -181,7 +181,7 @@ pub(crate) fn table(r: &serde_json::Value, now: chrono::DateTime<chrono::Utc>) -
             wrap(&d.text, 78).iter().for_each(|l| o.push_str(&format!("  {l}\n")));
         }
         if let Ok(step) = serde_json::from_value::<ingero_server::rank::steps::StepTime>(s["step"].clone()) {
-            o.push_str(&format!("  {}\n", step.text()));
+            wrap(&step.text(), 78).iter().for_each(|l| o.push_str(&format!("  {l}\n")));
         }
         if let Some(c) = s.get("cost").filter(|c| c.is_object()) {
             let usd = c["usd"].as_f64().map_or(String::new(), |d| format!(" (${d:.2})"));

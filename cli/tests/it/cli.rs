@@ -38,6 +38,11 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["stragglers"][0]["node"], "node-2", "{v}");
     assert_eq!(v["stragglers"][0]["flagged"], true);
+    // In lockstep the straggler steps as its job does: the cost is the job's
+    // pace before the contention began against since (the model: ~1.5x).
+    let shift = &v["stragglers"][0]["step"]["job_shift"];
+    let slower = shift["since_seconds"].as_f64().unwrap() / shift["before_seconds"].as_f64().unwrap();
+    assert!((1.3..1.7).contains(&slower), "{v}");
     let o = ingero(&["stragglers", &store, "--since=5m"]);
     let (out, _) = text(&o);
     assert!(out.starts_with("NODE") && out.contains("node-2") && out.lines().all(|l| l.chars().count() <= 80), "{out}");

@@ -136,6 +136,7 @@ struct JobState {
     pending: BTreeMap<i64, Pending>,
     nodes: ByName<NodeState>,
     evaluated_up_to: Option<i64>,
+    steps: super::steps::JobSteps,
 }
 
 #[derive(Debug, Default)]
@@ -263,7 +264,10 @@ impl Detector {
             .filter(|(j, _)| job.is_none_or(|want| want == j.as_str()))
             .flat_map(|(j, st)| {
                 let job_step = super::steps::median(st.nodes.values().filter_map(|n| n.steps.ns()).collect());
-                let step = move |n: &NodeState| StepTime::new(n.steps.ns()? as f64, job_step? as f64);
+                let step = move |n: &NodeState| {
+                    let shift = n.since.or(n.streak_start).and_then(|t| st.steps.shift(t));
+                    Some(StepTime::new(n.steps.ns()? as f64, job_step? as f64)?.with_shift(shift))
+                };
                 st.nodes.iter().filter(move |(_, n)| n.flagged || n.score >= min_score).map(move |(node, n)| Standing {
                     node: node.clone(),
                     job: j.clone(),
@@ -372,6 +376,7 @@ fn add(d: &mut (f64, Vec<Deviation>, bool), dev: Deviation, cause: bool) {
 /// returns each node's measured windows so far, in `names` order.
 fn note_window(job: &mut JobState, w: i64, names: &[&String], sigs: &[&Signals]) -> Vec<u64> {
     let mut measured_windows = Vec::with_capacity(names.len());
+    let mut steps = Vec::new();
     for (name, s) in names.iter().zip(sigs) {
         if !job.nodes.contains_key(name.as_str()) {
             job.nodes.insert((*name).clone(), NodeState::default());
@@ -380,9 +385,10 @@ fn note_window(job: &mut JobState, w: i64, names: &[&String], sigs: &[&Signals])
         st.last_window = st.last_window.max(w);
         st.windows += 1;
         st.measured_windows += s.measured as u64;
-        st.steps.add(s);
+        steps.extend(st.steps.add(s));
         measured_windows.push(st.measured_windows);
     }
+    job.steps.add(w, steps);
     measured_windows
 }
 

@@ -24,6 +24,46 @@ pub struct StepTime {
     pub job_seconds: f64,
     /// seconds / job_seconds: 1.5 means each step takes half as long again.
     pub ratio: f64,
+    /// The job's step time before this node's deviation began and since:
+    /// in lockstep every rank steps at the slowest one's pace (ratio 1),
+    /// and this is what the deviation costs each step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_shift: Option<StepShift>,
+}
+
+/// A job's step time (s) in the minutes before a node deviated, and since.
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq)]
+pub struct StepShift {
+    pub before_seconds: f64,
+    pub since_seconds: f64,
+}
+
+/// How far back "before" looks: a straggler's effect against the job's
+/// recent pace, not last hour's.
+pub const SHIFT_LOOKBACK_US: i64 = 300_000_000;
+
+/// Windows needed on each side of the deviation's start for a shift.
+const SHIFT_MIN_WINDOWS: usize = 3;
+
+/// The job's step time before `since_us` (within the lookback) and from
+/// it on, from (window start µs, job step ns) pairs; None without
+/// [`SHIFT_MIN_WINDOWS`] on each side.
+pub fn shift(series: impl IntoIterator<Item = (i64, u64)>, since_us: i64) -> Option<StepShift> {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for (t, ns) in series {
+        if t >= since_us {
+            after.push(ns);
+        } else if t >= since_us - SHIFT_LOOKBACK_US {
+            before.push(ns);
+        }
+    }
+    if before.len() < SHIFT_MIN_WINDOWS || after.len() < SHIFT_MIN_WINDOWS {
+        return None;
+    }
+    Some(StepShift {
+        before_seconds: round4(median(before)? as f64 / 1e9),
+        since_seconds: round4(median(after)? as f64 / 1e9),
+    })
 }
 
 impl StepTime {
@@ -32,12 +72,26 @@ impl StepTime {
             seconds: round4(node_ns / 1e9),
             job_seconds: round4(job_ns / 1e9),
             ratio: (node_ns / job_ns * 100.0).round() / 100.0,
+            job_shift: None,
         })
     }
 
-    /// "step 0.48 s, 1.55× the job's 0.31 s".
+    pub fn with_shift(self, job_shift: Option<StepShift>) -> StepTime {
+        StepTime { job_shift, ..self }
+    }
+
+    /// "step 0.48 s, 1.55× the job's 0.31 s", and where known "; the job
+    /// stepped in 0.30 s before it deviated, 0.31 s since (+3%)".
     pub fn text(&self) -> String {
-        format!("step {:.3} s, {:.2}× the job's {:.3} s", self.seconds, self.ratio, self.job_seconds)
+        let mut t = format!("step {:.3} s, {:.2}× the job's {:.3} s", self.seconds, self.ratio, self.job_seconds);
+        if let Some(s) = self.job_shift {
+            let change = (s.since_seconds / s.before_seconds - 1.0) * 100.0;
+            t += &format!(
+                "; the job stepped in {:.3} s before it deviated, {:.3} s since ({change:+.0}%)",
+                s.before_seconds, s.since_seconds
+            );
+        }
+        t
     }
 }
 
@@ -52,20 +106,45 @@ pub(crate) struct StepTrack {
 }
 
 impl StepTrack {
-    /// Takes a window's signals: the median of its processes' step medians.
-    pub(crate) fn add(&mut self, s: &Signals) {
+    /// Takes a window's signals: the median of its processes' step medians
+    /// (returned: the node's step time that window).
+    pub(crate) fn add(&mut self, s: &Signals) -> Option<u64> {
         let p50s: Vec<u64> = s.procs.iter().filter_map(|p| p.step_p50_ns).collect();
-        if let Some(m) = median(p50s) {
-            if self.recent.len() == RECENT {
-                self.recent.pop_front();
-            }
-            self.recent.push_back(m);
+        let m = median(p50s)?;
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
         }
+        self.recent.push_back(m);
+        Some(m)
     }
 
     /// The node's step time (ns), if its agents found steps lately.
     pub(crate) fn ns(&self) -> Option<u64> {
         median(self.recent.iter().copied().collect())
+    }
+}
+
+/// A job's step time per window (the median of its nodes'), the last
+/// half hour of 1-s windows: its pace before a node deviated.
+#[derive(Debug, Default)]
+pub(crate) struct JobSteps {
+    windows: VecDeque<(i64, u64)>,
+}
+
+impl JobSteps {
+    const KEPT: usize = 1800;
+
+    /// Window `w`'s node step times.
+    pub(crate) fn add(&mut self, w: i64, nodes: Vec<u64>) {
+        let Some(m) = median(nodes) else { return };
+        if self.windows.len() == Self::KEPT {
+            self.windows.pop_front();
+        }
+        self.windows.push_back((w, m));
+    }
+
+    pub(crate) fn shift(&self, since_us: i64) -> Option<StepShift> {
+        shift(self.windows.iter().copied(), since_us)
     }
 }
 
@@ -102,5 +181,33 @@ mod tests {
         assert_eq!((s.seconds, s.job_seconds, s.ratio), (0.48, 0.31, 1.55));
         assert_eq!(s.text(), "step 0.480 s, 1.55× the job's 0.310 s");
         assert_eq!(StepTime::new(0.0, 1.0), None);
+    }
+
+    #[test]
+    fn the_jobs_pace_before_a_deviation_and_since() {
+        let s = |t: i64| t * 1_000_000;
+        // An hour-old window is outside the lookback; 10 windows at 100 ms,
+        // then 10 at 150 ms from the deviation's start at t = 1000 s.
+        let mut series = vec![(s(-2600), 900_000_000)];
+        series.extend((990..1000).map(|t| (s(t), 100_000_000)));
+        series.extend((1000..1010).map(|t| (s(t), 150_000_000)));
+        let shift = shift(series.clone(), s(1000)).unwrap();
+        assert_eq!((shift.before_seconds, shift.since_seconds), (0.1, 0.15));
+        let t = StepTime::new(150e6, 150e6).unwrap().with_shift(Some(shift)).text();
+        assert_eq!(
+            t,
+            "step 0.150 s, 1.00× the job's 0.150 s; the job stepped in 0.100 s before it deviated, 0.150 s since (+50%)"
+        );
+        // Too few windows on a side: no claim.
+        assert_eq!(super::shift(series.clone(), s(1008)), None);
+        assert_eq!(super::shift(series, s(992)), None);
+        // The job's history keeps its last half hour.
+        let mut j = JobSteps::default();
+        (0..JobSteps::KEPT as i64 + 10).for_each(|t| j.add(s(t), vec![100, 300, 200]));
+        j.add(s(5000), vec![]);
+        assert_eq!(
+            (j.windows.len(), j.windows.front(), j.windows.back()),
+            (JobSteps::KEPT, Some(&(s(10), 200)), Some(&(s(1809), 200)))
+        );
     }
 }
