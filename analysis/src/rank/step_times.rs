@@ -42,7 +42,7 @@ pub(super) async fn attach(engine: &QueryEngine, r: &mut Ranking, start_us: i64,
     for s in &mut r.stragglers {
         let Some(nodes) = by_job.get(&s.job) else { continue };
         let job_ns = median(nodes.values().copied().collect());
-        let shift = s.since_us.zip(paces.get(&s.job)).and_then(|(t, p)| shift(p.iter().copied(), t));
+        let shift = s.since_us.zip(paces.get(&s.job)).and_then(|(t, p)| shift(p, t));
         s.step = nodes
             .get(&s.node)
             .zip(job_ns)

@@ -265,7 +265,7 @@ impl Detector {
             .flat_map(|(j, st)| {
                 let job_step = super::steps::median(st.nodes.values().filter_map(|n| n.steps.ns()).collect());
                 let step = move |n: &NodeState| {
-                    let shift = n.since.or(n.streak_start).and_then(|t| st.steps.shift(t));
+                    let shift = n.since.or(n.streak_start).and_then(|t| st.steps.shift(n.steps.job_before, t));
                     Some(StepTime::new(n.steps.ns()? as f64, job_step? as f64)?.with_shift(shift))
                 };
                 st.nodes.iter().filter(move |(_, n)| n.flagged || n.score >= min_score).map(move |(node, n)| Standing {
@@ -460,6 +460,9 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &ByName<Signal
         let was_flagged = st.flagged;
         tracing::trace!(node = %name, window = w, score, cause, any_cause, deviant, "node judged");
         update(cfg, st, (w, end, lost_s), stuck.get(&i), deviant.then_some((*score, list)));
+        if st.streak_start == Some(w) {
+            st.steps.job_before = job.steps.before(w);
+        }
         if st.flagged != was_flagged {
             let what = if st.flagged { "flagged" } else { "cleared" };
             tracing::debug!(node = %name, window = w, score = st.score, stuck = st.stuck, "{what}");

@@ -45,25 +45,34 @@ pub const SHIFT_LOOKBACK_US: i64 = 300_000_000;
 /// Windows needed on each side of the deviation's start for a shift.
 const SHIFT_MIN_WINDOWS: usize = 3;
 
-/// The job's step time before `since_us` (within the lookback) and from
-/// it on, from (window start µs, job step ns) pairs; None without
+/// The median of `series` values with start in `[from, to)`; None with
+/// fewer than [`SHIFT_MIN_WINDOWS`].
+fn side(series: impl IntoIterator<Item = (i64, u64)>, (from, to): (i64, i64)) -> Option<u64> {
+    let v: Vec<u64> = series.into_iter().filter(|&(t, _)| t >= from && t < to).map(|(_, ns)| ns).collect();
+    if v.len() < SHIFT_MIN_WINDOWS { None } else { median(v) }
+}
+
+/// The job's pace (step ns per window start µs) in the lookback before a
+/// deviation began at `since_us`.
+pub fn pace_before(series: impl IntoIterator<Item = (i64, u64)>, since_us: i64) -> Option<u64> {
+    side(series, (since_us.saturating_sub(SHIFT_LOOKBACK_US), since_us))
+}
+
+/// The job's step time before a deviation began at `since_us` and from it
+/// on, from (window start µs, job step ns) pairs; None without
 /// [`SHIFT_MIN_WINDOWS`] on each side.
-pub fn shift(series: impl IntoIterator<Item = (i64, u64)>, since_us: i64) -> Option<StepShift> {
-    let (mut before, mut after) = (Vec::new(), Vec::new());
-    for (t, ns) in series {
-        if t >= since_us {
-            after.push(ns);
-        } else if t >= since_us - SHIFT_LOOKBACK_US {
-            before.push(ns);
-        }
+pub fn shift(series: &[(i64, u64)], since_us: i64) -> Option<StepShift> {
+    let before = pace_before(series.iter().copied(), since_us)?;
+    StepShift::new(before, side(series.iter().copied(), (since_us, i64::MAX))?)
+}
+
+impl StepShift {
+    fn new(before_ns: u64, since_ns: u64) -> Option<StepShift> {
+        (before_ns > 0).then(|| StepShift {
+            before_seconds: round4(before_ns as f64 / 1e9),
+            since_seconds: round4(since_ns as f64 / 1e9),
+        })
     }
-    if before.len() < SHIFT_MIN_WINDOWS || after.len() < SHIFT_MIN_WINDOWS {
-        return None;
-    }
-    Some(StepShift {
-        before_seconds: round4(median(before)? as f64 / 1e9),
-        since_seconds: round4(median(after)? as f64 / 1e9),
-    })
 }
 
 impl StepTime {
@@ -103,6 +112,9 @@ fn round4(v: f64) -> f64 {
 #[derive(Debug, Default)]
 pub(crate) struct StepTrack {
     recent: VecDeque<u64>,
+    /// Its job's pace before this node's current deviation began, taken
+    /// when it began: a deviation may outlast the job's kept windows.
+    pub(crate) job_before: Option<u64>,
 }
 
 impl StepTrack {
@@ -124,15 +136,15 @@ impl StepTrack {
     }
 }
 
-/// A job's step time per window (the median of its nodes'), the last
-/// half hour of 1-s windows: its pace before a node deviated.
+/// A job's step time per window (the median of its nodes'), the last ten
+/// minutes of 1-s windows: its pace before a node deviated, and since.
 #[derive(Debug, Default)]
 pub(crate) struct JobSteps {
     windows: VecDeque<(i64, u64)>,
 }
 
 impl JobSteps {
-    const KEPT: usize = 1800;
+    const KEPT: usize = 600;
 
     /// Window `w`'s node step times.
     pub(crate) fn add(&mut self, w: i64, nodes: Vec<u64>) {
@@ -143,8 +155,14 @@ impl JobSteps {
         self.windows.push_back((w, m));
     }
 
-    pub(crate) fn shift(&self, since_us: i64) -> Option<StepShift> {
-        shift(self.windows.iter().copied(), since_us)
+    pub(crate) fn before(&self, since_us: i64) -> Option<u64> {
+        pace_before(self.windows.iter().copied(), since_us)
+    }
+
+    /// From `before` (taken when the deviation began) to the job's pace
+    /// since `since_us` (its last ten minutes, for an older deviation).
+    pub(crate) fn shift(&self, before: Option<u64>, since_us: i64) -> Option<StepShift> {
+        StepShift::new(before?, side(self.windows.iter().copied(), (since_us, i64::MAX))?)
     }
 }
 
@@ -191,7 +209,7 @@ mod tests {
         let mut series = vec![(s(-2600), 900_000_000)];
         series.extend((990..1000).map(|t| (s(t), 100_000_000)));
         series.extend((1000..1010).map(|t| (s(t), 150_000_000)));
-        let shift = shift(series.clone(), s(1000)).unwrap();
+        let shift = shift(&series, s(1000)).unwrap();
         assert_eq!((shift.before_seconds, shift.since_seconds), (0.1, 0.15));
         let t = StepTime::new(150e6, 150e6).unwrap().with_shift(Some(shift)).text();
         assert_eq!(
@@ -199,15 +217,19 @@ mod tests {
             "step 0.150 s, 1.00× the job's 0.150 s; the job stepped in 0.100 s before it deviated, 0.150 s since (+50%)"
         );
         // Too few windows on a side: no claim.
-        assert_eq!(super::shift(series.clone(), s(1008)), None);
-        assert_eq!(super::shift(series, s(992)), None);
-        // The job's history keeps its last half hour.
+        assert_eq!(super::shift(&series, s(1008)), None);
+        assert_eq!(super::shift(&series, s(992)), None);
+        // The job's history keeps its last ten minutes; a deviation older
+        // than that keeps the pace taken when it began.
         let mut j = JobSteps::default();
-        (0..JobSteps::KEPT as i64 + 10).for_each(|t| j.add(s(t), vec![100, 300, 200]));
+        (0..JobSteps::KEPT as i64 + 10).for_each(|t| j.add(s(t), vec![100_000_000, 300_000_000, 1_000_000_000]));
         j.add(s(5000), vec![]);
         assert_eq!(
             (j.windows.len(), j.windows.front(), j.windows.back()),
-            (JobSteps::KEPT, Some(&(s(10), 200)), Some(&(s(1809), 200)))
+            (JobSteps::KEPT, Some(&(s(10), 300_000_000)), Some(&(s(609), 300_000_000)))
         );
+        assert_eq!(j.before(s(5)), None, "forgotten");
+        let shift = j.shift(Some(100_000_000), s(5)).unwrap();
+        assert_eq!((shift.before_seconds, shift.since_seconds), (0.1, 0.3));
     }
 }

@@ -327,3 +327,43 @@ fn live_standings_show_each_nodes_step_time_against_its_jobs() {
     assert_eq!(step("node-2").ratio, 0.97);
     assert_eq!(step("node-3").seconds, 0.32);
 }
+
+/// In lockstep every rank steps at the straggler's pace: the standing says
+/// what the job's steps were before the node deviated and since, and keeps
+/// the "before" once the job's kept windows no longer reach back to it.
+#[test]
+fn a_stragglers_standing_says_how_much_slower_its_job_steps() {
+    use crate::rank::progress::ProcProgress;
+    let mut d = Detector::new(DetectorConfig::default());
+    let proc = |ms: u64| ProcProgress { steps: Some(3), step_p50_ns: Some(ms * 1_000_000), ..Default::default() };
+    let mut window = |w: i64, slow: bool| {
+        for i in 0..4 {
+            let key = NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+            let runq = if slow && i == 1 { 0.41 } else { 0.03 };
+            d.add(key, &Signals { procs: vec![proc(if slow { 150 } else { 100 })], ..sig(runq, 0.3) });
+        }
+        d.drain();
+        d.standings(None, 1.0).into_iter().find(|s| s.node == "node-1")
+    };
+    for w in 0..20 {
+        assert!(window(w, false).is_none(), "calm node-1 listed at {w}");
+    }
+    let mut s = None;
+    for w in 20..30 {
+        s = window(w, true);
+    }
+    let s = s.expect("node-1 listed");
+    assert!(s.flagged && s.since_us == Some(20_000_000), "{s:?}");
+    let step = s.step.expect("steps found");
+    assert_eq!(step.ratio, 1.0, "lockstep: {step:?}");
+    let shift = step.job_shift.expect("a shift");
+    assert_eq!((shift.before_seconds, shift.since_seconds), (0.1, 0.15));
+    // Eleven minutes on: the job's windows from before are gone, the pace
+    // taken when the deviation began is not.
+    let mut s = None;
+    for w in 30..690 {
+        s = window(w, true);
+    }
+    let shift = s.and_then(|s| s.step).and_then(|t| t.job_shift).expect("a shift after 11 minutes");
+    assert_eq!((shift.before_seconds, shift.since_seconds), (0.1, 0.15));
+}
