@@ -14,6 +14,7 @@ use crate::rank::detector::Standing;
 use crate::rank::episode::Episode;
 use crate::rank::{NodeTimeline, Ranking, Timeline};
 use ingero_model::time::rfc3339;
+use ingero_server::rank::steps::StepTime;
 
 /// Colour of a bin: no data, calm, then deviation bands by score (z).
 const BANDS: [(f32, &str, &str); 5] = [
@@ -302,7 +303,7 @@ fn ranking_table(job: &str, standings: &[&Standing], cleared: &[&NodeTimeline], 
                     td { (flag(s)) }
                     td { (s.since.as_deref().unwrap_or("-")) }
                     td { (s.signals.first().map_or("-", |d| d.text.as_str())) }
-                    td.num { (s.step.as_ref().map_or("-".into(), |t| format!("{:.3} s ({:.2}×)", t.seconds, t.ratio))) }
+                    td.num { (s.step.as_ref().map_or("-".into(), step_cell)) }
                 }
             }
             @if standings.len() > 50 {
@@ -318,6 +319,15 @@ fn ranking_table(job: &str, standings: &[&Standing], cleared: &[&NodeTimeline], 
             }
         } }
     }
+}
+
+/// "0.143 s (1.00×), job +50%": in lockstep the job's slowdown is the cost.
+fn step_cell(t: &StepTime) -> String {
+    let mut c = format!("{:.3} s ({:.2}×)", t.seconds, t.ratio);
+    if let Some(s) = t.job_shift {
+        c += &format!(", job {:+.0}%", (s.since_seconds / s.before_seconds - 1.0) * 100.0);
+    }
+    c
 }
 
 fn detail(s: Option<&Standing>, row: Option<&NodeTimeline>, tl: &Timeline) -> Markup {
@@ -430,6 +440,19 @@ mod tests {
         assert_eq!(colour(0.0), BANDS[0].1);
         assert_eq!(colour(5.0), BANDS[1].1);
         assert_eq!(colour(40.0), BANDS[4].1);
+    }
+
+    #[test]
+    fn a_stragglers_cost_per_step_is_its_jobs_slowdown() {
+        let mut r = ranking(8, 20);
+        let shift = ingero_server::rank::steps::StepShift { before_seconds: 0.096, since_seconds: 0.144 };
+        r.stragglers[0].step = Some(StepTime::new(143e6, 143e6).unwrap().with_shift(Some(shift)));
+        let html = render(&r, ("a", "b"));
+        assert!(html.contains("0.143 s (1.00×), job +50%"), "ranking cell");
+        assert!(html.contains("the job stepped in 0.096 s before it deviated, 0.144 s since (+50%)"), "detail");
+        r.stragglers[0].step = Some(StepTime::new(143e6, 143e6).unwrap());
+        let html = render(&r, ("a", "b"));
+        assert!(html.contains("0.143 s (1.00×)<") && !html.contains("before it deviated"));
     }
 
     #[test]
