@@ -325,7 +325,7 @@ fn ranking_table(job: &str, standings: &[&Standing], cleared: &[&NodeTimeline], 
 fn step_cell(t: &StepTime) -> String {
     let mut c = format!("{:.3} s ({:.2}×)", t.seconds, t.ratio);
     if let Some(s) = t.job_shift {
-        c += &format!(", job {:+.0}%", (s.since_seconds / s.before_seconds - 1.0) * 100.0);
+        c += &format!(", job {:+.0}%", s.change_pct());
     }
     c
 }

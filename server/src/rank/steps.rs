@@ -54,7 +54,7 @@ fn side(series: impl IntoIterator<Item = (i64, u64)>, (from, to): (i64, i64)) ->
 
 /// The job's pace (step ns per window start µs) in the lookback before a
 /// deviation began at `since_us`.
-pub fn pace_before(series: impl IntoIterator<Item = (i64, u64)>, since_us: i64) -> Option<u64> {
+fn pace_before(series: impl IntoIterator<Item = (i64, u64)>, since_us: i64) -> Option<u64> {
     side(series, (since_us.saturating_sub(SHIFT_LOOKBACK_US), since_us))
 }
 
@@ -67,6 +67,11 @@ pub fn shift(series: &[(i64, u64)], since_us: i64) -> Option<StepShift> {
 }
 
 impl StepShift {
+    /// How much slower (+) or faster (−) the job steps since, in percent.
+    pub fn change_pct(&self) -> f64 {
+        (self.since_seconds / self.before_seconds - 1.0) * 100.0
+    }
+
     fn new(before_ns: u64, since_ns: u64) -> Option<StepShift> {
         (before_ns > 0).then(|| StepShift {
             before_seconds: round4(before_ns as f64 / 1e9),
@@ -94,10 +99,11 @@ impl StepTime {
     pub fn text(&self) -> String {
         let mut t = format!("step {:.3} s, {:.2}× the job's {:.3} s", self.seconds, self.ratio, self.job_seconds);
         if let Some(s) = self.job_shift {
-            let change = (s.since_seconds / s.before_seconds - 1.0) * 100.0;
             t += &format!(
-                "; the job stepped in {:.3} s before it deviated, {:.3} s since ({change:+.0}%)",
-                s.before_seconds, s.since_seconds
+                "; the job stepped in {:.3} s before it deviated, {:.3} s since ({:+.0}%)",
+                s.before_seconds,
+                s.since_seconds,
+                s.change_pct()
             );
         }
         t
