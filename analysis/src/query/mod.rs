@@ -9,7 +9,8 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::DataType;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use futures::TryStreamExt;
 use ingero_model::Table;
@@ -18,6 +19,7 @@ use url::Url;
 
 pub(crate) mod columns;
 mod lazy;
+mod repair;
 pub mod service;
 mod stored;
 
@@ -63,7 +65,7 @@ impl QueryEngine {
             .with_information_schema(true)
             .with_parquet_pruning(true)
             .with_collect_statistics(false);
-        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let ctx = session(config, runtime);
         // Each table lists its Delta snapshot's live files, nothing else,
         // read when a query first scans it.
         let (visible, base, key_of) = match &store.local_dir {
@@ -133,6 +135,18 @@ impl QueryEngine {
         };
         tokio::time::timeout(self.limits.timeout, run).await.map_err(|_| Error::QueryTimeout(self.limits.timeout))?
     }
+}
+
+/// A session with DataFusion's default rules and the repairs this product
+/// adds to them (`repair.rs`).
+fn session(config: SessionConfig, runtime: Arc<RuntimeEnv>) -> SessionContext {
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(repair::RepairLimits))
+        .build();
+    SessionContext::new_with_state(state)
 }
 
 /// One hive-partitioned table over its directory.
