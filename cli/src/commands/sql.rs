@@ -21,12 +21,7 @@ pub(crate) struct SqlArgs {
 pub(crate) async fn run(a: SqlArgs) -> CmdResult {
     let batches = batches(&a.source, &a.query).await?;
     match a.format.as_str() {
-        "json" => {
-            let mut w = arrow::json::ArrayWriter::new(std::io::stdout());
-            w.write_batches(&batches.iter().collect::<Vec<_>>())?;
-            w.finish()?;
-            println!();
-        }
+        "json" => println!("{}", String::from_utf8_lossy(&json_rows(&batches)?)),
         "csv" => {
             let mut w = arrow::csv::Writer::new(std::io::stdout());
             for b in &batches {
@@ -36,6 +31,18 @@ pub(crate) async fn run(a: SqlArgs) -> CmdResult {
         _ => println!("{}", arrow::util::pretty::pretty_format_batches(&batches)?),
     }
     Ok(())
+}
+
+/// The rows as a JSON array of objects: every column in every row (null
+/// as `null`, so each object has the same keys), `[]` for none.
+pub(crate) fn json_rows(batches: &[arrow::array::RecordBatch]) -> Result<Vec<u8>, arrow::error::ArrowError> {
+    let mut w = arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, arrow::json::writer::JsonArray>(Vec::new());
+    w.write_batches(&batches.iter().collect::<Vec<_>>())?;
+    w.finish()?;
+    let buf = w.into_inner();
+    Ok(if buf.is_empty() { b"[]".to_vec() } else { buf })
 }
 
 /// Runs one read-only query on `--server` or on the store.

@@ -68,6 +68,14 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
         (Some(6), Some(6), Some("node-1")),
         "{v}"
     );
+    // JSON for scripts: every column in every row, and an array when empty.
+    let q = "SELECT node, CASE WHEN node = 'node-0' THEN NULL ELSE 1 END AS x FROM call_windows \
+             GROUP BY node ORDER BY node LIMIT 2";
+    let o = ingero(&["sql", q, &store, "--format=json"]);
+    let v: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
+    assert_eq!(v, serde_json::json!([{"node": "node-0", "x": null}, {"node": "node-1", "x": 1}]));
+    let o = ingero(&["sql", "SELECT node FROM call_windows WHERE node = 'nobody'", &store, "--format=json"]);
+    assert_eq!((o.status.code(), text(&o).0.trim()), (Some(0), "[]"));
     for refused in [
         "DROP TABLE call_windows",
         "INSERT INTO call_windows VALUES (1)",
