@@ -21,7 +21,7 @@ pub struct Chain {
     #[serde(default)]
     pub explains: Option<f64>,
     pub severity: Severity,
-    /// Short machine-readable cause: cpu_contention, io_stall, memory_pressure, oom, slow_gpu, slow_network, straggler.
+    /// Short machine-readable cause: cpu_contention, io_stall, memory_pressure, oom, slow_gpu, slow_network, straggler, failing_calls, …
     pub cause: String,
     pub title: String,
     pub root_cause: Vec<String>,
@@ -153,14 +153,20 @@ pub(crate) fn summarize(d: &ReportData) -> Summary {
     }
 }
 
+/// The least rise of the sync p99 that is named as an effect.
+const SYNC_EFFECT_MIN_NS: u64 = 1_000_000;
+
 /// Effects on the GPU side, shared by the host-side chains.
 fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
     let mut out = Vec::new();
+    // A millisecond at least: syncs of microseconds that jitter to tens are
+    // not an effect anyone's step feels.
     if let (Some(b), Some(w)) = (s.sync_p99_baseline_ns, s.sync_p99_worst_ns)
         && w as f64 > b as f64 * 1.2
+        && w.saturating_sub(b) >= SYNC_EFFECT_MIN_NS
     {
         out.push(format!(
-            "cudaStreamSynchronize p99 {} → {} ({:.1}x the pod's own baseline)",
+            "cudaStreamSynchronize p99 {} → {} ({:.1}× its own calm windows)",
             fmt_ns(b),
             fmt_ns(w),
             w as f64 / b.max(1) as f64

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{Float64Type, Int64Type, UInt8Type, UInt32Type, UInt64Type};
+use arrow::datatypes::{Float64Type, Int64Type, TimestampMicrosecondType, UInt8Type, UInt32Type, UInt64Type};
 use ingero_model::hist::Histogram;
 
 use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
@@ -31,6 +31,21 @@ fn f64s(b: &RecordBatch, name: &str) -> Result<Vec<f64>> {
 fn strs(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>> {
     let c = b.strings(name)?;
     Ok((0..c.len()).map(|j| (!c.is_null(j)).then(|| c.value(j).to_string())).collect())
+}
+
+/// Each process's current name (that of its latest window), and the names
+/// processes had before (renamed since), each list sorted and once.
+fn current_names(names: BTreeMap<(String, u32), Vec<(i64, String)>>) -> (Vec<String>, Vec<String>) {
+    let (mut current, mut former) = (BTreeSet::new(), BTreeSet::new());
+    for mut seen in names.into_values() {
+        seen.sort();
+        if let Some((_, now)) = seen.pop() {
+            former.extend(seen.into_iter().map(|(_, c)| c).filter(|c| *c != now));
+            current.insert(now);
+        }
+    }
+    let former = former.difference(&current).cloned().collect();
+    (current.into_iter().collect(), former)
 }
 
 /// Reads the report's data for `target` in [start_us, end_us).
@@ -82,19 +97,29 @@ impl Collector<'_> {
     /// Who: nodes, jobs, processes; no rows at all is the caller's error.
     async fn who(&mut self) -> Result<()> {
         let f = &self.filter;
+        let cols = "node, job, pid, comm, window_start";
         let who = self
-            .sql(&format!("SELECT DISTINCT node, job, pid, comm FROM {SCHED_WINDOWS} WHERE {f} UNION SELECT DISTINCT node, job, pid, comm FROM {CALL_WINDOWS} WHERE {f}"))
+            .sql(&format!(
+                "SELECT node, job, pid, comm, MAX(window_start) AS last FROM \
+                 (SELECT {cols} FROM {SCHED_WINDOWS} WHERE {f} UNION ALL SELECT {cols} FROM {CALL_WINDOWS} WHERE {f}) \
+                 GROUP BY node, job, pid, comm"
+            ))
             .await?;
-        let (mut nodes, mut jobs, mut pids, mut comms) =
-            (BTreeSet::new(), BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        let (mut nodes, mut jobs, mut pids) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        // Each process's names and when each was last seen: a process that
+        // renamed itself goes by the name of its latest window.
+        let mut names: BTreeMap<(String, u32), Vec<(i64, String)>> = BTreeMap::new();
         for b in &who {
             let pid = b.primitives::<UInt32Type>("pid")?;
+            let last = b.primitives::<TimestampMicrosecondType>("last")?;
+            let comm = strs(b, "comm")?;
             for (i, (n, j)) in strs(b, "node")?.into_iter().zip(strs(b, "job")?).enumerate() {
-                nodes.extend(n);
                 jobs.extend(j);
                 pids.insert(pid.value(i));
+                let key = (n.clone().unwrap_or_default(), pid.value(i));
+                nodes.extend(n);
+                names.entry(key).or_default().extend(comm[i].clone().map(|c| (last.value(i), c)));
             }
-            comms.extend(strs(b, "comm")?.into_iter().flatten());
         }
         if nodes.is_empty() {
             return Err(Error::NoData(format!(
@@ -105,10 +130,12 @@ impl Collector<'_> {
                 self.seen_instead().await?
             )));
         }
+        let (current, former) = current_names(names);
         self.d.nodes = nodes.into_iter().collect();
         self.d.jobs = jobs.into_iter().collect();
         self.d.pids = pids.into_iter().collect();
-        self.d.comms = comms.into_iter().collect();
+        self.d.comms = current;
+        self.d.former_comms = former;
         Ok(())
     }
 
@@ -181,7 +208,7 @@ impl Collector<'_> {
     async fn calls(&mut self) -> Result<BTreeMap<i64, f64>> {
         let calls = self
             .sql(&format!(
-                "SELECT {W} AS t, library, op, count, total_ns, hist_bucket, hist_count, window_us, max_ns, sampled, sample_ratio FROM {CALL_WINDOWS} WHERE {}",
+                "SELECT {W} AS t, library, op, count, errors, total_ns, hist_bucket, hist_count, window_us, max_ns, sampled, sample_ratio FROM {CALL_WINDOWS} WHERE {}",
                 self.filter
             ))
             .await?;
@@ -191,6 +218,7 @@ impl Collector<'_> {
         for b in &calls {
             let (t, lib, op) = (b.primitives::<Int64Type>("t")?, b.strings("library")?, b.strings("op")?);
             let (count, total) = (b.primitives::<UInt64Type>("count")?, b.primitives::<UInt64Type>("total_ns")?);
+            let errors = b.primitives::<UInt64Type>("errors")?;
             let (hb, hc) = (b.lists("hist_bucket")?, b.lists("hist_count")?);
             let (wu, mx) = (b.primitives::<UInt64Type>("window_us")?, b.primitives::<UInt64Type>("max_ns")?);
             let (sampled, ratio) = (b.booleans("sampled")?, b.primitives::<Float64Type>("sample_ratio")?);
@@ -208,6 +236,7 @@ impl Collector<'_> {
                     ..Default::default()
                 });
                 st.count += count.value(i);
+                st.errors += errors.value(i);
                 st.total_ns += total.value(i);
                 st.max_ns = st.max_ns.max(mx.value(i));
                 st.sampled |= sampled.value(i);
@@ -331,13 +360,17 @@ impl Collector<'_> {
         let (start_us, end_us) = self.range;
         let first = self.points.keys().next().copied().unwrap_or(start_us);
         let last = self.points.keys().last().copied().unwrap_or(end_us) + self.window_us as i64;
-        let span_ns = (end_us.min(last) - start_us.max(first)).max(1) as f64 * 1e3;
+        let (lo, hi) = (start_us.max(first), end_us.min(last));
+        let span_ns = (hi - lo).max(1) as f64 * 1e3;
+        // CPU over the span it is divided by: the target's windows, not the
+        // whole range (a 10-minute range around a 20-s process said 6 cores
+        // on a 2-CPU node).
         let nb = self
             .sql(&format!(
                 "SELECT namespace, pod, comm, cgroup_path, SUM(CAST(on_cpu_ns AS DOUBLE)) AS cpu FROM {CGROUP_WINDOWS} \
                  WHERE node IN ({}) AND {} AND {not_self} GROUP BY 1, 2, 3, 4 ORDER BY cpu DESC LIMIT 5",
                 self.node_list(),
-                self.time
+                time_predicate("window_start", lo, hi)
             ))
             .await?;
         for b in &nb {

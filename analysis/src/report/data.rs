@@ -126,6 +126,9 @@ pub struct OpStat {
     #[serde(default)]
     pub kind: String,
     pub count: u64,
+    /// Calls that returned an error (timed calls only).
+    #[serde(default)]
+    pub errors: u64,
     pub total_ns: u64,
     pub p50_ns: Option<u64>,
     pub p99_ns: Option<u64>,
@@ -149,7 +152,10 @@ pub(crate) struct ReportData {
     pub nodes: Vec<String>,
     pub jobs: Vec<String>,
     pub pids: Vec<u32>,
+    /// Each process's name in its latest window.
     pub comms: Vec<String>,
+    /// Names processes had earlier in the range and dropped (renamed).
+    pub former_comms: Vec<String>,
     pub series: Vec<Point>,
     #[serde(skip)]
     pub sync_hist: Vec<(i64, Histogram)>,

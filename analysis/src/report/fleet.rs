@@ -369,7 +369,7 @@ fn detail(s: Option<&Standing>, row: Option<&NodeTimeline>, tl: &Timeline) -> Ma
 
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1b1f24}
-main{max-width:1280px;margin:0 auto;padding:20px} h1{font-size:21px;margin:0 0 4px} h2{font-size:17px;margin:18px 0 8px}
+main{max-width:1280px;margin:0 auto;padding:20px;overflow-wrap:anywhere} h1{font-size:21px;margin:0 0 4px} h2{font-size:17px;margin:18px 0 8px}
 .meta{color:#57606a;margin:0 0 10px} .legend span{margin-right:12px;font-size:12px;white-space:nowrap}
 .legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle;border:1px solid #ccc}
 .legend i.fl,.fl{fill:none;stroke:#1b1f24;stroke-width:1.5;border:2px solid #1b1f24}

@@ -157,8 +157,9 @@ pub fn render(r: &Report) -> String {
             body { main {
                 h1 { "Stall report: " (r.target) }
                 p.meta {
-                    (r.from) " → " (r.to) " · nodes " (r.nodes.join(", ")) " · job " (r.jobs.join(", "))
-                    " · " (r.processes.join(", "))
+                    (r.from) " → " (r.to) " · nodes " (r.nodes.join(", "))
+                    @if !r.jobs.is_empty() { " · job " (r.jobs.join(", ")) }
+                    " · " (r.processes.join(", ")) (super::renamed(r))
                 }
                 div.kpis {
                     (kpi(format!("{:.0}%", s.stall_share * 100.0), "host stall share"))
@@ -194,7 +195,7 @@ pub fn render(r: &Report) -> String {
 
 const STYLE: &str = "
 body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1b1f24}
-main{max-width:820px;margin:0 auto;padding:24px} h1{font-size:22px;margin:0 0 4px} .meta{color:#57606a;margin:0 0 16px}
+main{max-width:820px;margin:0 auto;padding:24px;overflow-wrap:anywhere} h1{font-size:22px;margin:0 0 4px} .meta{color:#57606a;margin:0 0 16px}
 .kpis{display:grid;grid-template-columns:repeat(4,1fr);gap:8px;margin:12px 0} .kpi{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:8px 10px}
 .kpi b{display:block;font-size:20px} .kpi span{color:#57606a;font-size:12px}
 .chain{background:#fff;border:1px solid #d0d7de;border-left:6px solid #999;border-radius:6px;padding:10px 14px;margin:10px 0}
@@ -202,7 +203,7 @@ main{max-width:820px;margin:0 auto;padding:24px} h1{font-size:22px;margin:0 0 4p
 .chain h3{margin:0 0 6px;font-size:16px} .sev{font-size:12px;padding:1px 6px;border-radius:4px;background:#1b1f24;color:#fff;vertical-align:middle} .explains{font-size:12px;font-weight:normal;color:#57606a;margin-left:6px}
 dt{font-weight:600;margin-top:4px} dd{margin:0 0 0 16px} figure{background:#fff;border:1px solid #d0d7de;border-radius:6px;margin:10px 0;padding:6px}
 svg{width:100%;height:auto} .ct{font-size:13px;font-weight:600;fill:#1b1f24} .ax{font-size:11px;fill:#57606a} .grid{stroke:#eaeef2}
-table{border-collapse:collapse;width:100%;background:#fff} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left;font-size:13px} .num{text-align:right}
+table{border-collapse:collapse;width:100%;background:#fff} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left;font-size:13px} .num{text-align:right} .num,th,.sites td:nth-child(2){white-space:nowrap;overflow-wrap:normal}
 .sites td{vertical-align:top} .callers{color:#57606a;font-size:12px} .fl{font-size:11px;fill:#1b1f24;pointer-events:none} details.where{margin-top:6px} details ol{margin:4px 0;font-size:12px}
 .slow{fill:#bf8700;fill-opacity:.13} .epoch{stroke:#57606a;stroke-dasharray:4 3} .mk{font-size:10px;fill:#57606a}
 .ops+.meta{margin-top:6px}
@@ -218,18 +219,14 @@ fn charts(r: &Report) -> Markup {
     let stall = chart(
         "Host stall share of the training threads (run-queue + off-CPU)",
         "%",
-        &[
+        &with_peers(
             Line {
                 label: &format!("this ({node})"),
                 color: "#d62728",
                 points: r.series.iter().map(|p| (x(p.t_us), Some(p.runq_share + p.offcpu_share))).collect(),
             },
-            Line {
-                label: "job's other nodes (median)",
-                color: "#1f77b4",
-                points: r.series.iter().map(|p| (x(p.t_us), p.peer_stall_share)).collect(),
-            },
-        ],
+            r.series.iter().map(|p| (x(p.t_us), p.peer_stall_share)).collect(),
+        ),
         &marks,
     );
     let sync = chart(
@@ -245,18 +242,14 @@ fn charts(r: &Report) -> Markup {
     let nccl = chart(
         "Time waiting on the GPU and peers (syncs, blocking copies, collectives)",
         "%",
-        &[
+        &with_peers(
             Line {
                 label: "this node",
                 color: "#d62728",
                 points: r.series.iter().map(|p| (x(p.t_us), Some(p.wait_share))).collect(),
             },
-            Line {
-                label: "job's other nodes (median)",
-                color: "#1f77b4",
-                points: r.series.iter().map(|p| (x(p.t_us), p.peer_wait_share)).collect(),
-            },
-        ],
+            r.series.iter().map(|p| (x(p.t_us), p.peer_wait_share)).collect(),
+        ),
         &marks,
     );
     // Steps, where the agents found them: what each stall costs the job.
@@ -273,6 +266,16 @@ fn charts(r: &Report) -> Markup {
         )
     });
     html! { (stall) @if let Some(s) = steps { (s) } (sync) (nccl) }
+}
+
+/// This target's line, and its job's other nodes' where they have data (a
+/// lone process has no peers: no legend entry for an empty line).
+fn with_peers<'a>(this: Line<'a>, peers: Vec<(f64, Option<f64>)>) -> Vec<Line<'a>> {
+    let mut lines = vec![this];
+    if peers.iter().any(|(_, v)| v.is_some()) {
+        lines.push(Line { label: "job's other nodes (median)", color: "#1f77b4", points: peers });
+    }
+    lines
 }
 
 fn chains(r: &Report) -> Markup {

@@ -8,6 +8,7 @@ pub(crate) mod collect;
 pub(crate) mod cuda;
 pub(crate) mod data;
 pub mod escape;
+pub(crate) mod failing;
 pub(crate) mod flame;
 pub mod fleet;
 pub(crate) mod hang;
@@ -59,7 +60,11 @@ pub struct Report {
     pub nodes: Vec<String>,
     pub jobs: Vec<String>,
     pub pids: Vec<u32>,
+    /// The processes' names now (each in its latest window).
     pub processes: Vec<String>,
+    /// Names they had earlier in the range (a process that renamed itself).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub renamed_from: Vec<String>,
     pub summary: chains::Summary,
     pub chains: Vec<chains::Chain>,
     /// The straggler ranking of this target's node(s) within their job.
@@ -95,6 +100,7 @@ pub async fn build(
     let summary = chains::summarize(&d);
     let mut chains = chains::diagnose(&d, &summary);
     chains.extend(cuda::chains(&d, &summary));
+    chains.extend(failing::chain(&d));
     let workers = starved::workers(engine, &d, start_us, end_us).await?;
     let trainer = starved::trainer(engine, &d, start_us, end_us).await?;
     if let Some(c) = starved::input_bound(&d, &summary, &workers, trainer.as_deref()) {
@@ -144,6 +150,7 @@ pub async fn build(
         jobs: d.jobs.clone(),
         pids: d.pids.clone(),
         processes: d.comms.clone(),
+        renamed_from: d.former_comms.clone(),
         summary,
         chains,
         straggler,
@@ -156,4 +163,12 @@ pub async fn build(
         blocked_sites: blocked_sites.into_iter().take(10).collect(),
         steps,
     })
+}
+
+/// ", earlier named A, B" for processes that renamed themselves in the range.
+fn renamed(r: &Report) -> String {
+    if r.renamed_from.is_empty() {
+        return String::new();
+    }
+    format!(", earlier named {}", r.renamed_from.join(", "))
 }

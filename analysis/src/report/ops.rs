@@ -18,7 +18,7 @@ pub(super) fn calls(o: &OpStat) -> String {
     count_text(o.count, o.seen_share.is_some())
 }
 
-fn count_text(count: u64, estimated: bool) -> String {
+pub(super) fn count_text(count: u64, estimated: bool) -> String {
     let digits = count.to_string();
     let mut out = String::from(if estimated { "≈" } else { "" });
     for (i, c) in digits.chars().enumerate() {

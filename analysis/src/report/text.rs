@@ -14,21 +14,59 @@ const WIDTH: usize = 80;
 fn wrap(out: &mut String, first: &str, rest: &str, text: &str) {
     let mut line = first.to_string();
     let mut empty = true;
+    let fresh = WIDTH.saturating_sub(rest.chars().count());
     for word in text.split_whitespace() {
-        if !empty && line.chars().count() + 1 + word.chars().count() > WIDTH {
+        let mut word = word;
+        loop {
+            let (len, gap) = (line.chars().count(), usize::from(!empty));
+            let n = word.chars().count();
+            if len + gap + n <= WIDTH {
+                if !empty {
+                    line.push(' ');
+                }
+                line.push_str(word);
+                empty = false;
+                break;
+            }
+            // A word that fits a fresh line goes there; one longer than any
+            // line (a qualified Python name, a path) fills this one and goes on.
+            let room = WIDTH.saturating_sub(len + gap);
+            if !empty && (n <= fresh || room < 12) {
+                out.push_str(&line);
+                out.push('\n');
+                line = rest.to_string();
+                empty = true;
+                continue;
+            }
+            let (head, tail) = split_word(word, room.max(1));
+            if !empty {
+                line.push(' ');
+            }
+            line.push_str(head);
             out.push_str(&line);
             out.push('\n');
             line = rest.to_string();
             empty = true;
+            word = tail;
         }
-        if !empty {
-            line.push(' ');
-        }
-        line.push_str(word);
-        empty = false;
     }
     out.push_str(&line);
     out.push('\n');
+}
+
+/// `word` cut to at most `room` characters: after its last `.`, `/` or `:`
+/// (a name's or a path's parts) that leaves at least half the room filled,
+/// else its last `_` or `,`, else at `room`.
+fn split_word(word: &str, room: usize) -> (&str, &str) {
+    let cut = word.char_indices().nth(room).map_or(word.len(), |(i, _)| i);
+    let after = |set: &[char]| {
+        word[..cut]
+            .char_indices()
+            .filter(|(_, c)| set.contains(c))
+            .map(|(i, c)| i + c.len_utf8())
+            .rfind(|&i| word[..i].chars().count() * 2 >= room)
+    };
+    word.split_at(after(&['.', '/', ':']).or_else(|| after(&['_', ','])).unwrap_or(cut))
 }
 
 pub fn render(r: &Report) -> String {
@@ -44,9 +82,10 @@ pub fn render(r: &Report) -> String {
         "Processes: ",
         "  ",
         &format!(
-            "{} (pid {})",
+            "{} (pid {}){}",
             r.processes.join(", "),
-            r.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+            r.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
+            super::renamed(r)
         ),
     );
     let s = &r.summary;
@@ -280,6 +319,26 @@ mod tests {
         wrap(&mut o, "  Fix: ", "       ", &"word ".repeat(60));
         assert!(o.lines().all(|l| l.chars().count() <= WIDTH), "{o}");
         assert!(o.lines().count() > 3);
+    }
+
+    #[test]
+    fn a_name_longer_than_a_line_is_cut_at_its_dots_and_nothing_is_lost() {
+        let name =
+            "DistributedDataParallelTrainerWithAVeryLongClassName.run_one_training_iteration_with_a_long_method_name";
+        let text = format!(
+            "49% at a_rather_long_training_script_name_for_the_80_column_check.py:34 in {name}, waiting on a sleep"
+        );
+        let mut o = String::new();
+        wrap(&mut o, "  Root: ", "        ", &text);
+        assert!(o.lines().all(|l| l.chars().count() <= WIDTH), "{o}");
+        assert!(o.lines().all(|l| l.trim() != "in"), "a word left alone before the long one:\n{o}");
+        assert!(o.contains("DistributedDataParallelTrainerWithAVeryLongClassName.\n"), "not cut at the dot:\n{o}");
+        let joined: String = o.lines().map(|l| l.trim_start_matches("  Root: ").trim()).collect::<Vec<_>>().join(" ");
+        assert_eq!(joined.replace(". ", ".").replace("_ ", "_"), text, "{o}");
+        // No break character at all: cut at the width.
+        let mut o = String::new();
+        wrap(&mut o, "", "  ", &"x".repeat(200));
+        assert_eq!(o.lines().map(|l| l.chars().count()).collect::<Vec<_>>(), [80, 80, 44], "{o}");
     }
 
     #[test]

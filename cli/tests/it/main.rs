@@ -27,5 +27,6 @@ mod mcp;
 mod ranking;
 mod remediate;
 mod replicas;
+mod report_truth;
 mod s3;
 mod sql_ranking;
