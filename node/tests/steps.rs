@@ -157,3 +157,52 @@ fn report_shows_the_steps(dir: &std::path::Path, pid: u32, counted: u32, slow_us
     assert!(text.contains(&format!("{counted} steps, each ended by a cudaStreamSynchronize; median 4")), "{text}");
     assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
 }
+
+/// A loop that copies its batch in and reads its result back with the same
+/// blocking `cudaMemcpy`, after a setup allocation: every step counted,
+/// the first with the setup, each ended by the copy back (it waits for the
+/// step's kernels); the slow step's time as the loop measured it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_back_ends_each_step_and_setup_costs_no_step() {
+    const N: usize = 40;
+    const SLOW_COPY: usize = 22;
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("steps-copy");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let mut args: Vec<String> = vec!["open".into(), "sleep:600".into(), "call:cudaMalloc:1:0".into()];
+    for s in 0..N {
+        args.push("call:cudaMemcpy:1:20".into());
+        args.push("call:cudaLaunchKernel:20:0".into());
+        args.push(format!("call:cudaMemcpy:1:{}", if s == SLOW_COPY { 340_000 } else { 40_000 }));
+    }
+    args.push("sleep:300".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let looped = Workload::start(&wl, &lib, &args, &cg);
+    let pid = looped.pid();
+    let out = looped.output();
+    let log = agent.stop();
+    // When each copy back returned: every second copy.
+    let copies: Vec<i64> = out
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 5 && f[1] == "cudaMemcpy").then(|| f[4].parse::<f64>().unwrap() as i64)
+        })
+        .collect();
+    assert_eq!(copies.len(), 2 * N, "{out}");
+    let ends: Vec<i64> = copies.iter().skip(1).step_by(2).copied().collect();
+    let rows = step_rows(&rows(dir.path(), Table::ProgressWindows).await, pid);
+    let counted: u32 = rows.iter().filter_map(|r| r.steps).sum();
+    assert_eq!(counted as usize, N, "every step counted once: {rows:?}\n{log}");
+    assert!(rows.iter().all(|r| r.op.as_deref().is_none_or(|o| o == "cudaMemcpy")), "{rows:?}");
+    let slow = rows
+        .iter()
+        .find(|r| ends[SLOW_COPY] >= r.start_us && ends[SLOW_COPY] < r.start_us + r.len_us)
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    let took_us = ends[SLOW_COPY] - ends[SLOW_COPY - 1];
+    let max_us = slow.max_ns.unwrap_or(0) as i64 / 1000;
+    assert!((max_us - took_us).abs() < STEP_SLACK_US, "slow step {took_us} µs, shipped {max_us} µs: {slow:?}");
+}

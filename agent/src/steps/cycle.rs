@@ -5,6 +5,8 @@
 //! their ops repeats with a period of one step. Pure functions: the state
 //! around them lives in `super`.
 
+use super::kinds::{LONG, Split, kind_of, splits};
+
 /// The longest cycle looked for, in calls: FSDP makes a few collectives per
 /// layer, so a step of a deep model can hold hundreds.
 pub(crate) const MAX_PERIOD: usize = 256;
@@ -86,9 +88,12 @@ fn even(gaps: &[(u64, usize)]) -> bool {
 /// that takes longest (the sync that waits for the step's GPU work), then
 /// the one made last.
 pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
-    let cycles = marks.len() as f64 / period as f64;
+    // Counted from where the calls start to repeat: a job's setup before
+    // its loop (allocations, a weight upload) is no part of any cycle.
+    let start = periodic_from(marks, period);
+    let cycles = (marks.len() - start) as f64 / period as f64;
     let mut stats: std::collections::BTreeMap<u16, (usize, u64, usize)> = Default::default();
-    for (i, m) in marks.iter().enumerate() {
+    for (i, m) in marks.iter().enumerate().skip(start) {
         let s = stats.entry(m.op).or_insert((0, 0, 0));
         s.0 += 1;
         s.1 = s.1.saturating_add(m.dur_ns);
@@ -106,18 +111,52 @@ pub(crate) fn anchor(marks: &[Mark], period: usize) -> Option<u16> {
     fits.into_iter().filter(|f| f.0 <= best + 1.5).map(|(_, dur, last, op)| (dur, last, op)).max().map(|(.., op)| op)
 }
 
-/// A step cycle: its period in calls and the op whose return ends a step.
+/// The first call from which one period of ops repeats in the next; 0
+/// when none does.
+fn periodic_from(marks: &[Mark], period: usize) -> usize {
+    let ops = |i: usize| marks[i..i + period].iter().map(|m| m.op);
+    (0..marks.len().saturating_sub(2 * period - 1)).find(|&i| ops(i).eq(ops(i + period))).unwrap_or(0)
+}
+
+/// A step cycle: its period in calls and the op whose return ends a step
+/// (`op | LONG`: the long kind of an op split by duration, `kinds.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Cycle {
     pub period: usize,
     pub op: u16,
+    pub split: Option<Split>,
+}
+
+impl Cycle {
+    /// The op of `m` as this cycle tells calls apart.
+    pub(crate) fn op_of(&self, m: &Mark) -> u16 {
+        kind_of(self.split, m)
+    }
+
+    /// The op that ends a step, as the probes name it.
+    pub(crate) fn probe_op(&self) -> u16 {
+        self.op & !LONG
+    }
 }
 
 /// The cycle of this sequence: its shortest period with an op that ends
-/// each step. None: no cycle.
+/// each step; where the ops as named make none, the same with one op split
+/// in two kinds by duration. None: no cycle.
 pub(crate) fn find(marks: &[Mark]) -> Option<Cycle> {
+    find_with(marks, None).or_else(|| splits(marks).into_iter().find_map(|s| find_with(marks, Some(s))))
+}
+
+fn find_with(marks: &[Mark], split: Option<Split>) -> Option<Cycle> {
+    let kinds: Vec<Mark>;
+    let marks = match split {
+        None => marks,
+        Some(_) => {
+            kinds = marks.iter().map(|m| Mark { op: kind_of(split, m), ..*m }).collect();
+            &kinds
+        }
+    };
     let ops: Vec<u16> = marks.iter().map(|m| m.op).collect();
-    periods(&ops).into_iter().find_map(|period| anchor(marks, period).map(|op| Cycle { period, op }))
+    periods(&ops).into_iter().find_map(|period| anchor(marks, period).map(|op| Cycle { period, op, split }))
 }
 
 /// The op that ends each step of this sequence (`find`'s).
@@ -134,19 +173,23 @@ pub(crate) fn step_op(marks: &[Mark]) -> Option<u16> {
 /// one step unlike the cycle between two like it is too. Two in a row end
 /// the run: calls before them (a job's setup) end no step.
 pub(crate) fn first_step_end(marks: &[Mark], c: Cycle) -> usize {
-    let ends: Vec<usize> = (0..marks.len()).filter(|&i| marks[i].op == c.op).collect();
+    let ends: Vec<usize> = (0..marks.len()).filter(|&i| c.op_of(&marks[i]) == c.op).collect();
     let Some(&last) = ends.last() else { return marks.len() };
     // Each step's calls, sorted: those after the previous end up to its own.
     let steps: Vec<Vec<u16>> = (0..ends.len())
         .map(|k| {
             let from = if k == 0 { 0 } else { ends[k - 1] + 1 };
-            let mut ops: Vec<u16> = marks[from..=ends[k]].iter().map(|m| m.op).collect();
+            let mut ops: Vec<u16> = marks[from..=ends[k]].iter().map(|m| c.op_of(m)).collect();
             ops.sort_unstable();
             ops
         })
         .collect();
     let typical = typical_step(&steps[steps.len().saturating_sub(8)..]);
-    let like = |k: usize| unlike(&steps[k], &typical) <= c.period / 4;
+    // The earliest step holds whatever came before it too: it is a step
+    // when it makes every call of one (a job's setup allocations ride with
+    // the loop's first step), not when calls of one are missing (a setup
+    // sync alone).
+    let like = |k: usize| unlike(&steps[k], &typical) <= c.period / 4 || (k == 0 && missing(&steps[0], &typical) == 0);
     let mut first = last;
     for k in (0..ends.len()).rev() {
         if like(k) || (k > 0 && like(k - 1)) {
@@ -162,6 +205,17 @@ pub(crate) fn first_step_end(marks: &[Mark], c: Cycle) -> usize {
 fn typical_step(steps: &[Vec<u16>]) -> Vec<u16> {
     let count = |s: &Vec<u16>| steps.iter().filter(|t| *t == s).count();
     steps.iter().rev().max_by_key(|s| count(s)).cloned().unwrap_or_default()
+}
+
+/// Calls of sorted `want` that sorted `have` lacks.
+fn missing(have: &[u16], want: &[u16]) -> usize {
+    let mut left: Vec<u16> = want.to_vec();
+    for op in have {
+        if let Some(i) = left.iter().position(|w| w == op) {
+            left.swap_remove(i);
+        }
+    }
+    left.len()
 }
 
 /// Calls in one sorted op list and not the other, both ways.
@@ -187,7 +241,7 @@ pub(crate) fn still_holds(marks: &[Mark], c: Cycle, new: usize) -> bool {
     if len < MIN_CYCLES * c.period {
         return false;
     }
-    let ops: Vec<u16> = marks[marks.len() - len..].iter().map(|m| m.op).collect();
+    let ops: Vec<u16> = marks[marks.len() - len..].iter().map(|m| c.op_of(m)).collect();
     let cycles = (len - c.period) as f64 / c.period as f64;
     let made = ops[c.period..].iter().filter(|&&op| op == c.op).count() as f64;
     repeats(&ops, c.period) >= MIN_MATCH && (made / cycles - 1.0).abs() <= 0.2
@@ -267,7 +321,7 @@ mod tests {
             m.push(Mark { op: 11, ts_ns: t + 40_500_000, dur_ns: 40_000_000 });
         }
         m.push(Mark { op: 9, ts_ns: 410_000_000, dur_ns: 300_000 });
-        assert_eq!(find(&m), Some(Cycle { period: 2, op: 11 }));
+        assert_eq!(find(&m), Some(Cycle { period: 2, op: 11, split: None }));
     }
 
     #[test]
@@ -281,7 +335,7 @@ mod tests {
         }
         m.push(Mark { op: 9, ts_ns: 123_000_000, dur_ns: 300_000 });
         m.push(Mark { op: 15, ts_ns: 123_030_000, dur_ns: 10_000 });
-        assert_eq!(find(&m), Some(Cycle { period: 2, op: 11 }));
+        assert_eq!(find(&m), Some(Cycle { period: 2, op: 11, split: None }));
     }
 
     #[test]
@@ -323,7 +377,7 @@ mod tests {
     fn a_steady_loop_still_holds_and_a_changed_one_does_not() {
         let m = steps(&[(1, 10_000), (2, 40_000_000)], 20);
         let c = find(&m).unwrap();
-        assert_eq!(c, Cycle { period: 2, op: 2 });
+        assert_eq!(c, Cycle { period: 2, op: 2, split: None });
         assert!(still_holds(&m, c, 10));
         // The loop turns to 3 calls a step, the sync now the second: a search again.
         let mut changed = m.clone();

@@ -10,6 +10,7 @@
 //! ships no steps (null), never a guess.
 
 mod cycle;
+mod kinds;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -135,10 +136,10 @@ impl Thread {
         // of the run (a job's setup ends none).
         let first = if std::mem::replace(&mut self.steady, true) { 0 } else { cycle::first_step_end(marks, c) };
         let (run, op) = (&marks[first..], c.op);
-        let mut prev = run.iter().filter(|m| m.op == op && m.ts_ns < from).map(|m| m.ts_ns).next_back();
+        let mut prev = run.iter().filter(|m| c.op_of(m) == op && m.ts_ns < from).map(|m| m.ts_ns).next_back();
         let mut steps = 0u32;
         let mut times = Vec::new();
-        for m in run.iter().filter(|m| m.op == op && m.ts_ns >= from && m.ts_ns < end_ns) {
+        for m in run.iter().filter(|m| c.op_of(m) == op && m.ts_ns >= from && m.ts_ns < end_ns) {
             steps += 1;
             if let Some(p) = prev {
                 times.push(m.ts_ns - p);
@@ -150,7 +151,7 @@ impl Thread {
             steps,
             p50_ns: times.get(times.len().saturating_sub(1) / 2).copied(),
             max_ns: times.last().copied(),
-            op,
+            op: c.probe_op(),
         })
     }
 }
@@ -241,6 +242,39 @@ mod tests {
         // Then 12 steps of 500 ms from t=1 s.
         marks.extend(loop_marks(10, 10, 1000, 500, 12, 99, 0));
         assert_eq!(count(marks, 10, 1000, 8000), (12, Some(500 * MS)));
+    }
+
+    /// Allocations before the loop ride with its first step: every step is
+    /// counted, the first with them.
+    #[test]
+    fn setup_allocations_do_not_cost_the_first_step() {
+        let mut marks: Vec<CallMark> = [(9u32, 100u64), (9, 120)]
+            .map(|(op, ms)| CallMark { ts_ns: ms * MS, tgid: 10, tid: 10, op, ..Default::default() })
+            .to_vec();
+        marks.extend(loop_marks(10, 10, 1000, 500, 12, 5, 300));
+        assert_eq!(count(marks, 10, 1000, 9000), (12, Some(800 * MS)));
+    }
+
+    /// A blocking copy in and a blocking copy back, the same op: the copy
+    /// back (it waits for the step's kernels) ends each step.
+    #[test]
+    fn a_copy_in_and_a_copy_back_of_one_op_end_steps_at_the_copy_back() {
+        let mut marks = vec![CallMark { ts_ns: 50 * MS, dur_ns: 20_000, tgid: 10, tid: 10, op: 15, flags: 0 }];
+        let mut t = 100 * MS;
+        for s in 0..60u64 {
+            let len = if s == 30 { 340 * MS } else { 41 * MS };
+            marks.push(CallMark { ts_ns: t + 30_000, dur_ns: 12_000, tgid: 10, tid: 10, op: 4, flags: 0 });
+            t += len;
+            marks.push(CallMark { ts_ns: t, dur_ns: len - MS, tgid: 10, tid: 10, op: 4, flags: 0 });
+        }
+        let (mut s, mut ws) = (Steps::default(), Vec::new());
+        for w in 1..=6u64 {
+            s.push(marks.iter().copied().filter(|m| m.ts_ns >= (w - 1) * 1000 * MS && m.ts_ns < w * 1000 * MS));
+            ws.extend(s.window(w * 1000 * MS).remove(&10));
+        }
+        assert_eq!(ws.iter().map(|w| w.steps).sum::<u32>(), 60, "{ws:?}");
+        assert_eq!(ws.iter().filter_map(|w| w.max_ns).max(), Some(340 * MS), "{ws:?}");
+        assert!(ws.iter().all(|w| w.op == 4 && w.p50_ns.is_none_or(|p| p == 41 * MS)), "{ws:?}");
     }
 
     /// Three copies and a sync a step, an allocation every 7th step: the
