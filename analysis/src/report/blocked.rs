@@ -42,6 +42,19 @@ fn feeds() -> bool {
     true
 }
 
+/// Of the GPU-feeding threads' off-CPU time at these sites, the share spent
+/// in reads, writes and disk flushes; None when they show no such thread.
+pub(crate) fn io_share(sites: &[BlockedSite]) -> Option<f64> {
+    let feeding: Vec<&BlockedSite> = sites.iter().filter(|b| b.feeds_gpu).collect();
+    let total: f64 = feeding.iter().map(|b| b.share).sum();
+    let io: f64 = feeding
+        .iter()
+        .filter(|b| matches!(b.waiting_on.as_str(), "a read" | "a write" | "a disk flush"))
+        .map(|b| b.share)
+        .sum();
+    (total > 0.0).then(|| io / total)
+}
+
 impl BlockedSite {
     /// `28% at loader.py:212 in _next_batch, waiting on a queue`.
     pub fn label(&self) -> String {

@@ -213,6 +213,7 @@ impl Collector<'_> {
             ))
             .await?;
         let mut hists: BTreeMap<i64, Histogram> = BTreeMap::new();
+        let mut sync_max: BTreeMap<i64, u64> = BTreeMap::new();
         let mut ops: BTreeMap<String, OpStat> = BTreeMap::new();
         let mut waiting: BTreeMap<i64, f64> = BTreeMap::new();
         for b in &calls {
@@ -256,6 +257,8 @@ impl Collector<'_> {
                 if is_sync_op(o) {
                     self.d.sync_calls += count.value(i);
                     hists.entry(t).or_default().merge(&hist);
+                    let m = sync_max.entry(t).or_default();
+                    *m = (*m).max(mx.value(i));
                 } else if is_launch(o) {
                     self.d.launches += count.value(i);
                     p.launches_per_s += count.value(i) as f64 / secs;
@@ -263,9 +266,12 @@ impl Collector<'_> {
             }
         }
         for (t, h) in &hists {
-            self.points.entry(*t).or_default().sync_p99_ns = h.quantile(0.99);
+            // Bucket bounds can overshoot the longest call of the window.
+            let max = sync_max.get(t).copied().filter(|&m| m > 0);
+            self.points.entry(*t).or_default().sync_p99_ns = h.quantile(0.99).map(|q| max.map_or(q, |m| q.min(m)));
         }
         self.d.sync_hist = hists.into_iter().collect();
+        self.d.sync_max = sync_max.into_iter().collect();
         self.d.ops = finish_ops(ops);
         Ok(waiting)
     }

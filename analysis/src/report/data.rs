@@ -159,6 +159,13 @@ pub(crate) struct ReportData {
     pub series: Vec<Point>,
     #[serde(skip)]
     pub sync_hist: Vec<(i64, Histogram)>,
+    /// The longest sync per window: a quantile never reads above it.
+    #[serde(skip)]
+    pub sync_max: Vec<(i64, u64)>,
+    /// Of the GPU-feeding threads' captured off-CPU time, the share spent
+    /// in reads, writes and flushes; None where no episode was captured.
+    #[serde(skip)]
+    pub blocked_io_share: Option<f64>,
     pub sync_calls: u64,
     pub launches: u64,
     pub neighbours: Vec<Neighbour>,

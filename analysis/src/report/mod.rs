@@ -96,7 +96,12 @@ pub async fn build(
     end_us: i64,
     cfg: DetectorConfig,
 ) -> Result<Report> {
-    let d = collect::collect(engine, target, start_us, end_us).await?;
+    let mut d = collect::collect(engine, target, start_us, end_us).await?;
+    let time = crate::query::time_predicate("window_start", start_us, end_us);
+    let nodes = d.nodes.iter().map(|n| crate::query::quote(n)).collect::<Vec<_>>().join(", ");
+    let (filter, node_filter) = (format!("{} AND {time}", target.filter()), format!("node IN ({nodes}) AND {time}"));
+    let blocked_sites = blocked::collect(engine, &filter, &node_filter).await?;
+    d.blocked_io_share = blocked::io_share(&blocked_sites);
     let summary = chains::summarize(&d);
     let mut chains = chains::diagnose(&d, &summary);
     chains.extend(cuda::chains(&d, &summary));
@@ -112,11 +117,7 @@ pub async fn build(
         chains.insert(0, hung); // first among the high-severity ones
     }
     chains.sort_by_key(|c| c.severity);
-    let time = crate::query::time_predicate("window_start", start_us, end_us);
-    let nodes = d.nodes.iter().map(|n| crate::query::quote(n)).collect::<Vec<_>>().join(", ");
-    let (filter, node_filter) = (format!("{} AND {time}", target.filter()), format!("node IN ({nodes}) AND {time}"));
     let call_sites = sites::collect(engine, &filter, &node_filter).await?;
-    let blocked_sites = blocked::collect(engine, &filter, &node_filter).await?;
     for c in chains.iter_mut() {
         c.call_sites = sites::for_cause(&c.cause, &c.title, &call_sites, 5);
         if matches!(c.cause.as_str(), "host_blocked" | "input_bound") && blocked_sites.iter().any(|b| b.feeds_gpu) {
