@@ -148,7 +148,9 @@ impl Elf {
             .symbols()
             .chain(obj.dynamic_symbols())
             .filter(|s| !s.is_undefined() && s.address() != 0)
-            .filter(|s| matches!(s.kind(), object::SymbolKind::Text | object::SymbolKind::Data))
+            // Functions only: a frame's address is code, and a data object's
+            // name on it (`_PyRuntime`, seen) would name a place it is not.
+            .filter(|s| s.kind() == object::SymbolKind::Text)
             .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
             .collect();
         symbols.sort();
@@ -259,6 +261,18 @@ mod tests {
         let elf = Elf::read(f, &path).unwrap();
         let name = elf.symbol_at(m.vaddr(&elf, addr).unwrap()).unwrap();
         assert!(name.contains("malloc"), "{name}");
+    }
+
+    /// Only functions name a frame: glibc's `environ` (a data object) names
+    /// no address, its `malloc` does.
+    #[test]
+    fn data_objects_name_no_frame() {
+        let libc = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let (_, at) = Elf::open_for(libc, &["environ", "malloc"]).unwrap();
+        let elf = Elf::open(libc).unwrap();
+        let (environ, malloc) = (at[0].expect("glibc has environ"), at[1].expect("and malloc"));
+        assert!(elf.symbol_at(environ).is_none_or(|n| !n.contains("environ")), "{:?}", elf.symbol_at(environ));
+        assert!(elf.symbol_at(malloc).is_some_and(|n| n.contains("malloc")));
     }
 
     /// A process maps a library, then renames another file over its path
