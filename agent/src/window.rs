@@ -252,7 +252,7 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
     fn stalls(&mut self, stalls: &[Stall]) {
         let mut b = BatchBuilder::new(Table::StallEvents);
         let mut stacks: Vec<(u32, &Stack)> = Vec::new();
-        for Stall { event: e, stack } in stalls {
+        for Stall { event: e, stack, thread } in stalls {
             // An off-CPU episode outside calls: the syscall it slept in.
             let (library, op, reason, feeds_gpu) = if e.op == OP_OFFCPU {
                 ("kernel", crate::syscalls::episode(e.reason), "off_cpu", Some(e.reason & OFFCPU_FEEDS != 0))
@@ -270,6 +270,7 @@ impl<'a, 'c> WindowBuilder<'a, 'c> {
                 reason,
                 stack_id: stack.as_ref().map(|s| s.id),
                 feeds_gpu,
+                thread_name: thread.as_deref(),
             };
             let c = self.common(e.tgid);
             self.add(&mut b, &c, &row);

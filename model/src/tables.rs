@@ -180,6 +180,7 @@ columns! {
         reason: &'a str, "", "threshold: an outlier call (median_multiple in an imported trace); off_cpu: the thread was off CPU outside any CUDA/NCCL call (a lock, a queue, a sleep, a blocking read), its stack taken as the syscall returned";
         stack_id: Option<u64>, "", "Where the call was made: the stack's id in `stacks` (null when no stack was captured)";
         feeds_gpu: Option<bool>, "", "off_cpu: true when the thread has made a traced CUDA/NCCL call, so its wait holds the GPU's work back; false for the process's other threads (watchdogs, pools, a producer thread: their waits show at the feeding thread's wait for them). Null for outlier calls and imported traces";
+        thread_name: Option<&'a str>, "", "The thread's own name (its comm: frameworks name their worker threads) as the agent read it when the event arrived; `comm` is the process's. Null where not read (the thread already gone, imported traces)";
     }
 }
 

@@ -489,11 +489,17 @@ async fn a_process_that_renames_itself_is_stored_under_its_current_name() {
         &["open", "sleep:600", &l5, "fork", "sleep:2000", "name:child-name", &l3k, "sleep:300"],
         &cg,
     );
-    let pids = [at_once.pid(), later.pid(), forked.pid()];
+    // A worker thread that names itself: its slow call carries its name.
+    let tcall = "tcall:pt_worker_7:cudaStreamSynchronize:60000";
+    let threaded = Workload::start(&wl, &lib, &["open", "sleep:600", tcall, "sleep:300"], &cg);
+    let pids = [at_once.pid(), later.pid(), forked.pid(), threaded.pid()];
     at_once.wait();
     later.wait();
+    threaded.wait();
     let child = forked.wait()["fork"] as u32;
     let log = agent.stop();
+    let named = thread_names(&rows(dir.path(), Table::StallEvents).await, pids[3]);
+    assert_eq!(named, [(false, Some("pt_worker_7".to_string()))], "(is the main thread, thread_name)\n{log}");
     let calls = rows(dir.path(), Table::CallWindows).await;
     let by = |pid| calls_by_name(&calls, pid, "cudaLaunchKernel");
     assert_eq!(by(pids[0]).get("early-name"), Some(&1000), "{:?}\n{log}", by(pids[0]));
@@ -502,6 +508,23 @@ async fn a_process_that_renames_itself_is_stored_under_its_current_name() {
     assert_eq!(later.values().sum::<u64>(), 2005, "{later:?}");
     assert_eq!(by(child).get("child-name"), Some(&3000), "{:?} {child}\n{log}", by(child));
     assert!(!by(pids[2]).contains_key("child-name"), "the parent kept its name: {:?}", by(pids[2]));
+}
+
+/// (made by the main thread, thread_name) of each outlier call of `pid`.
+fn thread_names(stalls: &[arrow::array::RecordBatch], pid: u32) -> Vec<(bool, Option<String>)> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::UInt32Type;
+    let mut out = Vec::new();
+    for b in stalls {
+        let p = b.column_by_name("pid").unwrap().as_primitive::<UInt32Type>();
+        let t = b.column_by_name("tid").unwrap().as_primitive::<UInt32Type>();
+        let n = b.column_by_name("thread_name").unwrap().as_string::<i32>();
+        let r = b.column_by_name("reason").unwrap().as_string::<i32>();
+        let name = |i: usize| (!n.is_null(i)).then(|| n.value(i).to_string());
+        let calls = (0..b.num_rows()).filter(|&i| p.value(i) == pid && r.value(i) == "threshold");
+        out.extend(calls.map(|i| (t.value(i) == pid, name(i))));
+    }
+    out
 }
 
 /// Durations (ns) of one op's stall events of one pid.

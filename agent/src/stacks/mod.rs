@@ -86,6 +86,16 @@ impl Stack {
 pub(crate) struct Stall {
     pub event: StallEvent,
     pub stack: Option<Arc<Stack>>,
+    /// The thread's name when the event arrived (None: it was gone).
+    pub thread: Option<String>,
+}
+
+/// A thread's name as the kernel holds it now (procfs, not the pod's
+/// files; at most 16 bytes).
+pub(crate) fn thread_name(tgid: u32, tid: u32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/comm")).ok()?;
+    let s = s.trim_end_matches('\n');
+    (!s.is_empty()).then(|| s.to_string())
 }
 
 /// A CPython process found: its memory, ready for code objects, and its maps.

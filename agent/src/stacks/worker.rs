@@ -275,7 +275,10 @@ impl Worker {
                 frames = stack.as_ref().map_or(0, |s| s.frames.len()),
                 "stall"
             );
-            self.out.send(Out::Stall(Box::new(Stall { event, stack }))).map_err(|_| Gone)?;
+            // Read now, while the thread most likely lives: a worker thread
+            // named by its framework is known by that name.
+            let thread = super::thread_name(event.tgid, event.tid);
+            self.out.send(Out::Stall(Box::new(Stall { event, stack, thread }))).map_err(|_| Gone)?;
         }
         Ok(())
     }

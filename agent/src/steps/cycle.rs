@@ -6,6 +6,7 @@
 //! around them lives in `super`.
 
 use super::kinds::{LONG, Split, kind_of, splits};
+use super::mark::Mark;
 
 /// The longest cycle looked for, in calls: FSDP makes a few collectives per
 /// layer, so a step of a deep model can hold hundreds.
@@ -21,14 +22,6 @@ const MIN_MATCH: f64 = 0.6;
 /// copies at the start of a step repeat once per call but leave the step's
 /// time to one long gap; a step's end splits time evenly.
 const EVEN_TIME: f64 = 0.6;
-
-/// One return-probed call: what it was, when it returned, how long it took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Mark {
-    pub op: u16,
-    pub ts_ns: u64,
-    pub dur_ns: u64,
-}
 
 /// Share of calls that repeat the call `p` calls earlier.
 fn repeats(ops: &[u16], p: usize) -> f64 {

@@ -8,7 +8,7 @@
 //! only where the ops as named make no cycle, so a loop found without it
 //! is found as before.
 
-use super::cycle::Mark;
+use super::mark::Mark;
 
 /// The bit that marks an op's long kind (op ids are far below it).
 pub(crate) const LONG: u16 = 0x8000;

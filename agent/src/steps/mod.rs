@@ -11,10 +11,11 @@
 
 mod cycle;
 mod kinds;
+mod mark;
 
 use std::collections::{HashMap, VecDeque};
 
-use cycle::Mark;
+use mark::Mark;
 
 use crate::probes::abi::CallMark;
 

@@ -456,6 +456,7 @@ impl<'a> Folder<'a> {
                 reason: "median_multiple",
                 stack_id: None,
                 feeds_gpu: None,
+                thread_name: None,
             };
             t.append(&self.common(e.pid, self.win(e.ts_ns)), &row)?;
         }

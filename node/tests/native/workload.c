@@ -12,6 +12,8 @@
  *                [chroot:DIR] (changes root: every path it mapped then names
  *                             whatever DIR holds there, as a hostile pod's would)
  *                [name:NAME]  (renames itself: prctl(PR_SET_NAME))
+ *                [tcall:NAME:SYMBOL:US] (one thread named NAME calls
+ *                             SYMBOL(US) once, lives 300 ms more, is joined)
  *                [fork]       (the steps after it run in a child; the parent
  *                             prints "step fork 1 <child pid>" and waits)
  *                [gate]       (hangs for good, asleep in host code, once the
@@ -48,6 +50,21 @@ static double now_ms(void)
 static void *call_once(void *f)
 {
 	((fn_t)f)(0);
+	return NULL;
+}
+
+struct named_call {
+	char name[16];
+	fn_t f;
+	long us;
+};
+
+static void *call_named(void *p)
+{
+	struct named_call *c = p;
+	pthread_setname_np(pthread_self(), c->name);
+	c->f(c->us);
+	usleep(300 * 1000);
 	return NULL;
 }
 
@@ -130,6 +147,23 @@ int main(int argc, char **argv)
 		} else if (!strncmp(a, "kill:", 5)) {
 			fflush(stdout);
 			kill(getpid(), atoi(a + 5));
+		} else if (!strncmp(a, "tcall:", 6)) {
+			struct named_call c = { { 0 }, NULL, 0 };
+			char sym[128];
+			if (sscanf(a + 6, "%15[^:]:%127[^:]:%ld", c.name, sym, &c.us) < 3) {
+				fprintf(stderr, "bad step %s\n", a);
+				return 2;
+			}
+			if (!lib)
+				lib = dlopen(argv[1], RTLD_NOW);
+			c.f = lib ? (fn_t)dlsym(lib, sym) : NULL;
+			if (!c.f) {
+				fprintf(stderr, "no symbol %s\n", sym);
+				return 5;
+			}
+			pthread_t t;
+			if (pthread_create(&t, NULL, call_named, &c) || pthread_join(t, NULL))
+				return 6;
 		} else if (!strncmp(a, "threads:", 8)) {
 			char sym[128];
 			long n = 0;
