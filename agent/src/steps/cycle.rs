@@ -5,7 +5,7 @@
 //! their ops repeats with a period of one step. Pure functions: the state
 //! around them lives in `super`.
 
-use super::kinds::{LONG, Split, kind_of, splits};
+use super::kinds::{LONG, Split, kind_of, split};
 use super::mark::Mark;
 
 /// The longest cycle looked for, in calls: FSDP makes a few collectives per
@@ -136,7 +136,7 @@ impl Cycle {
 /// each step; where the ops as named make none, the same with one op split
 /// in two kinds by duration. None: no cycle.
 pub(crate) fn find(marks: &[Mark]) -> Option<Cycle> {
-    find_with(marks, None).or_else(|| splits(marks).into_iter().find_map(|s| find_with(marks, Some(s))))
+    find_with(marks, None).or_else(|| split(marks).and_then(|s| find_with(marks, Some(s))))
 }
 
 fn find_with(marks: &[Mark], split: Option<Split>) -> Option<Cycle> {
@@ -182,7 +182,10 @@ pub(crate) fn first_step_end(marks: &[Mark], c: Cycle) -> usize {
     // when it makes every call of one (a job's setup allocations ride with
     // the loop's first step), not when calls of one are missing (a setup
     // sync alone).
-    let like = |k: usize| unlike(&steps[k], &typical) <= c.period / 4 || (k == 0 && missing(&steps[0], &typical) == 0);
+    let like = |k: usize| {
+        let (extra, missing) = differ(&steps[k], &typical);
+        extra + missing <= c.period / 4 || (k == 0 && missing == 0)
+    };
     let mut first = last;
     for k in (0..ends.len()).rev() {
         if like(k) || (k > 0 && like(k - 1)) {
@@ -200,28 +203,17 @@ fn typical_step(steps: &[Vec<u16>]) -> Vec<u16> {
     steps.iter().rev().max_by_key(|s| count(s)).cloned().unwrap_or_default()
 }
 
-/// Calls of sorted `want` that sorted `have` lacks.
-fn missing(have: &[u16], want: &[u16]) -> usize {
-    let mut left: Vec<u16> = want.to_vec();
-    for op in have {
-        if let Some(i) = left.iter().position(|w| w == op) {
-            left.swap_remove(i);
-        }
-    }
-    left.len()
-}
-
-/// Calls in one sorted op list and not the other, both ways.
-fn unlike(a: &[u16], b: &[u16]) -> usize {
-    let (mut i, mut j, mut n) = (0, 0, 0);
+/// Calls of sorted op list `a` that `b` lacks, and of `b` that `a` lacks.
+fn differ(a: &[u16], b: &[u16]) -> (usize, usize) {
+    let (mut i, mut j, mut only_a, mut only_b) = (0, 0, 0, 0);
     while i < a.len() && j < b.len() {
         match a[i].cmp(&b[j]) {
             std::cmp::Ordering::Equal => (i, j) = (i + 1, j + 1),
-            std::cmp::Ordering::Less => (i, n) = (i + 1, n + 1),
-            std::cmp::Ordering::Greater => (j, n) = (j + 1, n + 1),
+            std::cmp::Ordering::Less => (i, only_a) = (i + 1, only_a + 1),
+            std::cmp::Ordering::Greater => (j, only_b) = (j + 1, only_b + 1),
         }
     }
-    n + (a.len() - i) + (b.len() - j)
+    (only_a + a.len() - i, only_b + b.len() - j)
 }
 
 /// True when the last `new` calls (at least `MIN_CYCLES` periods of them,

@@ -18,9 +18,6 @@ const APART: u64 = 10;
 const MIN_SHARE: f64 = 0.25;
 /// Calls of each kind needed: as many as the cycles a period needs.
 const MIN_CALLS: usize = 3;
-/// Ops tried split, the one with the most calls: each is one more
-/// search of a thread that has no cycle (`steps_window` bench).
-const MAX_SPLITS: usize = 1;
 
 /// Calls of `op` at least `at_ns` long are its long kind, `op | LONG`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,18 +34,18 @@ pub(crate) fn kind_of(split: Option<Split>, m: &Mark) -> u16 {
     }
 }
 
-/// The ops of these marks whose durations fall in two groups `APART`
-/// times apart or more, each with a fair share of the calls, split at the
-/// widest gap of their sorted durations; at most `MAX_SPLITS`, the ops
-/// with the most calls.
-pub(crate) fn splits(marks: &[Mark]) -> Vec<Split> {
+/// The op of these marks with the most calls whose durations fall in two
+/// groups `APART` times apart or more, each with a fair share of the
+/// calls, split at the widest gap of its sorted durations. One op only:
+/// each split is one more search of a thread that has no cycle
+/// (`steps_window` bench).
+pub(crate) fn split(marks: &[Mark]) -> Option<Split> {
     let mut durs: std::collections::BTreeMap<u16, Vec<u64>> = Default::default();
     for m in marks {
         durs.entry(m.op).or_default().push(m.dur_ns);
     }
     let mut by_calls: Vec<(u16, Vec<u64>)> = durs.into_iter().collect();
     by_calls.sort_by_key(|(op, d)| (std::cmp::Reverse(d.len()), *op));
-    let mut out = Vec::new();
     for (op, mut d) in by_calls {
         d.sort_unstable();
         let least = ((d.len() as f64 * MIN_SHARE).ceil() as usize).max(MIN_CALLS);
@@ -64,13 +61,10 @@ pub(crate) fn splits(marks: &[Mark]) -> Vec<Split> {
         {
             // Between the two: the geometric mean, as far from each.
             let at_ns = ((d[i - 1].max(1) as f64 * d[i] as f64).sqrt()) as u64;
-            out.push(Split { op, at_ns });
-            if out.len() == MAX_SPLITS {
-                break;
-            }
+            return Some(Split { op, at_ns });
         }
     }
-    out
+    None
 }
 
 #[cfg(test)]
@@ -85,23 +79,22 @@ mod tests {
     fn a_quick_copy_in_and_a_waiting_copy_back_are_two_kinds() {
         let mut m: Vec<Mark> = (0..10).flat_map(|_| [mark(4, 12_000), mark(4, 40_000_000), mark(9, 5)]).collect();
         m.push(mark(4, 340_000_000));
-        let s = splits(&m);
-        assert_eq!(s.len(), 1, "{s:?}");
-        assert_eq!(s[0].op, 4);
-        assert!((12_000..40_000_000).contains(&s[0].at_ns), "{s:?}");
-        assert_eq!(kind_of(Some(s[0]), &mark(4, 340_000_000)), 4 | LONG);
-        assert_eq!(kind_of(Some(s[0]), &mark(4, 11_000)), 4);
-        assert_eq!(kind_of(Some(s[0]), &mark(9, 340_000_000)), 9);
+        let s = split(&m).expect("op 4 in two kinds");
+        assert_eq!(s.op, 4);
+        assert!((12_000..40_000_000).contains(&s.at_ns), "{s:?}");
+        assert_eq!(kind_of(Some(s), &mark(4, 340_000_000)), 4 | LONG);
+        assert_eq!(kind_of(Some(s), &mark(4, 11_000)), 4);
+        assert_eq!(kind_of(Some(s), &mark(9, 340_000_000)), 9);
     }
 
     #[test]
     fn durations_that_spread_or_one_slow_call_are_no_split() {
         // Evenly spread over three decades: no gap of 10x.
         let spread: Vec<Mark> = (0..60).map(|i| mark(4, 1_000 * (1 + i * 20))).collect();
-        assert!(splits(&spread).is_empty());
+        assert_eq!(split(&spread), None);
         // One slow call in thirty is not a kind of its own.
         let mut one: Vec<Mark> = (0..30).map(|_| mark(4, 40_000_000)).collect();
         one[17].dur_ns = 900_000_000;
-        assert!(splits(&one).is_empty());
+        assert_eq!(split(&one), None);
     }
 }

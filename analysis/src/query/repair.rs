@@ -52,6 +52,9 @@ impl PhysicalOptimizerRule for RepairLimits {
             if !matches!(agg.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned) {
                 return Ok(Transformed::no(node));
             }
+            if !reaches_partial(agg.input()) {
+                return Ok(Transformed::no(node));
+            }
             match unlimited(agg.input())? {
                 Some(input) => Ok(Transformed::yes(node.clone().replace_children(vec![input], recompute())?)),
                 None => Ok(Transformed::no(node)),
@@ -91,13 +94,12 @@ fn under_window(window: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn Ex
     Ok(Transformed::yes(window.replace_children(vec![freed.data], recompute())?))
 }
 
-/// `plan` without the limits of the operators that only move or order rows
-/// on the way down to a partial aggregation; None when there is none to
-/// drop, or the chain reaches anything else (not two stages of one
-/// aggregation: left as it is).
+/// `plan`, which `reaches_partial`, without the limits of the operators
+/// that only move or order rows down to the partial aggregation; None when
+/// there is none to drop.
 fn unlimited(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    if !moves_rows(plan) || !reaches_partial(plan) {
-        return Ok(None);
+    if !moves_rows(plan) {
+        return Ok(None); // the partial aggregation
     }
     let [child] = plan.children()[..] else { return Ok(None) };
     let below = unlimited(child)?;

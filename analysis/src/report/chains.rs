@@ -107,17 +107,14 @@ pub(crate) fn summarize(d: &ReportData) -> Summary {
     let calm: Vec<usize> = order[..n.div_ceil(3)].to_vec();
     let worst: Vec<usize> = order[n - n.div_ceil(3)..].to_vec();
     let hist_of = |idx: &[usize]| {
-        let (mut h, mut max) = (Histogram::default(), 0);
+        let (mut h, mut longest) = (Histogram::default(), 0);
         for &i in idx {
-            if let Some((_, x)) = d.sync_hist.iter().find(|(t, _)| *t == s[i].t_us) {
+            if let Some((_, x, m)) = d.sync_hist.iter().find(|(t, ..)| *t == s[i].t_us) {
                 h.merge(x);
-            }
-            if let Some((_, m)) = d.sync_max.iter().find(|(t, _)| *t == s[i].t_us) {
-                max = max.max(*m);
+                longest = longest.max(*m);
             }
         }
-        // Bucket bounds can overshoot the longest call of these windows.
-        h.quantile(0.99).map(|q| if max > 0 { q.min(max) } else { q })
+        super::data::capped(h.quantile(0.99), longest)
     };
     let peers_n: Vec<f64> = s.iter().filter_map(|p| p.peer_wait_share).collect();
     let peers_c: Vec<f64> = s.iter().filter_map(|p| p.peer_copy_share).collect();
@@ -498,11 +495,10 @@ mod tests {
         let mut h = Histogram::default();
         h.add(ingero_model::hist::bucket(40_100_000), 59);
         h.record(340_200_000);
-        d.sync_hist = d.series.iter().map(|p| (p.t_us, h.clone())).collect();
-        d.sync_max = d.series.iter().map(|p| (p.t_us, 340_200_000)).collect();
+        d.sync_hist = d.series.iter().map(|p| (p.t_us, h.clone(), 340_200_000)).collect();
         let s = summarize(&d);
         assert_eq!(s.sync_p99_baseline_ns, Some(340_200_000), "the bucket's bound overshoots");
-        d.sync_max.clear();
+        d.sync_hist.iter_mut().for_each(|w| w.2 = 0);
         assert!(summarize(&d).sync_p99_baseline_ns.unwrap() > 340_200_000, "the test must overshoot");
     }
 

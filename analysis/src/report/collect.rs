@@ -9,7 +9,7 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type, TimestampMicrosecondType, UInt8Type, UInt32Type, UInt64Type};
 use ingero_model::hist::Histogram;
 
-use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, median};
+use super::data::{Event, Neighbour, OpStat, Point, ReportData, Target, capped, median};
 use crate::error::{Error, Result};
 use crate::query::columns::Columns;
 use crate::query::{QueryEngine, quote, time_predicate, wait_predicates};
@@ -212,8 +212,7 @@ impl Collector<'_> {
                 self.filter
             ))
             .await?;
-        let mut hists: BTreeMap<i64, Histogram> = BTreeMap::new();
-        let mut sync_max: BTreeMap<i64, u64> = BTreeMap::new();
+        let mut hists: BTreeMap<i64, (Histogram, u64)> = BTreeMap::new();
         let mut ops: BTreeMap<String, OpStat> = BTreeMap::new();
         let mut waiting: BTreeMap<i64, f64> = BTreeMap::new();
         for b in &calls {
@@ -256,22 +255,19 @@ impl Collector<'_> {
                 }
                 if is_sync_op(o) {
                     self.d.sync_calls += count.value(i);
-                    hists.entry(t).or_default().merge(&hist);
-                    let m = sync_max.entry(t).or_default();
-                    *m = (*m).max(mx.value(i));
+                    let (h, longest) = hists.entry(t).or_default();
+                    h.merge(&hist);
+                    *longest = (*longest).max(mx.value(i));
                 } else if is_launch(o) {
                     self.d.launches += count.value(i);
                     p.launches_per_s += count.value(i) as f64 / secs;
                 }
             }
         }
-        for (t, h) in &hists {
-            // Bucket bounds can overshoot the longest call of the window.
-            let max = sync_max.get(t).copied().filter(|&m| m > 0);
-            self.points.entry(*t).or_default().sync_p99_ns = h.quantile(0.99).map(|q| max.map_or(q, |m| q.min(m)));
+        for (t, (h, longest)) in &hists {
+            self.points.entry(*t).or_default().sync_p99_ns = capped(h.quantile(0.99), *longest);
         }
-        self.d.sync_hist = hists.into_iter().collect();
-        self.d.sync_max = sync_max.into_iter().collect();
+        self.d.sync_hist = hists.into_iter().map(|(t, (h, longest))| (t, h, longest)).collect();
         self.d.ops = finish_ops(ops);
         Ok(waiting)
     }
@@ -470,10 +466,8 @@ fn finish_ops(ops: BTreeMap<String, OpStat>) -> Vec<OpStat> {
     let mut ops: Vec<OpStat> = ops
         .into_values()
         .map(|mut o| {
-            // Bucket bounds can overshoot the largest call seen.
-            let cap = |q: Option<u64>| q.map(|v| if o.max_ns > 0 { v.min(o.max_ns) } else { v });
-            o.p50_ns = cap(o.hist.quantile(0.5));
-            o.p99_ns = cap(o.hist.quantile(0.99));
+            o.p50_ns = capped(o.hist.quantile(0.5), o.max_ns);
+            o.p99_ns = capped(o.hist.quantile(0.99), o.max_ns);
             // Below the count (by more than rounding): part of it is an estimate.
             o.seen_share = (o.seen + 0.5 < o.count as f64).then(|| o.seen / o.count.max(1) as f64);
             o

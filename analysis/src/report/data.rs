@@ -158,10 +158,8 @@ pub(crate) struct ReportData {
     pub former_comms: Vec<String>,
     pub series: Vec<Point>,
     #[serde(skip)]
-    pub sync_hist: Vec<(i64, Histogram)>,
-    /// The longest sync per window: a quantile never reads above it.
-    #[serde(skip)]
-    pub sync_max: Vec<(i64, u64)>,
+    /// Per window: its syncs' latency histogram and the longest of them.
+    pub sync_hist: Vec<(i64, Histogram, u64)>,
     /// Of the GPU-feeding threads' captured off-CPU time, the share spent
     /// in reads, writes and flushes; None where no episode was captured.
     #[serde(skip)]
@@ -180,4 +178,10 @@ pub(crate) struct ReportData {
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     ingero_model::time::median(&mut v)
+}
+
+/// A quantile read from histogram buckets, never above `max`, the longest
+/// call seen (0: not known): a bucket's bound can overshoot it.
+pub(crate) fn capped(q: Option<u64>, max: u64) -> Option<u64> {
+    q.map(|v| if max > 0 { v.min(max) } else { v })
 }
