@@ -183,6 +183,7 @@ mod tests {
             max_ns: 0,
             frames,
             native: vec![],
+            threads: vec![],
         }
     }
 

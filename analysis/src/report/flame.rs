@@ -30,6 +30,8 @@ pub(crate) fn table(sites: &[CallSite]) -> String {
                 format!("{file}{} {}", f.line.map_or(String::new(), |l| format!(":{l}")), f.function)
             })
             .collect();
+        let threads = super::sites::threads_phrase(&s.threads)
+            .map_or(String::new(), |t| format!(r#"<div class="callers">{}</div>"#, esc(&t)));
         let native = if s.native.is_empty() {
             String::new()
         } else {
@@ -42,7 +44,7 @@ pub(crate) fn table(sites: &[CallSite]) -> String {
         };
         let _ = write!(
             rows,
-            r#"<tr><td><b>{}</b><div class="callers">{}</div>{native}</td><td><code>{}</code></td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
+            r#"<tr><td><b>{}</b><div class="callers">{}</div>{threads}{native}</td><td><code>{}</code></td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td></tr>"#,
             esc(&s.label()),
             callers.iter().map(|c| format!("↳ {}", esc(c))).collect::<Vec<_>>().join("<br>"),
             esc(&s.op),
@@ -149,6 +151,7 @@ mod tests {
             max_ns: ns,
             frames,
             native: vec![],
+            threads: vec![],
         };
         let sites = vec![
             site("cudaStreamSynchronize", vec![f("train_step", 57), f("<module>", 90)], 3_000_000),

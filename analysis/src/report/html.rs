@@ -345,7 +345,8 @@ fn blocked(r: &Report) -> Markup {
                     td { code { (b.at.as_ref().map_or("(no stack captured)".into(), |f| {
                         let file = f.file.rsplit('/').next().unwrap_or(&f.file);
                         format!("{file}{} {}", f.line.map_or(String::new(), |l| format!(":{l}")), f.function)
-                    })) } }
+                    })) }
+                        @if let Some(t) = super::sites::threads_phrase(&b.site.threads) { div.callers { (t) } } }
                     td { (b.waiting_on) }
                     td { (b.site.op) }
                     td.num { (b.site.count) }

@@ -51,6 +51,36 @@ pub struct CallSite {
     /// Native frames, innermost first (the call's return address first).
     #[serde(default)]
     pub native: Vec<NativeFrame>,
+    /// The named threads that made these stalls, most stalls first: those
+    /// whose name differs from the process's (a data loader's worker, a
+    /// framework's pool), so a wait is seen to be the worker's, not the
+    /// main loop's. Empty when every stall was the process's main thread
+    /// (or no name was read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<SiteThread>,
+}
+
+/// A named thread at a call site and how many of its stalls it made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteThread {
+    pub name: String,
+    pub count: u64,
+}
+
+/// `on thread pt_worker_7`, `on threads loader_0 (12), loader_1 (3)`; None
+/// when no named thread made them.
+pub fn threads_phrase(threads: &[SiteThread]) -> Option<String> {
+    const SHOWN: usize = 3;
+    match threads {
+        [] => None,
+        [t] => Some(format!("on thread {}", t.name)),
+        _ => {
+            let named: Vec<String> = threads.iter().take(SHOWN).map(|t| format!("{} ({})", t.name, t.count)).collect();
+            let more = threads.len().saturating_sub(SHOWN);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            Some(format!("on threads {}{more}", named.join(", ")))
+        }
+    }
 }
 
 impl CallSite {
@@ -67,6 +97,16 @@ impl CallSite {
             None => "(no stack captured)".into(),
         }
     }
+}
+
+/// One outlier call (off-CPU episode) as read from `stall_events`.
+struct Call {
+    op: String,
+    library: String,
+    duration_ns: u64,
+    stack_id: Option<u64>,
+    /// Its thread's name where it differs from the process's.
+    thread: Option<String>,
 }
 
 #[derive(Default)]
@@ -87,18 +127,14 @@ pub(crate) const OFF_CPU: &str = "off_cpu";
 
 /// Sites of the `stall_events` rows `filter` selects.
 pub(crate) async fn collect_where(engine: &QueryEngine, filter: &str, stacks_filter: &str) -> Result<Vec<CallSite>> {
-    let stalls =
-        engine.sql(&format!("SELECT op, library, duration_ns, stack_id FROM {STALL_EVENTS} WHERE {filter}")).await?;
+    let q = format!("SELECT op, library, duration_ns, stack_id, comm, thread_name FROM {STALL_EVENTS} WHERE {filter}");
+    let mut calls: Vec<Call> = Vec::new();
+    for b in &engine.sql(&q).await? {
+        read_calls(b, &mut calls)?;
+    }
     let mut per_stack: HashMap<Option<u64>, usize> = HashMap::new();
-    let mut calls: Vec<(String, String, u64, Option<u64>)> = Vec::new();
-    for b in &stalls {
-        let (op, lib) = (b.strings("op")?, b.strings("library")?);
-        let (dur, sid) = (b.primitives::<UInt64Type>("duration_ns")?, b.primitives::<UInt64Type>("stack_id")?);
-        for i in 0..b.num_rows() {
-            let id = (!sid.is_null(i)).then(|| sid.value(i));
-            *per_stack.entry(id).or_default() += 1;
-            calls.push((op.value(i).to_string(), lib.value(i).to_string(), dur.value(i), id));
-        }
+    for c in &calls {
+        *per_stack.entry(c.stack_id).or_default() += 1;
     }
     if calls.is_empty() {
         return Ok(Vec::new());
@@ -108,6 +144,23 @@ pub(crate) async fn collect_where(engine: &QueryEngine, filter: &str, stacks_fil
     ids.truncate(MAX_STACKS);
     let stacks = frames(engine, stacks_filter, &ids.iter().map(|x| x.1).collect::<Vec<_>>()).await?;
     Ok(group(calls, &stacks))
+}
+
+fn read_calls(b: &RecordBatch, out: &mut Vec<Call>) -> Result<()> {
+    let (op, lib) = (b.strings("op")?, b.strings("library")?);
+    let (dur, sid) = (b.primitives::<UInt64Type>("duration_ns")?, b.primitives::<UInt64Type>("stack_id")?);
+    let (comm, thread) = (b.strings("comm")?, b.strings("thread_name")?);
+    for i in 0..b.num_rows() {
+        let named = (!thread.is_null(i)).then(|| thread.value(i)).filter(|t| !t.is_empty() && *t != comm.value(i));
+        out.push(Call {
+            op: op.value(i).to_string(),
+            library: lib.value(i).to_string(),
+            duration_ns: dur.value(i),
+            stack_id: (!sid.is_null(i)).then(|| sid.value(i)),
+            thread: named.map(str::to_string),
+        });
+    }
+    Ok(())
 }
 
 async fn frames(engine: &QueryEngine, filter: &str, ids: &[u64]) -> Result<HashMap<u64, Frames>> {
@@ -146,11 +199,12 @@ fn add_frames(b: &RecordBatch, wanted: &std::collections::HashSet<u64>, out: &mu
 
 /// Groups calls by (op, readable frames): stacks that differ only in native
 /// frames below the same Python line are one site.
-fn group(calls: Vec<(String, String, u64, Option<u64>)>, stacks: &HashMap<u64, Frames>) -> Vec<CallSite> {
+fn group(calls: Vec<Call>, stacks: &HashMap<u64, Frames>) -> Vec<CallSite> {
     let empty = Frames::default();
-    let mut sites: BTreeMap<(String, Vec<SiteFrame>), (CallSite, Vec<u64>)> = BTreeMap::new();
-    for (op, library, dur, id) in calls {
-        let f = id.and_then(|i| stacks.get(&i)).unwrap_or(&empty);
+    type Acc = (CallSite, Vec<u64>, BTreeMap<String, u64>);
+    let mut sites: BTreeMap<(String, Vec<SiteFrame>), Acc> = BTreeMap::new();
+    for c in calls {
+        let f = c.stack_id.and_then(|i| stacks.get(&i)).unwrap_or(&empty);
         let shown = if f.python.is_empty() {
             f.native
                 .iter()
@@ -159,35 +213,40 @@ fn group(calls: Vec<(String, String, u64, Option<u64>)>, stacks: &HashMap<u64, F
         } else {
             f.python.clone()
         };
-        let (site, durs) = sites.entry((op.clone(), shown.clone())).or_insert_with(|| {
+        let (site, durs, threads) = sites.entry((c.op.clone(), shown.clone())).or_insert_with(|| {
             let s = CallSite {
-                op,
-                library,
+                op: c.op,
+                library: c.library,
                 count: 0,
                 total_ns: 0,
                 p99_ns: 0,
                 max_ns: 0,
                 frames: shown,
                 native: f.native.clone(),
+                threads: Vec::new(),
             };
-            (s, Vec::new())
+            (s, Vec::new(), BTreeMap::new())
         });
         site.count += 1;
-        site.total_ns += dur;
-        site.max_ns = site.max_ns.max(dur);
-        durs.push(dur);
+        site.total_ns += c.duration_ns;
+        site.max_ns = site.max_ns.max(c.duration_ns);
+        durs.push(c.duration_ns);
+        if let Some(t) = c.thread {
+            *threads.entry(t).or_default() += 1;
+        }
     }
-    let mut out: Vec<CallSite> = sites
-        .into_values()
-        .map(|(mut s, mut d)| {
-            d.sort_unstable();
-            // Nearest rank.
-            s.p99_ns = d[((d.len() as f64 * 0.99).ceil() as usize).clamp(1, d.len()) - 1];
-            s
-        })
-        .collect();
+    let mut out: Vec<CallSite> = sites.into_values().map(|(s, d, t)| finish(s, d, t)).collect();
     out.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.count.cmp(&a.count)));
     out
+}
+
+/// The site's p99 (nearest rank) and its named threads, most stalls first.
+fn finish(mut s: CallSite, mut durs: Vec<u64>, threads: BTreeMap<String, u64>) -> CallSite {
+    durs.sort_unstable();
+    s.p99_ns = durs[((durs.len() as f64 * 0.99).ceil() as usize).clamp(1, durs.len()) - 1];
+    s.threads = threads.into_iter().map(|(name, count)| SiteThread { name, count }).collect();
+    s.threads.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
+    s
 }
 
 /// The sites a chain's cause shows up at: the ops it is about, or every
@@ -224,24 +283,43 @@ mod tests {
         stacks.insert(2, frames(20)); // same Python line, other native frames
         stacks.insert(3, Frames { python: vec![], native: frames(30).native });
         let ms = |x: u64| x * 1_000_000;
-        let c = |op: &str, d: u64, id: Option<u64>| (op.to_string(), "cudart".to_string(), ms(d), id);
+        let c = |op: &str, d: u64, id: Option<u64>, thread: Option<&str>| Call {
+            op: op.into(),
+            library: "cudart".into(),
+            duration_ns: ms(d),
+            stack_id: id,
+            thread: thread.map(str::to_string),
+        };
         let calls = vec![
-            c("cudaStreamSynchronize", 40, Some(1)),
-            c("cudaStreamSynchronize", 48, Some(2)),
-            c("cudaMemcpy", 5, Some(3)),
-            c("cudaMemcpy", 7, None),
+            c("cudaStreamSynchronize", 40, Some(1), Some("pt_worker_1")),
+            c("cudaStreamSynchronize", 48, Some(2), Some("pt_worker_0")),
+            c("cudaStreamSynchronize", 1, Some(2), Some("pt_worker_0")),
+            c("cudaMemcpy", 5, Some(3), None),
+            c("cudaMemcpy", 7, None, None),
         ];
         let sites = group(calls, &stacks);
         assert_eq!(sites.len(), 3, "{sites:?}");
         let top = &sites[0];
-        assert_eq!((top.op.as_str(), top.count, top.p99_ns, top.max_ns), ("cudaStreamSynchronize", 2, ms(48), ms(48)));
+        assert_eq!((top.op.as_str(), top.count, top.p99_ns, top.max_ns), ("cudaStreamSynchronize", 3, ms(48), ms(48)));
+        // Its threads, most stalls first.
+        assert_eq!(threads_phrase(&top.threads).unwrap(), "on threads pt_worker_0 (2), pt_worker_1 (1)");
         assert_eq!(top.label(), "train.py:57 train_step");
         assert_eq!(top.frames[1].function, "<module>");
         // No Python frames: the native ones name the site.
         let native = sites.iter().find(|s| s.op == "cudaMemcpy" && s.count == 1 && !s.frames.is_empty()).unwrap();
         assert_eq!(native.label(), "libffi.so ffi_call");
         assert!(sites.iter().any(|s| s.frames.is_empty() && s.label() == "(no stack captured)"));
+        assert!(sites.iter().filter(|s| s.op == "cudaMemcpy").all(|s| s.threads.is_empty()));
         assert_eq!(for_cause("slow_gpu", "", &sites, 5)[0].op, "cudaStreamSynchronize");
         assert_eq!(for_cause("allocator_churn", "", &sites, 5).len(), 0);
+    }
+
+    #[test]
+    fn names_threads_by_how_many_stalls_each_made() {
+        let t = |name: &str, count| SiteThread { name: name.into(), count };
+        assert_eq!(threads_phrase(&[]), None);
+        assert_eq!(threads_phrase(&[t("loader_0", 4)]).unwrap(), "on thread loader_0");
+        let four = [t("a", 4), t("b", 3), t("c", 2), t("d", 1)];
+        assert_eq!(threads_phrase(&four).unwrap(), "on threads a (4), b (3), c (2) and 1 more");
     }
 }

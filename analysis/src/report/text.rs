@@ -162,7 +162,11 @@ fn blocked_list(o: &mut String, sites: &[&BlockedSite], n: usize, indent: &str) 
         wrap(o, indent, &format!("{indent}  "), &b.label());
         let s = &b.site;
         let n = if s.count == 1 { "episode" } else { "episodes" };
-        let line = format!("{} {n} in {}, longest {}, total {}", s.count, s.op, fmt_ns(s.max_ns), fmt_ns(s.total_ns));
+        let mut line =
+            format!("{} {n} in {}, longest {}, total {}", s.count, s.op, fmt_ns(s.max_ns), fmt_ns(s.total_ns));
+        if let Some(t) = super::sites::threads_phrase(&s.threads) {
+            line = format!("{line}, {t}");
+        }
         wrap(o, &format!("{indent}  "), &format!("{indent}  "), &line);
     }
 }
@@ -203,7 +207,7 @@ fn chains(o: &mut String, r: &Report) {
 /// then the frames around it (callers), innermost first.
 fn sites(o: &mut String, sites: &[super::sites::CallSite], indent: &str) {
     for s in sites {
-        let head = format!(
+        let mut head = format!(
             "{} → {}: {} stall{}, p99 {}, total {}",
             s.label(),
             s.op,
@@ -212,6 +216,9 @@ fn sites(o: &mut String, sites: &[super::sites::CallSite], indent: &str) {
             fmt_ns(s.p99_ns),
             fmt_ns(s.total_ns)
         );
+        if let Some(t) = super::sites::threads_phrase(&s.threads) {
+            head = format!("{head}, {t}");
+        }
         wrap(o, indent, &format!("{indent}  "), &head);
         for f in s.frames.iter().skip(1).take(4) {
             let file = f.file.rsplit('/').next().unwrap_or(&f.file);

@@ -3,14 +3,15 @@
 //! goes by now (it renamed itself), its calls that failed, and its node's
 //! other CPU users over the span the process ran (a 10-minute range around
 //! a 20-s process once divided 10 minutes of a neighbour's CPU by 20 s:
-//! 30 cores on a 2-CPU node).
+//! 30 cores on a 2-CPU node), and the named threads its stalls were
+//! made on (a worker's waits are not the main loop's).
 
 use crate::fixtures::*;
 use arrow::array::RecordBatch;
 use ingero_model::Table;
 use ingero_model::hist::{Histogram, bucket};
 use ingero_model::rows::{BatchBuilder, TimestampUs};
-use ingero_model::tables::{CallRow, CgroupRow, Common, SchedRow};
+use ingero_model::tables::{CallRow, CgroupRow, Common, SchedRow, StallRow};
 use ingero_proto::client::{IngestClient, RetryPolicy};
 
 const NODE: &str = "gpu-4";
@@ -73,6 +74,39 @@ fn process(t0: i64) -> (RecordBatch, RecordBatch) {
     (sched.finish().unwrap(), calls.finish().unwrap())
 }
 
+/// Its outlier syncs and off-CPU episodes in its last window: two syncs on
+/// its worker `pt_worker_7`, one on the main thread (named as the process:
+/// no thread to name), and a producer thread `loader_0` waiting on a read.
+fn stalls(t0: i64) -> RecordBatch {
+    let mut b = BatchBuilder::new(Table::StallEvents);
+    let at = t0 + (RAN - 1) * 1_000_000;
+    let c0 = common(PID, "trainer", at);
+    let rows = [
+        ("cudart", "cudaStreamSynchronize", "threshold", 4243, Some("pt_worker_7"), None),
+        ("cudart", "cudaStreamSynchronize", "threshold", 4243, Some("pt_worker_7"), None),
+        ("cudart", "cudaStreamSynchronize", "threshold", PID, Some("trainer"), None),
+        ("kernel", "read", "off_cpu", 4250, Some("loader_0"), Some(false)),
+    ];
+    for (library, op, reason, tid, thread_name, feeds_gpu) in rows {
+        // The syncs as long as the window's longest (25 µs), the read 30 ms.
+        let (duration_ns, threshold_ns) = if reason == "off_cpu" { (30_000_000, 1_000_000) } else { (25_000, 10_000) };
+        let row = StallRow {
+            event_time: TimestampUs(at + 1_000),
+            tid,
+            library,
+            op,
+            duration_ns,
+            threshold_ns,
+            reason,
+            stack_id: None,
+            feeds_gpu,
+            thread_name,
+        };
+        b.append(&c0, &row).unwrap();
+    }
+    b.finish().unwrap()
+}
+
 /// A CPU hog's cgroup for 600 windows from `t0`.
 fn neighbour(t0: i64) -> RecordBatch {
     let mut cg = BatchBuilder::new(Table::CgroupWindows);
@@ -96,7 +130,12 @@ async fn a_report_names_a_renamed_process_counts_its_failures_and_its_neighbours
     let t0 = now - now % 1_000_000 - 620_000_000;
     let (sched, calls) = process(t0 + 300_000_000);
     let mut c = IngestClient::new(&server.grpc_url(), NODE, RetryPolicy::default()).unwrap();
-    let tables = [(Table::SchedWindows, sched), (Table::CallWindows, calls), (Table::CgroupWindows, neighbour(t0))];
+    let tables = [
+        (Table::SchedWindows, sched),
+        (Table::CallWindows, calls),
+        (Table::StallEvents, stalls(t0 + 300_000_000)),
+        (Table::CgroupWindows, neighbour(t0)),
+    ];
     let req = c.request(&tables).unwrap();
     c.push(&req).await.unwrap();
     server.committer.flush().await.unwrap();
@@ -115,6 +154,9 @@ async fn a_report_names_a_renamed_process_counts_its_failures_and_its_neighbours
     let failing = v["chains"].as_array().unwrap().iter().find(|c| c["cause"] == "failing_calls").cloned();
     let root = failing.map(|c| c["root_cause"][0].clone()).unwrap_or_default();
     assert_eq!(root, "2,000 of 2,000 cudaStreamSynchronize calls returned an error (100%)", "{v:#}");
+    // The worker's two stalls, and none for the main thread (it has no name of its own).
+    let threads = &v["call_sites"][0]["threads"];
+    assert_eq!(threads, &serde_json::json!([{"name": "pt_worker_7", "count": 2}]), "{v:#}");
 
     let o = ingero(&["report", "--pid", &pid, &store, "--since=15m"]);
     let out = text(&o).0;
@@ -122,5 +164,7 @@ async fn a_report_names_a_renamed_process_counts_its_failures_and_its_neighbours
     assert!(out.contains("training process trainer (pid 4242)"), "not named by its name now:\n{out}");
     let flowing = out.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(flowing.contains("(stress) used 1.5 cores on the same node"), "{out}");
+    assert!(flowing.contains("3 stalls, p99 25µs, total 75µs, on thread pt_worker_7"), "{out}");
+    assert!(flowing.contains("1 episode in read, longest 30.0ms, total 30.0ms, on thread loader_0"), "{out}");
     assert!(out.lines().all(|l| l.chars().count() <= 80), "{out}");
 }
