@@ -20,6 +20,10 @@ pub enum Error {
     /// A time range or target that selects nothing, or an empty range.
     #[error("{0}")]
     NoData(String),
+    /// A target that names more than one thing (a bare pid found on
+    /// several nodes): the caller's to narrow.
+    #[error("{0}")]
+    Ambiguous(String),
     #[error("query exceeded the {} timeout (--query-timeout)", humantime::format_duration(*.0))]
     QueryTimeout(std::time::Duration),
     /// Setting up the query engine over the store failed.
@@ -39,7 +43,7 @@ impl Error {
     pub fn is_input_error(&self) -> bool {
         match self {
             Error::Store(e) => e.is_input_error(),
-            Error::BadQuery(_) | Error::NoData(_) | Error::Import { .. } => true,
+            Error::BadQuery(_) | Error::NoData(_) | Error::Ambiguous(_) | Error::Import { .. } => true,
             Error::Model(_) | Error::Arrow(_) | Error::QueryTimeout(_) | Error::Engine(_) => false,
         }
     }

@@ -130,6 +130,20 @@ impl Collector<'_> {
                 self.seen_instead().await?
             )));
         }
+        if let Target::Pid { pid, node: None } = self.target
+            && nodes.len() > 1
+        {
+            // One pid on several nodes is several processes: merged, their
+            // shares and totals would describe none of them.
+            let shown: Vec<&str> = nodes.iter().take(5).map(String::as_str).collect();
+            let more = if nodes.len() > 5 { ", …" } else { "" };
+            return Err(Error::Ambiguous(format!(
+                "pid {pid} ran on {} nodes in that range ({}{more}): give one as NODE:PID, e.g. --pid {}:{pid}",
+                nodes.len(),
+                shown.join(", "),
+                shown[0]
+            )));
+        }
         let (current, former) = current_names(names);
         self.d.nodes = nodes.into_iter().collect();
         self.d.jobs = jobs.into_iter().collect();

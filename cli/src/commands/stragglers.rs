@@ -67,7 +67,7 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
     let end_us = chrono::Utc::now().timestamp_micros() + 1;
     let ranking = fetch_at(&a.source, a.job.clone(), since, html, a.rank.detector(), a.resolution).await?;
     if let Some(job) = a.job.as_deref().filter(|_| ranking["nodes"] == 0) {
-        eprintln!("no node of job {job:?}: `ingero stragglers` without --job ranks every job");
+        return Err(unknown_job(&a.source, job, since).await?);
     }
     let body = match a.format {
         Format::Json => serde_json::to_string_pretty(&ranking)? + "\n",
@@ -87,6 +87,32 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
         None => print!("{body}"),
     }
     Ok(())
+}
+
+/// A `--job` no node reported in the range: a usage error naming the jobs
+/// that did (a name mistyped), or saying none did (a range too short).
+async fn unknown_job(source: &SourceArgs, job: &str, since: Option<Since>) -> CmdResult<Failure> {
+    const SHOWN: usize = 8;
+    let start = since.unwrap_or(Since::Ago(std::time::Duration::from_secs(3600))).start_us();
+    let q = format!(
+        "SELECT DISTINCT job FROM sched_windows WHERE window_start >= to_timestamp_micros({start}) \
+         AND job IS NOT NULL AND job <> ''"
+    );
+    let mut jobs = std::collections::BTreeSet::new();
+    for b in super::sql::batches(source, &q).await? {
+        let col = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8)?;
+        let col = arrow::array::AsArray::as_string::<i32>(&col);
+        jobs.extend(col.iter().flatten().map(str::to_string));
+    }
+    let seen = match jobs.len() {
+        0 => "no job has data in that range: a longer --since?".to_string(),
+        n => {
+            let shown: Vec<String> = jobs.into_iter().take(SHOWN).collect();
+            let more = if n > SHOWN { format!(", … {n} in all") } else { String::new() };
+            format!("jobs with data then: {}{more}", shown.join(", "))
+        }
+    };
+    Ok(Failure::Usage(format!("no node of job {job:?} reported in the range ({seen})")))
 }
 
 /// The ranking as JSON: live from `--server` (history when `since` is set),

@@ -50,7 +50,9 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     assert!(out.ends_with("6 node(s) in 1 job(s) judged; 5 within their job's range\n"), "{out}");
     let o = ingero(&["stragglers", &store, "--since=5m", "--job=nobody"]);
     let (out, err) = text(&o);
-    assert!(out.contains("no node reported in the range") && err.contains("no node of job \"nobody\""), "{out}{err}");
+    assert_eq!(o.status.code(), Some(2), "{out}{err}");
+    let named = "no node of job \"nobody\" reported in the range (jobs with data then: llama-pretrain)";
+    assert!(out.is_empty() && err.contains(named), "{out}{err}");
 
     let o = ingero(&["sql", "SELECT count(*) AS n FROM call_windows WHERE node = 'node-2'", &store, "--format=json"]);
     let (out, err) = text(&o);
@@ -120,6 +122,10 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     assert!(err.contains(", … 6 in all)"), "{err}");
     let o = ingero(&["report", "--pid=node-9:1", &store, "--since=5m"]);
     assert!(text(&o).1.contains("processes with data then: node-0:"), "{}", text(&o).1);
+    // Every simulated node runs pid 4242: a bare pid names 6 processes, not one.
+    let o = ingero(&["report", "--pid=4242", &store, "--since=5m"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    assert!(text(&o).1.contains("pid 4242 ran on 6 nodes in that range (node-0, node-1, node-2,"), "{}", text(&o).1);
 }
 
 /// Renders the page as a person would see it and checks what is on screen.
