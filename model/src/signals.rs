@@ -56,6 +56,12 @@ pub struct Signals {
     pub copy_ns: f64,
     /// Syncs, blocking copies and collectives.
     pub wait_ns: f64,
+    /// Of each process's oldest CUDA/NCCL call still in flight at the
+    /// window's end, the part of the window it ran (at most the window).
+    /// `wait_ns` counts a call when it returns: ranks waiting seconds in a
+    /// collective for a hung peer show here meanwhile.
+    #[serde(default)]
+    pub in_call_ns: f64,
     pub io_ns: f64,
     pub mem_events: f64,
     pub launches: f64,
@@ -94,6 +100,13 @@ impl Signals {
         }
     }
 
+    /// Share of the window spent waiting on the device and the peers,
+    /// calls still in flight included: what a straggler costs its peers is
+    /// measured by it (never scored: a call in flight has no duration yet).
+    pub fn waiting_share(&self) -> f64 {
+        (self.wait_ns + self.in_call_ns) / self.window_ns.max(1.0)
+    }
+
     pub fn merge(&mut self, o: &Signals) {
         self.runq_ns += o.runq_ns;
         self.offcpu_ns += o.offcpu_ns;
@@ -101,6 +114,7 @@ impl Signals {
         self.offcpu_call_ns += o.offcpu_call_ns;
         self.copy_ns += o.copy_ns;
         self.wait_ns += o.wait_ns;
+        self.in_call_ns += o.in_call_ns;
         self.io_ns += o.io_ns;
         self.mem_events += o.mem_events;
         self.launches += o.launches;
@@ -300,7 +314,11 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
                 let Some(total) = &total else { continue };
                 s.io_ns = total.value(i) as f64;
             }
-            Table::ProgressWindows => s.procs.push(progress(b, i)),
+            Table::ProgressWindows => {
+                let p = progress(b, i);
+                s.in_call_ns = p.age_ns.map_or(0.0, |a| (a as f64).min(s.window_ns));
+                s.procs.push(p);
+            }
             Table::HostEvents => {
                 let Some(kind) = &kind else { continue };
                 if matches!(kind.value(i), "oom_kill" | "mem_pressure" | "swap") {

@@ -169,6 +169,7 @@ pub fn signals(r: &RankWindow) -> Signals {
         offcpu_call_ns: sched.off_cpu_in_call_ns.unwrap_or(0) as f64,
         copy_ns: copy,
         wait_ns: copy + total(per_step, r.sync_ms.max(0.01)) + total(per_step, 0.02),
+        in_call_ns: 0.0,
         io_ns: ((r.io_ms * 1e6) as u64 * io_count) as f64,
         mem_events: r.mem_events as f64,
         launches: count(r.steps * KERNELS_PER_STEP) as f64,

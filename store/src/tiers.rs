@@ -245,12 +245,14 @@ pub struct TierRow<'a> {
     pub in_call_age_ns: Option<u64>,
 }
 
-/// A tier row's signal columns as stored: 104 bytes to copy out in row
+/// A tier row's signal columns as stored: 112 bytes to copy out in row
 /// order, where [`Signals`] is ~180.
 #[derive(Debug, Clone, Copy)]
 pub struct RawSignals {
     u: [u64; 12],
     measured: bool,
+    /// The oldest call in flight at the window's end (0: none).
+    in_call_age_ns: u64,
 }
 
 impl RawSignals {
@@ -265,6 +267,9 @@ impl RawSignals {
             threads: v(6),
             copy_ns: v(7),
             wait_ns: v(8),
+            // The oldest call's part of the row: one process's (the live
+            // signals add each process's), at most the row's width.
+            in_call_ns: (self.in_call_age_ns as f64).min(v(0) * 1e3),
             io_ns: v(9),
             mem_events: v(10),
             launches: v(11),
@@ -338,7 +343,11 @@ impl<'a> TierBatch<'a> {
 
     /// Row `i`'s signal columns.
     pub fn raw(&self, i: usize) -> RawSignals {
-        RawSignals { u: std::array::from_fn(|c| self.u[c].value(i)), measured: self.measured.value(i) }
+        RawSignals {
+            u: std::array::from_fn(|c| self.u[c].value(i)),
+            measured: self.measured.value(i),
+            in_call_age_ns: self.in_call_age(i).unwrap_or(0),
+        }
     }
 
     pub fn row(&self, i: usize) -> TierRow<'a> {

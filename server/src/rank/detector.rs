@@ -439,7 +439,9 @@ fn judge(cfg: &DetectorConfig, job: &mut JobState, w: i64, nodes: &ByName<Signal
     let any_cause = devs.iter().any(|d| d.2);
     // What the peers wait, for the job time a straggler costs: shared by
     // every node in a large job, leave-one-out in a small one (as above).
-    let shares = |j: usize| (values[j], sigs[j].get(Signal::CopyWaitShare));
+    // Calls in flight count: peers waiting in a collective for a hung rank
+    // have returned nothing yet.
+    let shares = |j: usize| (sigs[j].waiting_share(), sigs[j].get(Signal::CopyWaitShare));
     let shared = (all.len() >= cfg.loo_below).then(|| medians(&all.iter().map(|&j| shares(j)).collect::<Vec<_>>()));
     for (i, name) in names.iter().enumerate() {
         let (score, list, cause) = &devs[i];

@@ -199,6 +199,37 @@ fn the_detector_prices_a_flagged_nodes_episode() {
     assert!((e.lost_s - 1.0).abs() < 1e-9, "{e:?}");
 }
 
+/// A rank blocked on its host while its peers sit in a collective that has
+/// not returned (a hang shorter than `--stuck-after`): their wait has no
+/// duration yet, but each window of it is the whole job's time lost.
+#[test]
+fn peers_waiting_in_a_call_still_in_flight_price_the_blocked_rank() {
+    use ingero_model::progress::ProcProgress;
+    let mut d = Detector::new(DetectorConfig::default());
+    let blocked = Signals { offcpu_ns: 0.98e9, oncpu_ns: 0.02e9, ..sig(0.0, 0.0) };
+    for w in 0..9i64 {
+        let calm = w < 3;
+        for i in 0..4 {
+            let key = NodeWindowKey { job: "j".into(), node: format!("node-{i}"), window_start_us: w * 1_000_000 };
+            let s = if calm {
+                sig(0.03, 0.30)
+            } else if i == 3 {
+                blocked.clone()
+            } else {
+                // In ncclAllReduce since the hang began, returned nothing since.
+                let age = ((w - 2) * 1_000_000_000) as u64;
+                let p = ProcProgress { op: Some("ncclAllReduce".into()), age_ns: Some(age), ..Default::default() };
+                Signals { in_call_ns: 1e9, procs: vec![p], ..sig(0.03, 0.0) }
+            };
+            d.add(key, &s);
+        }
+        d.drain();
+    }
+    let st = d.standings(None, 0.0).into_iter().find(|s| s.flagged).expect("flagged");
+    assert_eq!(st.node, "node-3");
+    assert!((st.lost_s - 6.0).abs() < 1e-9, "6 windows of the whole job: {}", st.lost_s);
+}
+
 /// A new owner that rebuilds a job from the kept windows (what a hand-over
 /// does) stands where the old owner stood: the straggler flagged since the
 /// same window; one that starts from nothing is still warming up.
