@@ -107,6 +107,12 @@ impl Signals {
         (self.wait_ns + self.in_call_ns) / self.window_ns.max(1.0)
     }
 
+    /// A process as it stood at the window's end, its call in flight counted.
+    fn add_proc(&mut self, p: ProcProgress) {
+        self.in_call_ns += p.age_ns.map_or(0.0, |a| (a as f64).min(self.window_ns));
+        self.procs.push(p);
+    }
+
     pub fn merge(&mut self, o: &Signals) {
         self.runq_ns += o.runq_ns;
         self.offcpu_ns += o.offcpu_ns;
@@ -314,11 +320,7 @@ fn add_batch(table: Table, b: &RecordBatch, out: &mut HashMap<NodeWindowKey, Sig
                 let Some(total) = &total else { continue };
                 s.io_ns = total.value(i) as f64;
             }
-            Table::ProgressWindows => {
-                let p = progress(b, i);
-                s.in_call_ns = p.age_ns.map_or(0.0, |a| (a as f64).min(s.window_ns));
-                s.procs.push(p);
-            }
+            Table::ProgressWindows => s.add_proc(progress(b, i)),
             Table::HostEvents => {
                 let Some(kind) = &kind else { continue };
                 if matches!(kind.value(i), "oom_kill" | "mem_pressure" | "swap") {
