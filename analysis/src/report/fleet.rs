@@ -111,10 +111,15 @@ fn cost_text(eps: &[&Episode]) -> String {
 /// A job's straggler episodes in the range, and what each cost.
 fn episodes_table(eps: &[&Episode]) -> Markup {
     let dur = |e: &Episode| {
-        e.end_us.map_or("still flagged".to_string(), |end| {
+        let secs = |end: i64| {
             humantime::format_duration(std::time::Duration::from_secs(((end - e.start_us) / 1_000_000).max(0) as u64))
                 .to_string()
-        })
+        };
+        match (e.end_us, e.seen_until_us) {
+            (Some(end), _) => secs(end),
+            (None, Some(seen)) => format!("{}, flagged at its last window", secs(seen)),
+            (None, None) => "still flagged".to_string(),
+        }
     };
     html! {
         section.episodes {

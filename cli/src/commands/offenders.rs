@@ -82,7 +82,12 @@ pub(crate) fn offenders(eps: &[Episode], min: usize, now_us: i64) -> Vec<Offende
             Offender {
                 node: node.to_string(),
                 episodes: v.len(),
-                flagged_s: v.iter().map(|e| (e.end_us.unwrap_or(now_us) - e.start_us).max(0) / 1_000_000).sum(),
+                // An episode still open counts to the node's last window (a
+                // server too old to say: to now).
+                flagged_s: v
+                    .iter()
+                    .map(|e| (e.end_us.or(e.seen_until_us).unwrap_or(now_us) - e.start_us).max(0) / 1_000_000)
+                    .sum(),
                 jobs,
                 causes,
                 gpu_hours: (v.iter().filter_map(|e| e.cost).map(|c| c.gpu_hours).sum::<f64>() * 1000.0).round()
@@ -131,6 +136,7 @@ mod tests {
             node: node.into(),
             start_us: start_s * 1_000_000,
             end_us: Some((start_s + secs) * 1_000_000),
+            seen_until_us: Some((start_s + secs) * 1_000_000),
             cause: cause.into(),
             text: String::new(),
             peak_score: 9.0,
@@ -162,5 +168,16 @@ mod tests {
         assert!(t.lines().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{t}");
         assert!(t.contains("$70.00") && t.contains("run-queue ×2, block IO"), "{t}");
         assert!(table(&[], 1, 2).contains("no node was flagged 2 times or more (1 episode(s)"));
+    }
+
+    /// History that ends while a node is flagged: its episode lasts to the
+    /// node's last window, however long ago that was, not to now.
+    #[test]
+    fn an_open_episode_lasts_to_the_nodes_last_window() {
+        let open = Episode { end_us: None, ..ep("node-3", "offcpu_share", 100, 20, None) };
+        let later_now = 3_600 * 1_000_000;
+        assert_eq!(offenders(&[open.clone()], 1, later_now)[0].flagged_s, 20);
+        let unknown = Episode { seen_until_us: None, ..open };
+        assert_eq!(offenders(&[unknown], 1, later_now)[0].flagged_s, 3_500, "an older server's: to now");
     }
 }

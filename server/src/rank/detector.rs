@@ -101,6 +101,8 @@ struct NodeState {
     /// Windows with calls or scheduler rows (see [`WARMUP_WINDOWS`]).
     measured_windows: u64,
     last_window: i64,
+    /// End of its last judged window: where an episode still open is known to.
+    judged_until: i64,
     stuck: bool,
     /// (window, score this window, flagged after it), with `timeline` on.
     trace: Vec<TracePoint>,
@@ -303,11 +305,12 @@ impl Detector {
         let mut out = Vec::new();
         for (j, st) in &self.jobs {
             for (node, n) in &st.nodes {
-                let ep = |start_us, end_us, cause: &str, text: &str, peak_score, lost_s| Episode {
+                let ep = |start_us, end_us: Option<i64>, cause: &str, text: &str, peak_score, lost_s| Episode {
                     job: j.clone(),
                     node: node.clone(),
                     start_us,
                     end_us,
+                    seen_until_us: end_us.or(Some(n.judged_until).filter(|&t| t > start_us)),
                     cause: cause.to_string(),
                     text: text.to_string(),
                     peak_score,
@@ -483,6 +486,7 @@ fn update(
     deviant: Option<(f64, &Vec<Deviation>)>,
 ) {
     let (was_flagged, since) = (st.flagged, st.since);
+    st.judged_until = st.judged_until.max(end);
     update_state(cfg, st, w, stuck, deviant);
     let top = st.devs.iter().max_by(|a, b| a.z.total_cmp(&b.z));
     let outcome = Outcome {

@@ -22,6 +22,11 @@ pub struct Episode {
     pub start_us: i64,
     /// End of the window its flag cleared in; None while still flagged.
     pub end_us: Option<i64>,
+    /// How far the node's data shows it: `end_us` once cleared, else the
+    /// end of its last judged window (history that ends mid-episode is
+    /// flagged that long, not until now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_until_us: Option<i64>,
     /// The signal that deviated most (`runq_share`, `stuck`, …).
     pub cause: String,
     /// That signal's deviation, in words.

@@ -186,6 +186,9 @@ fn the_detector_prices_a_flagged_nodes_episode() {
     let st = d.standings(None, 0.0).into_iter().find(|s| s.flagged).expect("flagged");
     assert_eq!((st.node.as_str(), st.lost_s), ("node-1", 1.0));
     assert_eq!(st.cost, Some(Cost { gpus: 16, gpu_hours: 0.004, usd: Some(0.01) }));
+    // Open: known to the end of its last window, not to whenever one asks.
+    let open = d.episodes();
+    assert_eq!((open[0].end_us, open[0].seen_until_us), (None, Some(7_000_000)), "{open:?}");
     for w in 7..12 {
         feed(&mut d, w, &calm);
     }
@@ -196,6 +199,7 @@ fn the_detector_prices_a_flagged_nodes_episode() {
         (e.node.as_str(), e.start_us, e.end_us, e.cause.as_str()),
         ("node-1", 3_000_000, Some(12_000_000), "runq_share")
     );
+    assert_eq!(e.seen_until_us, e.end_us);
     assert!((e.lost_s - 1.0).abs() < 1e-9, "{e:?}");
 }
 
