@@ -344,7 +344,7 @@ fn io_stall(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
         severity: if s.offcpu_share >= 0.2 { Severity::High } else { Severity::Medium },
         cause: "io_stall".into(),
         title: "Block IO stall → input pipeline starves the GPU".into(),
-        root_cause: vec![format!("block IO latency adds up to {} of wall time for {}", pct(s.io_share), w.who)],
+        root_cause: vec![io_root(s.io_share, &w.who)],
         effect,
         contributing: vec![],
         fixes: vec![
@@ -353,6 +353,13 @@ fn io_stall(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
             "check the volume's IOPS/throughput limits and noisy IO neighbours on the node".into(),
         ],
     })
+}
+
+/// The IO a process waits on: summed request latencies over wall time,
+/// past 100% when requests overlap (then: how many were in flight).
+fn io_root(share: f64, who: &str) -> String {
+    let sum = format!("block IO latency adds up to {} of wall time for {who}", pct(share));
+    if share > 1.0 { format!("{sum}: {share:.1} requests in flight at a time on average") } else { sum }
 }
 
 fn memory_pressure(d: &ReportData, s: &Summary) -> Option<Chain> {

@@ -92,11 +92,12 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "Host stall {:.0}% (run-queue {:.0}%, off-CPU {:.0}%), IO {:.0}%, {} windows",
+        "Host stall {:.0}% (run-queue {:.0}%, off-CPU {:.0}%), IO {:.0}%{}, {} windows",
         s.stall_share * 100.0,
         s.runq_share * 100.0,
         s.offcpu_share * 100.0,
         s.io_share * 100.0,
+        if s.io_share > 1.0 { " (overlapping requests)" } else { "" },
         s.windows
     );
     match (s.sync_p99_baseline_ns, s.sync_p99_worst_ns) {

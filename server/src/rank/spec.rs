@@ -55,7 +55,8 @@ pub(crate) const SPECS: [SignalSpec; 6] = [
     SignalSpec {
         signal: Signal::IoShare,
         name: "io_share",
-        label: "block IO wait",
+        // Latencies of overlapping requests add up past the wall time.
+        label: "block IO latency summed over wall time",
         short: "block IO",
         direction: 1.0,
         min_effect: 0.05,
