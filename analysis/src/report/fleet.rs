@@ -46,7 +46,9 @@ fn anchor(job: &str, node: &str) -> String {
 }
 
 /// The page. `timeline` must be present (history with timelines on).
-pub fn render(r: &Ranking, range: (&str, &str)) -> String {
+/// `source`: the flags of the data read (`--store URL`), for the
+/// drill-down commands the page suggests.
+pub fn render(r: &Ranking, range: (&str, &str), source: &str) -> String {
     let empty = Timeline { start_us: 0, bin_us: 1, bins: 0, nodes: vec![] };
     let tl = r.timeline.as_ref().unwrap_or(&empty);
     let mut jobs: BTreeMap<&str, Vec<&NodeTimeline>> = BTreeMap::new();
@@ -77,7 +79,7 @@ pub fn render(r: &Ranking, range: (&str, &str)) -> String {
                 (legend())
                 @for (job, rows) in &jobs {
                     @let standings: Vec<&Standing> = r.stragglers.iter().filter(|s| s.job == *job).collect();
-                    (job_section(job, rows, &standings, tl))
+                    (job_section(job, rows, &standings, (tl, source)))
                     @let eps: Vec<&Episode> = r.episodes.iter().filter(|e| e.job == *job).collect();
                     @if !eps.is_empty() {
                         (episodes_table(&eps))
@@ -158,7 +160,7 @@ fn peak(n: &NodeTimeline) -> f32 {
     n.score.iter().copied().fold(0.0, f32::max)
 }
 
-fn job_section(job: &str, rows: &[&NodeTimeline], standings: &[&Standing], tl: &Timeline) -> Markup {
+fn job_section(job: &str, rows: &[&NodeTimeline], standings: &[&Standing], (tl, source): (&Timeline, &str)) -> Markup {
     let score_of = |n: &NodeTimeline| standings.iter().find(|s| s.node == n.node).map_or(0.0, |s| s.score);
     let mut rows = rows.to_vec();
     rows.sort_by(|a, b| {
@@ -191,10 +193,10 @@ fn job_section(job: &str, rows: &[&NodeTimeline], standings: &[&Standing], tl: &
                 (ranking_table(job, standings, &cleared, tl))
             }
             @for s in standings {
-                (detail(Some(s), rows.iter().find(|n| n.node == s.node).copied(), tl))
+                (detail(Some(s), rows.iter().find(|n| n.node == s.node).copied(), (tl, source)))
             }
             @for n in &cleared {
-                (detail(None, Some(n), tl))
+                (detail(None, Some(n), (tl, source)))
             }
         }
     }
@@ -335,7 +337,10 @@ fn step_cell(t: &StepTime) -> String {
     c
 }
 
-fn detail(s: Option<&Standing>, row: Option<&NodeTimeline>, tl: &Timeline) -> Markup {
+/// How far before a node's first flag its drill-down report starts.
+const DRILL_BEFORE_US: i64 = 5 * 60 * 1_000_000;
+
+fn detail(s: Option<&Standing>, row: Option<&NodeTimeline>, (tl, source): (&Timeline, &str)) -> Markup {
     let Some((job, node)) = s.map(|s| (&s.job, &s.node)).or(row.map(|r| (&r.job, &r.node))) else {
         return html! {};
     };
@@ -352,7 +357,11 @@ fn detail(s: Option<&Standing>, row: Option<&NodeTimeline>, tl: &Timeline) -> Ma
     if let Some(r) = row.filter(|r| !r.flagged.is_empty()) {
         meta += &format!(" · flagged {}", spans(r, tl));
     }
-    let from = row.and_then(|r| r.flagged.first()).map(|[a, _]| rfc3339(tl.start_us + *a as i64 * tl.bin_us));
+    // From before its first flag: the report compares its calm windows with
+    // its stalled ones.
+    let from = row
+        .and_then(|r| r.flagged.first())
+        .map(|[a, _]| rfc3339((tl.start_us + *a as i64 * tl.bin_us - DRILL_BEFORE_US).max(tl.start_us)));
     html! {
         div.node id=(anchor(job, node)) {
             h3 { (node) " " span.sev { (state) } }
@@ -366,7 +375,7 @@ fn detail(s: Option<&Standing>, row: Option<&NodeTimeline>, tl: &Timeline) -> Ma
             @if let Some(t) = s.and_then(|s| s.step.as_ref()) { p { (t.text()) } }
             p.meta {
                 "Drill down: "
-                code { "ingero report --node " (node) " --since " (from.as_deref().unwrap_or("1h")) }
+                code { "ingero report --node " (node) " --since " (from.as_deref().unwrap_or("1h")) " " (source) }
             }
         }
     }
@@ -433,12 +442,16 @@ mod tests {
 
     #[test]
     fn the_straggler_is_on_top_and_calm_nodes_are_folded() {
-        let html = render(&ranking(1000, 360), ("a", "b"));
+        let html = render(&ranking(1000, 360), ("a", "b"), "--store file:///d");
         let top = html.find("node-7</text>").unwrap();
         let details = html.find("<details>").unwrap();
         assert!(top < details, "flagged node not above the folded rows");
         assert!(html.contains("999 node(s) never deviated"));
         assert!(html.contains(r##"href="#n-j-node-7""##) && html.contains(r#"id="n-j-node-7""#));
+        // A drill-down that runs as shown: the same data, from 5 min before
+        // its flag (bin 182 of 10 s) so the report sees it calm first.
+        let from = rfc3339(1_795_000_000_000_000 + (1_820 - 300) * 1_000_000);
+        assert!(html.contains(&format!("ingero report --node node-7 --since {from} --store file:///d")), "{html}");
         // Run-length: a calm row is a no-data cell plus one calm rect, not 360.
         assert!(html.len() < 1_000_000, "page is {} bytes", html.len());
         assert_eq!(colour(-1.0), NO_DATA);
@@ -452,11 +465,11 @@ mod tests {
         let mut r = ranking(8, 20);
         let shift = ingero_server::rank::steps::StepShift { before_seconds: 0.096, since_seconds: 0.144 };
         r.stragglers[0].step = Some(StepTime::new(143e6, 143e6).unwrap().with_shift(Some(shift)));
-        let html = render(&r, ("a", "b"));
+        let html = render(&r, ("a", "b"), "--store file:///d");
         assert!(html.contains("0.143 s (1.00×), job +50%"), "ranking cell");
         assert!(html.contains("the job stepped in 0.096 s before it deviated, 0.144 s since (+50%)"), "detail");
         r.stragglers[0].step = Some(StepTime::new(143e6, 143e6).unwrap());
-        let html = render(&r, ("a", "b"));
+        let html = render(&r, ("a", "b"), "--store file:///d");
         assert!(html.contains("0.143 s (1.00×)<") && !html.contains("before it deviated"));
     }
 
@@ -466,7 +479,7 @@ mod tests {
         r.stragglers[0].node = "<script>x</script>".into();
         r.timeline.as_mut().unwrap().nodes[7].node = "<script>x</script>".into();
         r.generated_at = "\"&'".into();
-        let html = render(&r, ("<a", "b>"));
+        let html = render(&r, ("<a", "b>"), "--store file:///d");
         assert!(!html.contains("<script>"), "unescaped node name");
         assert!(html.contains("&lt;script&gt;x&lt;/script&gt;") && html.contains("&quot;&amp;'"));
         assert!(html.contains("&lt;a → b&gt;"));

@@ -143,6 +143,16 @@ pub(crate) type Client = ingero_proto::pb::query_client::QueryClient<
 >;
 
 impl SourceArgs {
+    /// The flags naming this source, for a command the output suggests (a
+    /// drill-down that runs as shown, on the same data).
+    pub(crate) fn flags(&self) -> String {
+        match (&self.server, &self.store.s3_endpoint) {
+            (Some(s), _) => format!("--server {s}"),
+            (None, Some(e)) => format!("--store {} --s3-endpoint {e}", self.store.store),
+            (None, None) => format!("--store {}", self.store.store),
+        }
+    }
+
     pub(crate) async fn engine(&self) -> CmdResult<QueryEngine> {
         let store = Store::open(&self.store.store, &self.store.options()).map_err(|e| Failure::Usage(e.to_string()))?;
         if let Some(dir) = &store.local_dir

@@ -76,7 +76,7 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
             let r: Ranking = serde_json::from_value(ranking)?;
             let start = since.map_or(0, |s| s.start_us());
             let from = r.timeline.as_ref().map_or(start, |t| t.start_us.max(start));
-            fleet::render(&r, (&rfc3339(from), &rfc3339(end_us)))
+            fleet::render(&r, (&rfc3339(from), &rfc3339(end_us)), &a.source.flags())
         }
     };
     match &a.out {
