@@ -395,6 +395,7 @@ details summary{cursor:pointer;color:#0969da;margin:6px 0} .ok{background:#dafbe
 .node{background:#fff;border:1px solid #d0d7de;border-left:6px solid #cf222e;border-radius:6px;padding:8px 12px;margin:10px 0}
 .node h3{margin:0 0 4px;font-size:15px} .sev{font-size:11px;padding:1px 6px;border-radius:4px;background:#1b1f24;color:#fff;vertical-align:middle}
 a{color:#0969da} .node svg{max-width:100%;height:auto}
+@media (max-width:640px){main{padding:10px} .rank{min-width:0} table{display:block;overflow-x:auto} td,th,code{overflow-wrap:normal}}
 ";
 
 #[cfg(test)]

@@ -309,6 +309,16 @@ async fn a_merged_multi_node_trace_is_imported_as_its_nodes_and_ranked() {
     uniq.dedup();
     assert_eq!(uniq.len(), lines.len(), "a diagnosis printed more than once:\n{section}");
     assert!(!lines.is_empty() && section.matches("(×2,").count() == lines.len(), "each stored twice:\n{section}");
+    // The HTML page says them too, and has no empty table of CPU neighbours.
+    let page = dir.path().join("a.html");
+    let store_s = store.to_str().unwrap();
+    let args =
+        ["report", "--node", "node-a", "--store", store_s, "--since", "2026-03-01T00:00:00Z", "--format", "html"];
+    let (rc, out) = ingero(&[&args[..], &["--out", page.to_str().unwrap()]].concat());
+    assert_eq!(rc, 0, "{out}");
+    let page = std::fs::read_to_string(&page).unwrap();
+    assert!(page.contains("Diagnoses stored in the imported trace") && page.contains("<b>CONFIRM</b>"), "{page}");
+    assert!(!page.contains("Other CPU users on the node"), "no neighbour was recorded: {page}");
     // A file that names no node needs --node.
     let (rc, out) = ingero(&["import", trace().to_str().unwrap(), "--store", store.to_str().unwrap()]);
     assert_eq!(rc, 2, "{out}");
