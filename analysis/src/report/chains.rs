@@ -162,7 +162,7 @@ const IO_BLOCKED_MIN: f64 = 0.25;
 const SYNC_EFFECT_MIN_NS: u64 = 1_000_000;
 
 /// Effects on the GPU side, shared by the host-side chains.
-fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
+pub(crate) fn gpu_effects(d: &ReportData, s: &Summary) -> Vec<String> {
     let mut out = Vec::new();
     // A millisecond at least: syncs of microseconds that jitter to tens are
     // not an effect anyone's step feels.

@@ -12,6 +12,7 @@ pub(crate) mod failing;
 pub(crate) mod flame;
 pub mod fleet;
 pub(crate) mod hang;
+pub(crate) mod held_back;
 pub mod html;
 pub(crate) mod ops;
 pub(crate) mod reference;
@@ -27,6 +28,7 @@ pub use data::Target;
 use crate::error::Result;
 use crate::query::QueryEngine;
 use crate::rank::detector::{DetectorConfig, Standing};
+use crate::rank::episode::Episode;
 use crate::rank::history::{self, HistoryRequest};
 use ingero_model::time::rfc3339;
 
@@ -136,11 +138,10 @@ pub async fn build(
     }
     let reference = reference::judge(&d, &summary, &chains);
     let steps = steps::collect(engine, &d, start_us, end_us).await?;
-    let mut straggler = Vec::new();
-    for job in &d.jobs {
-        let req = HistoryRequest { start_us, end_us, job: Some(job.clone()), resolution: None };
-        let r = history::rank(engine, &req, cfg.clone()).await?;
-        straggler.extend(r.stragglers.into_iter().filter(|s| d.nodes.contains(&s.node)));
+    let (straggler, episodes) = ranked(engine, &d, (start_us, end_us), &cfg).await?;
+    if let Some(c) = held_back::chain(&d, &summary, &episodes, (end_us, chains.is_empty())) {
+        chains.push(c);
+        chains.sort_by_key(|c| c.severity);
     }
     Ok(Report {
         target: target.describe(),
@@ -164,6 +165,24 @@ pub async fn build(
         blocked_sites: blocked_sites.into_iter().take(10).collect(),
         steps,
     })
+}
+
+/// The target's nodes' standings in their jobs' ranking over the range, and
+/// the jobs' straggler episodes (the target's nodes' and the others').
+async fn ranked(
+    engine: &QueryEngine,
+    d: &data::ReportData,
+    (start_us, end_us): (i64, i64),
+    cfg: &DetectorConfig,
+) -> Result<(Vec<Standing>, Vec<Episode>)> {
+    let (mut straggler, mut episodes) = (Vec::new(), Vec::new());
+    for job in &d.jobs {
+        let req = HistoryRequest { start_us, end_us, job: Some(job.clone()), resolution: None };
+        let r = history::rank(engine, &req, cfg.clone()).await?;
+        straggler.extend(r.stragglers.into_iter().filter(|s| d.nodes.contains(&s.node)));
+        episodes.extend(r.episodes);
+    }
+    Ok((straggler, episodes))
 }
 
 /// ", earlier named A, B" for processes that renamed themselves in the range.

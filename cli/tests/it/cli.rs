@@ -112,6 +112,13 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     assert!(effects.contains("each training step took"), "{effects}");
     assert!(v["steps"]["count"].as_u64().unwrap() > 0, "{v}");
     check_in_chromium(&report, dir.path());
+    // A rank on a calm node: no stall of its own, held back by node-2.
+    let o = ingero(&["report", "--pod=ml/llama-pretrain-worker-0", &store, "--since=5m", "--format=json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let chains = v["chains"].as_array().unwrap();
+    assert_eq!((chains.len(), &chains[0]["cause"]), (1, &serde_json::json!("held_back")), "{v:#}");
+    assert_eq!(chains[0]["title"], "Straggler node-2 → this rank waits for it", "{v:#}");
+    assert!(chains[0]["fixes"][0].as_str().unwrap().ends_with("this rank has no stall of its own to fix"), "{v:#}");
 
     let o = ingero(&["report", "--pod=ml/nobody", &store, "--since=5m"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
