@@ -36,6 +36,10 @@ pub struct LoopConfig {
     pub hold_max: Duration,
     /// Probes of a library file no scanned process has mapped this long are detached.
     pub detach_unused_after: Duration,
+    /// Library files probed at most, in all and per process (a pod's
+    /// thousands of mapped copies must not take the agent's fds).
+    pub max_libraries: usize,
+    pub max_libraries_per_process: usize,
     /// A loop step running longer than this makes the agent unhealthy.
     pub watchdog: Duration,
     /// The probes' own run time is measured in one window of this many (0: never).
@@ -77,6 +81,8 @@ pub struct LoopStats {
     pub libraries: AtomicU64,
     /// Library files that could not be probed (each is retried on the next scan).
     pub attach_failures: AtomicU64,
+    /// New library files not probed: a cap or the agent's fd headroom.
+    pub libraries_refused: AtomicU64,
     /// Library files whose probes were detached (no traced process mapped them).
     pub library_detaches: AtomicU64,
     /// Uprobes taken off detached files and not closed yet.

@@ -99,8 +99,14 @@ fn rows(l: &LoopStats, s: &ShipStats) -> Vec<Row> {
         (
             "ingero_agent_attach_failures_total",
             Counter,
-            "Library files that could not be probed (retried on the next scan)",
+            "Tries to probe a library file that failed (each file retried after 10 min)",
             g(&l.attach_failures),
+        ),
+        (
+            "ingero_agent_libraries_refused_total",
+            Counter,
+            "New library files not probed: --max-libraries, --max-libraries-per-process, or the agent's open files past half their limit",
+            g(&l.libraries_refused),
         ),
         (
             "ingero_agent_rows_invalid_total",

@@ -3,6 +3,8 @@
 //! events as they come, a drained window every `--window`, tables to the
 //! shipper on the async runtime.
 
+mod attach;
+
 use crate::watchdog::Step;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use crate::probes::abi::{
 use crate::probes::drain::{self, Rings, StallRings};
 use crate::probes::grace::Grace;
 use crate::probes::libs;
-use crate::probes::load::{Attached, Probes};
+use crate::probes::load::Probes;
 use crate::probes::ops::Lib;
 use crate::probes::statics::StaticRuntimes;
 use crate::probes::thread_counts::ThreadCounts;
@@ -90,6 +92,7 @@ pub struct ProbeLoop {
     flip_ratio: f64,
     /// Each thread's recent syncs, copies and collectives: its step cycle.
     steps: crate::steps::Steps,
+    guard: crate::probes::guard::AttachGuard,
 }
 
 impl std::fmt::Debug for ProbeLoop {
@@ -154,6 +157,7 @@ impl ProbeLoop {
             sampling: Default::default(),
             flip_ratio: 1.0,
             steps: Default::default(),
+            guard: crate::probes::guard::AttachGuard::new(cfg.max_libraries, cfg.max_libraries_per_process),
             probes,
             cfg,
             stats,
@@ -197,24 +201,6 @@ impl ProbeLoop {
         }
     }
 
-    /// Libraries named on the command line or in the usual places are probed
-    /// before any process maps them, so a first process is traced from its first call.
-    fn attach_well_known(&mut self) {
-        for f in libs::well_known(&self.cfg.libs) {
-            match self.probes.attach_found(&f) {
-                Ok(Attached::Now(syms)) if !syms.is_empty() => {
-                    tracing::info!(library = %f.path.display(), probes = syms.len(), "attached ahead of use");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    self.stats.attach_failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(library = %f.path.display(), error = %e, "cannot attach");
-                }
-            }
-        }
-        self.stats.libraries.store(self.probes.probed_files() as u64, Ordering::Relaxed);
-    }
-
     /// Probes the CUDA/NCCL libraries these processes map; `why` names
     /// what asked for the scan (logged when a process is out of scope).
     fn scan(&mut self, pids: &[u32], why: &'static str) {
@@ -226,8 +212,9 @@ impl ProbeLoop {
                 tracing::info!(pid, why, cgroup, "outside --cgroup-root: not probed");
                 continue;
             }
-            let found = self.statics.scan_pid(pid);
-            for f in &found {
+            let all = self.statics.scan_pid(pid);
+            let found = self.guard.of_process(pid, &all, |f| self.probes.is_attached(f));
+            for &f in &found {
                 let info = self.attr.get(pid);
                 if f.lib != Lib::Libc && !info.libraries.contains(&f.mapped_as) {
                     info.libraries.push(f.mapped_as.clone());
@@ -239,26 +226,6 @@ impl ProbeLoop {
             if found.iter().any(|f| f.lib != Lib::Libc) {
                 self.stacks.register(pid, &mut self.probes);
                 self.probes.mark_known(pid);
-            }
-        }
-    }
-
-    fn attach(&mut self, pid: u32, f: &libs::Found) {
-        match self.probes.attach_found(f) {
-            Ok(Attached::Now(syms)) => {
-                self.stats.libraries.store(self.probes.probed_files() as u64, Ordering::Relaxed);
-                tracing::info!(pid, library = %f.mapped_as, probes = syms.len(), "attached");
-            }
-            Ok(Attached::Already) => {}
-            // A process that exited since the scan (a short-lived CUDA
-            // tool: its root is gone) is no failure; the exit event forgets it.
-            Err(e) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
-                tracing::debug!(pid, library = %f.mapped_as, error = %e, "process exited before its attach");
-            }
-            // Not marked attached: the next scan of this process retries.
-            Err(e) => {
-                self.stats.attach_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(pid, library = %f.mapped_as, error = %e, "cannot attach; will retry");
             }
         }
     }

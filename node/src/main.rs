@@ -149,6 +149,16 @@ struct RunArgs {
     /// keep this long where jobs restart from the same image.
     #[arg(long, env = "INGERO_DETACH_UNUSED_AFTER", default_value = "10m", value_parser = humantime::parse_duration)]
     detach_unused_after: Duration,
+    /// Library files probed at most. A file's probes hold open files and kernel memory, and a pod can map
+    /// thousands of copies of a library: past the cap (or once the agent's open files pass half their
+    /// limit) new files are not probed, logged every 10 minutes and counted in
+    /// `ingero_agent_libraries_refused_total`.
+    #[arg(long, env = "INGERO_MAX_LIBRARIES", default_value_t = 256)]
+    max_libraries: usize,
+    /// CUDA/NCCL library files probed at most per process, the first it mapped (a real one maps a few:
+    /// the runtime, the driver, NCCL, extensions built with a static runtime).
+    #[arg(long, env = "INGERO_MAX_LIBRARIES_PER_PROCESS", default_value_t = 32)]
+    max_libraries_per_process: usize,
     /// The probe loop's watchdog: one step of the loop (a process scan, a window) running longer than this
     /// makes `/healthz` answer 503 with the step and how long it has run (logged once, counted in
     /// `ingero_agent_probe_loop_overruns_total`), so the liveness probe restarts a stuck agent.
@@ -296,6 +306,8 @@ fn config(a: RunArgs, sink: Sink) -> AgentConfig {
         hold_dlopen: !a.no_dlopen_hold,
         hold_max: a.dlopen_hold_max,
         detach_unused_after: a.detach_unused_after,
+        max_libraries: a.max_libraries,
+        max_libraries_per_process: a.max_libraries_per_process,
         watchdog: a.watchdog,
         probe_time_every: a.probe_time_every,
         trap_budget: a.trap_budget.0,

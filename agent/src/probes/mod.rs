@@ -13,6 +13,7 @@ pub(crate) mod duty;
 pub mod features;
 pub(crate) mod files;
 pub(crate) mod grace;
+pub(crate) mod guard;
 mod handles;
 pub mod libs;
 pub(crate) mod link;
