@@ -47,6 +47,33 @@ async fn a_library_dlopened_and_called_at_once_is_traced_from_its_first_call() {
     assert_eq!(c.get("ncclAllReduce").map(|x| x.0), Some(33), "{c:?}\n{log}");
 }
 
+/// A library deleted between its dlopen and its first lookup (a wheel's
+/// temp copy, a loader that cleans up) still runs: it is probed through the
+/// mapping (`/proc/PID/map_files`), its path naming nothing, and its calls
+/// are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_deleted_after_its_dlopen_is_still_traced() {
+    if !can_trace() {
+        return;
+    }
+    let (dir, cg) = tmp("dlopen-deleted");
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let copy = dir.path().join("tmp-copy/libcudart.so.12");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(&lib, &copy).unwrap();
+    let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
+    let unlink = format!("unlink:{}", copy.display());
+    let w =
+        Workload::start(&wl, &copy, &["open", &unlink, "sleep:600", "call:cudaLaunchKernel:123:0", "sleep:300"], &cg);
+    let pid = w.pid();
+    w.wait();
+    let log = agent.stop();
+    assert!(!copy.exists());
+    let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
+    assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(123), "{c:?}\n{log}");
+    assert!(log.contains("libcudart.so.12 (deleted) probes="), "{log}");
+}
+
 /// A process that dlopens the runtime seconds after it started, past the
 /// scans its exec brings, with rescans an hour apart: only the lookup
 /// itself can tell the agent. With the hold (where the kernel has it) and

@@ -40,12 +40,20 @@ impl Found {
 /// Parses `/proc/PID/maps` text for traced libraries.
 pub fn parse_maps(pid: u32, maps: &str, proc_root: &Path) -> Vec<Found> {
     let mut out: BTreeMap<(u64, u64), Found> = BTreeMap::new();
-    for m in crate::procmaps::lines(maps).filter(|m| m.live_file()) {
-        let Some(lib) = m.path.rsplit('/').next().and_then(Lib::from_file_name) else { continue };
+    for m in crate::procmaps::lines(maps).filter(|m| m.path.starts_with('/')) {
+        // A library deleted after it was loaded (an unpacked wheel's temp
+        // copy) is still what runs: reached through its mapping alone, never
+        // through the path, which may name another file now.
+        let (path, deleted) = m.path.strip_suffix(" (deleted)").map_or((m.path, false), |p| (p, true));
+        let Some(lib) = path.rsplit('/').next().and_then(Lib::from_file_name) else { continue };
+        let map_file = proc_root.join(pid.to_string()).join("map_files").join(m.range);
         out.entry(m.id()).or_insert_with(|| Found {
             id: m.id(),
-            path: proc_root.join(pid.to_string()).join("root").join(m.path.trim_start_matches('/')),
-            map_file: Some(proc_root.join(pid.to_string()).join("map_files").join(m.range)),
+            path: match deleted {
+                true => map_file.clone(),
+                false => proc_root.join(pid.to_string()).join("root").join(path.trim_start_matches('/')),
+            },
+            map_file: Some(map_file),
             mapped_as: m.path.to_string(),
             lib,
             pid,
@@ -161,12 +169,15 @@ mod tests {
 7f0000009000-7f000000a000 r-xp 00000000 08:01 55 /tmp/libcuda.so.1 (deleted)
 ";
         let f = parse_maps(42, maps, Path::new("/proc"));
-        assert_eq!(f.len(), 3, "nccl, libc (for its dlopen) and cudart, each once");
+        assert_eq!(f.len(), 4, "nccl, the deleted driver, libc (for its dlopen) and cudart, each once");
         assert_eq!(f[0].lib, Lib::Nccl);
         assert_eq!(f[0].path, PathBuf::from("/proc/42/root/opt/conda/lib/libnccl.so.2"));
-        assert_eq!(f[1].lib, Lib::Libc);
-        assert_eq!(f[2].id, ((8 << 32) | 1, 1234));
-        assert_eq!(f[2].mapped_as, "/usr/lib/libcudart.so.12.9.79");
-        assert_eq!(f[2].map_file, Some(PathBuf::from("/proc/42/map_files/7f0000000000-7f0000001000")));
+        // Deleted: reached through its mapping only (the path may be another file now).
+        assert_eq!((f[1].lib, f[1].mapped_as.as_str()), (Lib::Cuda, "/tmp/libcuda.so.1 (deleted)"));
+        assert_eq!(f[1].path, PathBuf::from("/proc/42/map_files/7f0000009000-7f000000a000"));
+        assert_eq!(f[2].lib, Lib::Libc);
+        assert_eq!(f[3].id, ((8 << 32) | 1, 1234));
+        assert_eq!(f[3].mapped_as, "/usr/lib/libcudart.so.12.9.79");
+        assert_eq!(f[3].map_file, Some(PathBuf::from("/proc/42/map_files/7f0000000000-7f0000001000")));
     }
 }

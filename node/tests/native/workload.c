@@ -119,6 +119,12 @@ int main(int argc, char **argv)
 			volatile unsigned long x = 0;
 			while (clock_ms(CLOCK_THREAD_CPUTIME_ID) < end)
 				x++;
+		} else if (!strncmp(a, "unlink:", 7)) {
+			/* A loaded library deleted before its first lookup (a temp copy). */
+			if (unlink(a + 7)) {
+				perror("unlink");
+				return 8;
+			}
 		} else if (!strncmp(a, "chroot:", 7)) {
 			if (chroot(a + 7) || chdir("/")) {
 				perror("chroot");
