@@ -105,8 +105,15 @@ impl Agent {
         if let Some(addr) = cfg.metrics_addr {
             let (l, s) = (loop_stats.clone(), ship_stats.clone());
             rt.spawn(async move {
-                if let Err(e) = crate::metrics::serve(addr, l, s).await {
-                    tracing::error!(error = %e, "metrics endpoint failed");
+                // Tried again while it fails: the port of an agent killed a
+                // moment ago can stay held (a thread stuck closing probes),
+                // and without /healthz the kubelet would restart a healthy agent.
+                let mut said = false;
+                while let Err(e) = crate::metrics::serve(addr, l.clone(), s.clone()).await {
+                    if !std::mem::replace(&mut said, true) {
+                        tracing::error!(error = %e, %addr, "metrics endpoint failed; trying again every 5 s");
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
                 }
             });
         }
