@@ -86,6 +86,10 @@ pub(crate) struct Folder<'a> {
     cgroups: HashMap<u32, HashMap<u64, u64>>,
     /// pid → (rank, world size) the recorder knew (0.9+).
     ranks: HashMap<u32, (Option<i32>, Option<i32>)>,
+    /// Driver calls inside runtime calls: left out, as the agent leaves them.
+    nesting: super::nesting::Nesting,
+    /// The whole set's nesting shares, for a file of a rolled-over set.
+    set_nesting: Option<super::nesting::Shares>,
     pub stats: FoldStats,
 }
 
@@ -118,6 +122,8 @@ impl<'a> Folder<'a> {
             slow: Vec::new(),
             cgroups: HashMap::new(),
             ranks: HashMap::new(),
+            nesting: Default::default(),
+            set_nesting: None,
             stats: FoldStats::default(),
         }
     }
@@ -155,6 +161,7 @@ impl<'a> Folder<'a> {
         m.0 += 1;
         m.1 += e.dur_ns;
         match (e.source, e.op) {
+            (CUDA | DRIVER, _) if self.nesting.nested(&e) => {}
             (CUDA | DRIVER, _) => {
                 let c = self.calls.entry((w, e.pid, e.source, e.op)).or_default();
                 c.count += 1;
@@ -196,6 +203,11 @@ impl<'a> Folder<'a> {
         }
     }
 
+    /// The nesting shares of the whole rolled-over set this file is part of.
+    pub(crate) fn seed_nesting(&mut self, shares: &super::nesting::Shares) {
+        self.set_nesting = Some(shares.clone());
+    }
+
     /// Adds what the source counted but did not store.
     fn discarded(&mut self) {
         let aggs = self.part.aggregates.clone();
@@ -208,12 +220,20 @@ impl<'a> Folder<'a> {
                 self.raw_minute.get(&(a.bucket_ns, a.pid, a.source, a.op)).copied().unwrap_or((0, 0));
             // Stored events missing from the file (pruned) count as discarded.
             let kept = a.stored.min(raw_n);
-            let n = a.count.saturating_sub(kept);
+            let (mut n, mut sum) = (a.count.saturating_sub(kept), 0);
+            if n > 0 {
+                let kept_sum = if raw_n == 0 { 0 } else { (raw_sum as u128 * kept as u128 / raw_n as u128) as u64 };
+                sum = a.sum_ns.saturating_sub(kept_sum);
+            }
+            if a.source == DRIVER {
+                // Discarded driver calls nest as the stored ones did.
+                let shares = self.set_nesting.as_ref().unwrap_or(&self.nesting.shares);
+                let outer = |x| super::nesting::outer(shares, a.pid, a.op, x);
+                (n, sum) = (outer(n), outer(sum));
+            }
             if n == 0 {
                 continue;
             }
-            let kept_sum = if raw_n == 0 { 0 } else { (raw_sum as u128 * kept as u128 / raw_n as u128) as u64 };
-            let sum = a.sum_ns.saturating_sub(kept_sum);
             let lo = a.bucket_ns.max(self.win(self.span.0));
             let hi = (a.bucket_ns + MINUTE_NS).min(self.span.1 + 1);
             let wins: Vec<i64> = if lo < hi {

@@ -8,6 +8,7 @@
 //! fingerprint as a Delta transaction, so importing a file again adds nothing.
 
 pub(crate) mod fold;
+pub(crate) mod nesting;
 pub(crate) mod rolled;
 pub(crate) mod source;
 
@@ -57,10 +58,11 @@ pub fn fold_set(
     let mut traces = paths.iter().map(|p| source::Trace::open(p)).collect::<Result<Vec<_>>>()?;
     share_across_set(&mut traces);
     let threads = if traces.len() > 1 { set_threads(&traces)? } else { Threads::new() };
+    let nesting = if traces.len() > 1 { set_nesting(&traces)? } else { SetNesting::new() };
     let mut out = Vec::new();
     for (trace, path) in traces.iter().zip(paths) {
         let fold = |n, t| progress(path, n, t);
-        out.extend(fold_trace(trace, path, node, job.clone(), window_ns, &threads, fold)?);
+        out.extend(fold_trace(trace, path, node, job.clone(), window_ns, (&threads, &nesting), fold)?);
     }
     Ok(out)
 }
@@ -77,6 +79,27 @@ fn set_threads(traces: &[source::Trace]) -> Result<Threads> {
             let m = out.entry(part.node.clone()).or_default();
             for (pid, tids) in t.threads(part.node.as_deref())? {
                 m.entry(pid).or_default().extend(tids);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Per node, the driver calls' nesting over the whole set (its files read
+/// once more: a file alone holds some minutes' stored calls of an op and
+/// other minutes' counts of it).
+type SetNesting = std::collections::HashMap<Option<String>, nesting::Shares>;
+
+fn set_nesting(traces: &[source::Trace]) -> Result<SetNesting> {
+    let mut out = SetNesting::new();
+    for t in traces {
+        for part in t.parts()? {
+            let mut n = nesting::Nesting::default();
+            t.for_each_event(part.node.as_deref(), |e| _ = n.nested(&e), |_| {})?;
+            let m = out.entry(part.node.clone()).or_default();
+            for (k, (seen, nested)) in n.shares {
+                let e = m.entry(k).or_default();
+                (e.0, e.1) = (e.0 + seen, e.1 + nested);
             }
         }
     }
@@ -123,7 +146,7 @@ fn fold_trace(
     node: Option<&str>,
     job: Option<String>,
     window_ns: i64,
-    threads: &Threads,
+    (threads, nesting): (&Threads, &SetNesting),
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Vec<Folded>> {
     let total = trace.events;
@@ -143,6 +166,9 @@ fn fold_trace(
         let mut f = fold::Folder::new(trace, &part, &name, job.clone(), window_ns);
         if let Some(t) = threads.get(&part.node) {
             f.seed_threads(t);
+        }
+        if let Some(n) = nesting.get(&part.node) {
+            f.seed_nesting(n);
         }
         trace.for_each_event(part.node.as_deref(), |e| f.event(e), |n| progress(done + n, total))?;
         let (tables, mut stats) = f.finish()?;
