@@ -102,7 +102,7 @@ columns! {
         errors: u64, "calls", "Calls that returned a non-success code (return-probed ops only)";
         total_ns: u64, "ns", "Sum of call durations (0 for entry-only ops such as launches)";
         max_ns: u64, "ns", "Longest call";
-        sampled: bool, "", "True when durations come from a sample of calls (imported traces); count is exact";
+        sampled: bool, "", "True when some durations are estimates (imported traces: calls the recorder counted but did not store are in the histogram at their mean duration); count and total_ns are exact";
         hist_bucket: &'a [u8], "bucket index", "Sparse latency histogram: indices of non-empty buckets (see Histogram)";
         hist_count: &'a [u64], "calls", "Sparse latency histogram: count per bucket in hist_bucket";
         sample_ratio: Option<f64>, "share", "Share of the window this op's probe was attached (the agent's --trap-budget duty cycle on launch-type calls): count is the calls seen divided by it, an estimate. Null: every call was seen";

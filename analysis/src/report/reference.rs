@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::chains::{Chain, Summary, fmt_ns};
 use super::cuda::cause_for_op;
-use super::data::ReportData;
+use super::data::{OpStat, ReportData};
 use crate::import::source::RefChain;
 use ingero_model::time::rfc3339;
 
@@ -90,6 +90,17 @@ pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict>
         let op = d.ops.iter().find(|o| !r.cuda_op.is_empty() && (o.op == r.cuda_op || o.op.starts_with(&r.cuda_op)));
         let host_cause = r.root_cause.contains("sched_switch") || r.explanation.contains("sched_switch");
         match op {
+            // A driver op the runtime called inside its own calls: counted there.
+            None if r.cuda_op.starts_with("cu")
+                && !r.cuda_op.starts_with("cuda")
+                && d.ops.iter().any(|o| o.op.starts_with("cuda")) =>
+            {
+                v.verdict = "refine".into();
+                v.why = format!(
+                    "every stored {} ran inside a runtime call on the same thread, counted there as the agent counts it: the runtime call's verdict is this one's",
+                    r.cuda_op
+                );
+            }
             None if !r.cuda_op.is_empty() => {
                 v.why = format!("no {} calls in the imported windows, so the tail cannot be checked", r.cuda_op);
             }
@@ -97,64 +108,75 @@ pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict>
                 v.verdict = "confirm".into();
                 v.why = "not about a CUDA op; recorded as is".into();
             }
-            Some(o) => {
-                let (p50, p99) = (o.p50_ns.unwrap_or(0), o.p99_ns.unwrap_or(0));
-                let ratio = if p50 > 0 { p99 as f64 / p50 as f64 } else { 0.0 };
-                let ours_txt = format!(
-                    "our {} p99 {} = {:.1}x p50 {} over {}{} calls (theirs: p99 {}µs = {:.1}x p50)",
-                    o.op,
-                    fmt_ns(p99),
-                    ratio,
-                    fmt_ns(p50),
-                    // Part of the count estimated under the trap budget.
-                    if o.seen_share.is_some() { "≈" } else { "" },
-                    o.count,
-                    r.p99_us,
-                    r.tail_ratio
-                );
-                let cause = cause_for_op(&o.op);
-                let chain = ours.iter().find(|c| c.cause == cause);
-                if ratio < 1.5 {
-                    v.why = format!("{ours_txt}: no tail in the windows we built");
-                } else if let Some(c) = chain.filter(|c| matches!(c.cause.as_str(), "allocator_churn" | "copy_waits")) {
-                    v.verdict = "refine".into();
-                    v.our_cause = Some(c.cause.clone());
-                    v.why = format!(
-                        "{ours_txt}. The tail is real, but the op itself explains it: {}. {}",
-                        c.title,
-                        if host_cause {
-                            format!(
-                                "The {} they blame are the thread sleeping inside the call while the GPU drains (off-CPU {:.0}% of thread time); the trace has no run-queue wait, so CPU contention is not shown",
-                                r.root_cause,
-                                s.offcpu_share * 100.0
-                            )
-                        } else {
-                            String::new()
-                        }
-                    );
-                } else if let Some(c) = chain {
-                    v.verdict = "confirm".into();
-                    v.our_cause = Some(c.cause.clone());
-                    v.why = format!(
-                        "{ours_txt}; we see the same tail ({}), with threads off-CPU {:.0}% of their time",
-                        c.title,
-                        s.offcpu_share * 100.0
-                    );
-                } else {
-                    v.verdict = "confirm".into();
-                    v.why = format!("{ours_txt}; the tail is there but below our threshold for a chain of its own");
-                }
-            }
+            Some(o) => judge_op(&mut v, (&r, host_cause), o, s, ours),
         }
         out.push(v);
     }
     out
 }
 
+/// The verdict on a diagnosis about an op we have calls of.
+fn judge_op(v: &mut Verdict, (r, host_cause): (&RefChain, bool), o: &OpStat, s: &Summary, ours: &[Chain]) {
+    let (p50, p99) = (o.p50_ns.unwrap_or(0), o.p99_ns.unwrap_or(0));
+    let ratio = if p50 > 0 { p99 as f64 / p50 as f64 } else { 0.0 };
+    let ours_txt = format!(
+        "our {} p99 {} = {:.1}x p50 {} over {}{} calls (theirs: p99 {}µs = {:.1}x p50)",
+        o.op,
+        fmt_ns(p99),
+        ratio,
+        fmt_ns(p50),
+        // Part of the count estimated under the trap budget.
+        if o.seen_share.is_some() { "≈" } else { "" },
+        o.count,
+        r.p99_us,
+        r.tail_ratio
+    );
+    let cause = cause_for_op(&o.op);
+    let chain = ours.iter().find(|c| c.cause == cause);
+    let theirs_ns = r.p99_us as f64 * 1e3;
+    let near = p99 > 0 && (0.5..=2.0).contains(&(p99 as f64 / theirs_ns.max(1.0)));
+    if ratio < 1.5 && o.sampled && near {
+        // Most calls were counted, not stored: their durations are
+        // the minute's mean, so the tail's shape is the recorder's to tell.
+        v.verdict = "confirm".into();
+        v.why = format!(
+            "{ours_txt}: the same p99 within 2x; the recorder stored a sample of these calls and counted the rest, so its tail ratio stands"
+        );
+    } else if ratio < 1.5 {
+        v.why = format!("{ours_txt}: no tail in the windows we built");
+    } else if let Some(c) = chain.filter(|c| matches!(c.cause.as_str(), "allocator_churn" | "copy_waits")) {
+        v.verdict = "refine".into();
+        v.our_cause = Some(c.cause.clone());
+        v.why = format!(
+            "{ours_txt}. The tail is real, but the op itself explains it: {}. {}",
+            c.title,
+            if host_cause {
+                format!(
+                    "The {} they blame are the thread sleeping inside the call while the GPU drains (off-CPU {:.0}% of thread time); the trace has no run-queue wait, so CPU contention is not shown",
+                    r.root_cause,
+                    s.offcpu_share * 100.0
+                )
+            } else {
+                String::new()
+            }
+        );
+    } else if let Some(c) = chain {
+        v.verdict = "confirm".into();
+        v.our_cause = Some(c.cause.clone());
+        v.why = format!(
+            "{ours_txt}; we see the same tail ({}), with threads off-CPU {:.0}% of their time",
+            c.title,
+            s.offcpu_share * 100.0
+        );
+    } else {
+        v.verdict = "confirm".into();
+        v.why = format!("{ours_txt}; the tail is there but below our threshold for a chain of its own");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::data::OpStat;
 
     fn with_op(seen_share: Option<f64>) -> String {
         let theirs = RefChain {
