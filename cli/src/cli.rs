@@ -165,10 +165,10 @@ pub(crate) struct RankArgs {
     /// Consecutive deviant windows before a node is flagged (4: a data-loader
     /// hiccup of up to 3 s is not a straggler; `ingero evaluate` measures the
     /// trade-off of false flags against fault→flag latency).
-    #[arg(long, env = "INGERO_FLAG_AFTER", default_value_t = 4)]
+    #[arg(long, env = "INGERO_FLAG_AFTER", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub flag_after: u32,
     /// Consecutive normal windows before a flag clears (hysteresis).
-    #[arg(long, env = "INGERO_CLEAR_AFTER", default_value_t = 5)]
+    #[arg(long, env = "INGERO_CLEAR_AFTER", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub clear_after: u32,
     /// A job whose ranks have waited this long inside one CUDA/NCCL call has
     /// stopped progressing: the node holding the rank they wait for is

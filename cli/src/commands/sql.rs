@@ -28,6 +28,16 @@ pub(crate) async fn run(a: SqlArgs) -> CmdResult {
                 w.write(b)?;
             }
         }
+        _ if batches.iter().all(|b| b.num_rows() == 0) => {
+            // The columns, then what is missing (an empty table drew `++`).
+            let cols: Vec<String> = batches.first().map_or(Vec::new(), |b| {
+                b.schema().fields().iter().map(|f| f.name().clone()).collect()
+            });
+            if !cols.is_empty() {
+                println!("{}", cols.join(" | "));
+            }
+            println!("(no rows)");
+        }
         _ => println!("{}", arrow::util::pretty::pretty_format_batches(&batches)?),
     }
     Ok(())

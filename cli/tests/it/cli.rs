@@ -236,6 +236,8 @@ fn bad_arguments_exit_2_with_one_clear_line() {
         (vec!["report", "--pod=noslash", &empty], "NAMESPACE/NAME"),
         (vec!["stragglers", &empty], "holds no Ingero data"),
         (vec!["stragglers", "--since=yesterday-ish", &empty], "neither a duration"),
+        (vec!["stragglers", "--since=2999-01-01T00:00:00Z", &empty], "is in the future"),
+        (vec!["stragglers", "--flag-after=0", &empty], "--flag-after"),
         (vec!["stragglers", "--resolution=10s", "--server=http://127.0.0.1:1"], "give --store, not --server"),
         (vec!["stragglers", "--resolution=500ms", &empty], "at least 1s"),
     ] {
