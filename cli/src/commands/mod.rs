@@ -92,8 +92,9 @@ impl Since {
         if let Ok(d) = humantime::parse_duration(s) {
             return Ok(Since::Ago(d));
         }
-        let t = chrono::DateTime::parse_from_rfc3339(s)
-            .map_err(|_| format!("`{s}` is neither a duration (10m, 1h) nor an RFC 3339 time (2026-11-21T06:00:00Z)"))?;
+        let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
+            format!("`{s}` is neither a duration (10m, 1h) nor an RFC 3339 time (2026-11-21T06:00:00Z)")
+        })?;
         if t.timestamp_micros() > chrono::Utc::now().timestamp_micros() {
             return Err(format!("`{s}` is in the future: give the start of the range"));
         }

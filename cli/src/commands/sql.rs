@@ -30,9 +30,8 @@ pub(crate) async fn run(a: SqlArgs) -> CmdResult {
         }
         _ if batches.iter().all(|b| b.num_rows() == 0) => {
             // The columns, then what is missing (an empty table drew `++`).
-            let cols: Vec<String> = batches.first().map_or(Vec::new(), |b| {
-                b.schema().fields().iter().map(|f| f.name().clone()).collect()
-            });
+            let cols: Vec<String> =
+                batches.first().map_or(Vec::new(), |b| b.schema().fields().iter().map(|f| f.name().clone()).collect());
             if !cols.is_empty() {
                 println!("{}", cols.join(" | "));
             }
