@@ -108,7 +108,7 @@ pub(crate) fn judge(d: &ReportData, s: &Summary, ours: &[Chain]) -> Vec<Verdict>
                 v.verdict = "confirm".into();
                 v.why = "not about a CUDA op; recorded as is".into();
             }
-            Some(o) => judge_op(&mut v, (&r, host_cause), o, s, ours),
+            Some(o) => judge_op(&mut v, (r, host_cause), o, s, ours),
         }
         out.push(v);
     }

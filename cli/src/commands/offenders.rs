@@ -176,7 +176,7 @@ mod tests {
     fn an_open_episode_lasts_to_the_nodes_last_window() {
         let open = Episode { end_us: None, ..ep("node-3", "offcpu_share", 100, 20, None) };
         let later_now = 3_600 * 1_000_000;
-        assert_eq!(offenders(&[open.clone()], 1, later_now)[0].flagged_s, 20);
+        assert_eq!(offenders(std::slice::from_ref(&open), 1, later_now)[0].flagged_s, 20);
         let unknown = Episode { seen_until_us: None, ..open };
         assert_eq!(offenders(&[unknown], 1, later_now)[0].flagged_s, 3_500, "an older server's: to now");
     }
