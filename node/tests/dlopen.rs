@@ -63,15 +63,17 @@ async fn a_library_deleted_after_its_dlopen_is_still_traced() {
     std::fs::copy(&lib, &copy).unwrap();
     let agent = Agent::start(&store_args(dir.path(), &cg), &dir.path().join("agent.log"));
     let unlink = format!("unlink:{}", copy.display());
-    let w =
-        Workload::start(&wl, &copy, &["open", &unlink, "sleep:600", "call:cudaLaunchKernel:123:0", "sleep:300"], &cg);
+    // Deleted before the scans its exec brings; its calls 5 s later (qemu's
+    // emulation probes 10-50x slower than this machine).
+    let steps = ["open", &unlink, "sleep:5000", "call:cudaLaunchKernel:123:0", "sleep:300"];
+    let w = Workload::start(&wl, &copy, &steps, &cg);
     let pid = w.pid();
     w.wait();
     let log = agent.stop();
     assert!(!copy.exists());
+    assert!(log.contains("libcudart.so.12 (deleted) probes="), "{log}");
     let c = calls_of(&rows(dir.path(), Table::CallWindows).await, pid);
     assert_eq!(c.get("cudaLaunchKernel").map(|x| x.0), Some(123), "{c:?}\n{log}");
-    assert!(log.contains("libcudart.so.12 (deleted) probes="), "{log}");
 }
 
 /// A process that dlopens the runtime seconds after it started, past the
