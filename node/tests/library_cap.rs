@@ -94,8 +94,19 @@ async fn a_pod_mapping_library_copies_by_the_dozen_gets_its_share_and_no_more() 
     std::thread::sleep(Duration::from_millis(2500));
     let windows1 = metric(&addr, "ingero_agent_windows_total");
     late.into_iter().for_each(|w| drop(w.wait()));
+    // Past the cap, a program on a file probed already costs nothing new:
+    // traced, and no refusal at each of its rescans.
+    let refused0 = metric(&addr, "ingero_agent_libraries_refused_total");
+    // (The user's copy: its 200 launches say it was probed.)
+    let again = Workload::start(&wl, Path::new(&fresh), &["open", "sleep:1000", launches, "sleep:300"], &cg);
+    let again_pid = again.pid();
+    again.wait();
+    let refused1 = metric(&addr, "ingero_agent_libraries_refused_total");
     hoarder.wait();
     let log = agent.stop();
+    assert_eq!(refused1, refused0, "a file probed already was refused\n{log}");
+    let calls = calls_of(&rows(dir.path(), Table::CallWindows).await, again_pid);
+    assert_eq!(calls.get("cudaLaunchKernel").map(|c| c.0), Some(200), "{calls:?}\n{log}");
 
     assert!(probed <= 10, "{probed} files probed past --max-libraries=10\n{log}");
     assert!(refused > 0, "nothing refused\n{log}");

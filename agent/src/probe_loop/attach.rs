@@ -28,7 +28,10 @@ impl super::ProbeLoop {
     }
 
     pub(super) fn attach(&mut self, pid: u32, f: &libs::Found) {
-        if let Err(r) = self.guard.admit(f, self.probes.probed_files()) {
+        // A file probed for another process costs nothing new: no limit applies.
+        if !self.probes.probed_elsewhere(f)
+            && let Err(r) = self.guard.admit(f, self.probes.probed_files())
+        {
             let limit = matches!(r, crate::probes::guard::Refused::Limit(_));
             self.stats.libraries_refused.fetch_add(u64::from(limit), Ordering::Relaxed);
             return;

@@ -35,6 +35,9 @@ pub struct Probes {
     /// pid → (device, inode) of a maps line → the file it is, so a rescan
     /// does not reopen every library of every process.
     resolved: HashMap<u32, HashMap<(u64, u64), FileId>>,
+    /// (device, inode) of a maps line → the probed file it led to, whoever
+    /// mapped it (kept past that process's exit).
+    probed_ids: HashMap<(u64, u64), FileId>,
     /// The library-lookup hold program loaded (the kernel supports it).
     dlopen_hold: bool,
     /// The lookup notice (ebpf/libnotify.bpf.c) loaded: used where no hold is.
@@ -116,6 +119,7 @@ impl Probes {
             config,
             attached: Attachments::default(),
             resolved: HashMap::new(),
+            probed_ids: HashMap::new(),
             dlopen_hold: false,
             lookup_notice: false,
             features,
@@ -285,6 +289,20 @@ impl Probes {
         self.resolved.get(&f.pid).and_then(|m| m.get(&f.id)).is_some_and(|id| self.attached.contains(id))
     }
 
+    /// Whether a maps line of the same (device, inode), in any process, led
+    /// to a file probed now: attaching it for this one costs nothing new.
+    pub fn probed_elsewhere(&self, f: &Found) -> bool {
+        self.probed_ids.get(&f.id).is_some_and(|id| self.attached.contains(id))
+    }
+
+    fn note_probed(&mut self, maps_id: (u64, u64), id: &FileId) {
+        if self.probed_ids.len() >= 4_096 {
+            let attached = &self.attached;
+            self.probed_ids.retain(|_, id| attached.contains(id)); // detached since
+        }
+        self.probed_ids.insert(maps_id, id.clone());
+    }
+
     /// Drops what was learnt of a process that has exited.
     pub fn forget(&mut self, pid: u32) {
         self.resolved.remove(&pid);
@@ -317,6 +335,7 @@ impl Probes {
             self.resolved.entry(f.pid).or_default().insert(f.id, open.id.clone());
         }
         if self.attached.contains(&open.id) {
+            self.note_probed(f.id, &open.id);
             return Ok(Attached::Already);
         }
         // A runtime inside another file (an executable built with nvcc's
@@ -328,6 +347,7 @@ impl Probes {
         let (mut syms, links) = self.attach_library(&open.fd_path(), f.lib, static_runtime, &mut hot)?;
         let id = open.id.clone();
         self.mark_probed(&id);
+        self.note_probed(f.id, &id);
         if let Some(duty) = self.duty.as_ref().filter(|_| !hot.is_empty()) {
             syms.extend(duty.add(id.clone(), open, f.lib, &hot));
         }
