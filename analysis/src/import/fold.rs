@@ -161,7 +161,13 @@ impl<'a> Folder<'a> {
         m.0 += 1;
         m.1 += e.dur_ns;
         match (e.source, e.op) {
-            (CUDA | DRIVER, _) if self.nesting.nested(&e) => {}
+            // Not counted again; an outlier among them stays an event, drawn
+            // inside its runtime call on a timeline.
+            (CUDA | DRIVER, _) if self.nesting.nested(&e) => {
+                if e.dur_ns >= 1_000_000 {
+                    self.slow.push(e);
+                }
+            }
             (CUDA | DRIVER, _) => {
                 let c = self.calls.entry((w, e.pid, e.source, e.op)).or_default();
                 c.count += 1;
