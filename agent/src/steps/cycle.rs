@@ -158,64 +158,6 @@ pub(crate) fn step_op(marks: &[Mark]) -> Option<u16> {
     find(marks).map(|c| c.op)
 }
 
-/// The first call of this sequence that ends a step of `c`'s run: back
-/// from the end one step at a time (the calls after one return of the
-/// step's op up to the next) while each step makes about the cycle's calls.
-/// About: within a quarter of the period, so a step that also allocates or
-/// logs, or an evaluation batch that makes one copy fewer, is still a step;
-/// one step unlike the cycle between two like it is too. Two in a row end
-/// the run: calls before them (a job's setup) end no step.
-pub(crate) fn first_step_end(marks: &[Mark], c: Cycle) -> usize {
-    let ends: Vec<usize> = (0..marks.len()).filter(|&i| c.op_of(&marks[i]) == c.op).collect();
-    let Some(&last) = ends.last() else { return marks.len() };
-    // Each step's calls, sorted: those after the previous end up to its own.
-    let steps: Vec<Vec<u16>> = (0..ends.len())
-        .map(|k| {
-            let from = if k == 0 { 0 } else { ends[k - 1] + 1 };
-            let mut ops: Vec<u16> = marks[from..=ends[k]].iter().map(|m| c.op_of(m)).collect();
-            ops.sort_unstable();
-            ops
-        })
-        .collect();
-    let typical = typical_step(&steps[steps.len().saturating_sub(8)..]);
-    // The earliest step holds whatever came before it too: it is a step
-    // when it makes every call of one (a job's setup allocations ride with
-    // the loop's first step), not when calls of one are missing (a setup
-    // sync alone).
-    let like = |k: usize| {
-        let (extra, missing) = differ(&steps[k], &typical);
-        extra + missing <= c.period / 4 || (k == 0 && missing == 0)
-    };
-    let mut first = last;
-    for k in (0..ends.len()).rev() {
-        if like(k) || (k > 0 && like(k - 1)) {
-            first = ends[k];
-        } else {
-            break;
-        }
-    }
-    first
-}
-
-/// The most frequent of these steps' sorted ops; the latest on a tie.
-fn typical_step(steps: &[Vec<u16>]) -> Vec<u16> {
-    let count = |s: &Vec<u16>| steps.iter().filter(|t| *t == s).count();
-    steps.iter().rev().max_by_key(|s| count(s)).cloned().unwrap_or_default()
-}
-
-/// Calls of sorted op list `a` that `b` lacks, and of `b` that `a` lacks.
-fn differ(a: &[u16], b: &[u16]) -> (usize, usize) {
-    let (mut i, mut j, mut only_a, mut only_b) = (0, 0, 0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Equal => (i, j) = (i + 1, j + 1),
-            std::cmp::Ordering::Less => (i, only_a) = (i + 1, only_a + 1),
-            std::cmp::Ordering::Greater => (j, only_b) = (j + 1, only_b + 1),
-        }
-    }
-    (only_a + a.len() - i, only_b + b.len() - j)
-}
-
 /// True when the last `new` calls (at least `MIN_CYCLES` periods of them,
 /// at most the history kept) still follow `c`: they repeat at its period and make its op once a
 /// cycle. O(new) where `find` is O(history x MAX_PERIOD), so a steady loop

@@ -10,6 +10,7 @@
 //! ships no steps (null), never a guess.
 
 mod cycle;
+mod ends;
 mod kinds;
 mod mark;
 
@@ -130,22 +131,29 @@ impl Thread {
             self.steady = false;
             return None;
         };
-        let from = std::mem::replace(&mut self.counted_to, end_ns);
         let marks = self.marks.make_contiguous();
+        // Steady: the returns before this window were decided in the last.
+        let since = if self.steady { marks.partition_point(|m| m.ts_ns < self.counted_to) } else { 0 };
+        let ends = ends::step_ends(marks, c, since);
+        // A return that may be half of a step is counted once the next
+        // one tells (`ends.rs`): this window stops short of it.
+        let to = ends.pending.map_or(end_ns, |i| marks[i].ts_ns.clamp(self.counted_to, end_ns));
+        let from = std::mem::replace(&mut self.counted_to, to);
         // A loop's first steps (a cycle is believed after three) and those
         // of windows without one count in this window, from the first step
         // of the run (a job's setup ends none).
-        let first = if std::mem::replace(&mut self.steady, true) { 0 } else { cycle::first_step_end(marks, c) };
-        let (run, op) = (&marks[first..], c.op);
-        let mut prev = run.iter().filter(|m| c.op_of(m) == op && m.ts_ns < from).map(|m| m.ts_ns).next_back();
+        let first =
+            if std::mem::replace(&mut self.steady, true) { 0 } else { ends::first_step_end(marks, c, &ends.at) };
+        let run = ends.at.iter().filter(|&&i| i >= first).map(|&i| marks[i].ts_ns);
+        let mut prev = run.clone().rfind(|&ts| ts < from);
         let mut steps = 0u32;
         let mut times = Vec::new();
-        for m in run.iter().filter(|m| c.op_of(m) == op && m.ts_ns >= from && m.ts_ns < end_ns) {
+        for ts in run.filter(|&ts| ts >= from && ts < to) {
             steps += 1;
             if let Some(p) = prev {
-                times.push(m.ts_ns - p);
+                times.push(ts - p);
             }
-            prev = Some(m.ts_ns);
+            prev = Some(ts);
         }
         times.sort_unstable();
         Some(StepStats {
@@ -276,6 +284,51 @@ mod tests {
         assert_eq!(ws.iter().map(|w| w.steps).sum::<u32>(), 60, "{ws:?}");
         assert_eq!(ws.iter().filter_map(|w| w.max_ns).max(), Some(340 * MS), "{ws:?}");
         assert!(ws.iter().all(|w| w.op == 4 && w.p50_ns.is_none_or(|p| p == 41 * MS)), "{ws:?}");
+    }
+
+    /// A copy in and a copy back of one op, 41-ms steps; the copy in of
+    /// step `late` returns after `late_ms` (its thread preempted), as long
+    /// as a step's end to the split by duration.
+    fn copy_in_copy_back(late: u64, late_ms: u64) -> Vec<CallMark> {
+        let mut marks = Vec::new();
+        let mut t = 100 * MS;
+        for s in 0..60u64 {
+            let copy_in = if s == late { late_ms * MS } else { 80_000 };
+            marks.push(CallMark { ts_ns: t + copy_in, dur_ns: copy_in, tgid: 10, tid: 10, op: 4, flags: 0 });
+            t += 41 * MS;
+            marks.push(CallMark { ts_ns: t, dur_ns: 38 * MS, tgid: 10, tid: 10, op: 4, flags: 0 });
+        }
+        marks
+    }
+
+    /// A late copy in ends no step, in whichever window it falls, however
+    /// the windows cut the steps around it.
+    #[test]
+    fn a_late_copy_in_ends_no_step() {
+        for late in [2, 19, 24, 25, 40, 58] {
+            for window_ms in [250, 1000] {
+                let (steps, max) = count(copy_in_copy_back(late, 3), 10, window_ms, 3000);
+                assert_eq!((steps, max), (60, Some(41 * MS)), "copy in of step {late} late, {window_ms}-ms windows");
+            }
+        }
+    }
+
+    /// A step that syncs twice is one step, not two.
+    #[test]
+    fn a_step_that_syncs_twice_is_one_step() {
+        let mut marks = Vec::new();
+        for s in 0..40u64 {
+            let t = s * 30 * MS;
+            for i in 0..3 {
+                marks.push(CallMark { ts_ns: t + i * 1000, dur_ns: 1000, tgid: 10, tid: 10, op: 3, flags: 0 });
+                if s == 17 && i == 1 {
+                    // Between the second and third copies.
+                    marks.push(CallMark { ts_ns: t + 1500, dur_ns: 400, tgid: 10, tid: 10, op: 5, flags: 0 });
+                }
+            }
+            marks.push(CallMark { ts_ns: t + 29 * MS, dur_ns: 28 * MS, tgid: 10, tid: 10, op: 5, flags: 0 });
+        }
+        assert_eq!(count(marks, 10, 480, 1500), (40, Some(30 * MS)));
     }
 
     /// Three copies and a sync a step, an allocation every 7th step: the
