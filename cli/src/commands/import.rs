@@ -69,12 +69,22 @@ pub(crate) async fn run(a: ImportArgs) -> CmdResult {
     let mut nodes: Vec<&str> = folded.iter().map(|f| f.node.as_str()).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    println!(
-        "imported {} file(s) as node(s) {} into {} ({files} Parquet files)",
-        folded.iter().map(|f| f.file.as_str()).collect::<std::collections::HashSet<_>>().len(),
-        nodes.join(", "),
-        store.url
-    );
+    let traces = folded.iter().map(|f| f.file.as_str()).collect::<std::collections::HashSet<_>>().len();
+    if files == 0 && !folded.is_empty() {
+        // Each set commits under its content's fingerprint: the same trace
+        // imported again adds nothing (no double counts), which says so.
+        println!(
+            "already in {}: {traces} file(s) as node(s) {} were imported before; nothing added",
+            store.url,
+            nodes.join(", ")
+        );
+    } else {
+        println!(
+            "imported {traces} file(s) as node(s) {} into {} ({files} Parquet files)",
+            nodes.join(", "),
+            store.url
+        );
+    }
     Ok(())
 }
 

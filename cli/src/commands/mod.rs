@@ -158,16 +158,18 @@ impl SourceArgs {
     }
 
     pub(crate) async fn engine(&self) -> CmdResult<QueryEngine> {
-        let store = Store::open(&self.store.store, &self.store.options()).map_err(|e| Failure::Usage(e.to_string()))?;
-        if let Some(dir) = &store.local_dir
+        // Checked before opening: opening a local store creates its
+        // directory, and a read leaves no empty one behind.
+        if let Some(dir) = self.store.store.local_dir()
             && !dir.join("_ingero").exists()
-            && std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true)
+            && std::fs::read_dir(&dir).map(|mut d| d.next().is_none()).unwrap_or(true)
         {
             return Err(Failure::Usage(format!(
                 "{} holds no Ingero data (pass --store URL of a dataset, or --server URL of a running aggregator)",
-                store.url
+                self.store.store
             )));
         }
+        let store = Store::open(&self.store.store, &self.store.options()).map_err(|e| Failure::Usage(e.to_string()))?;
         Ok(QueryEngine::open(&store, self.query.limits()).await?)
     }
 

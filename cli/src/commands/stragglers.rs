@@ -69,6 +69,9 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
     if let Some(job) = a.job.as_deref().filter(|_| ranking["nodes"] == 0) {
         return Err(unknown_job(&a.source, job, since).await?);
     }
+    if !a.rank.gpu_price.is_empty() {
+        unpriced_note(&ranking);
+    }
     let body = match a.format {
         Format::Json => serde_json::to_string_pretty(&ranking)? + "\n",
         Format::Table => table(&ranking, chrono::Utc::now()),
@@ -87,6 +90,25 @@ pub(crate) async fn run(a: StragglersArgs) -> CmdResult {
         None => print!("{body}"),
     }
     Ok(())
+}
+
+/// Says which jobs' costs no `--gpu-price` rule priced (a job is priced
+/// when a rule covers each of its nodes): a rule that matches nothing (a
+/// mistyped node pool) would otherwise go unnoticed.
+fn unpriced_note(ranking: &serde_json::Value) {
+    let rows = ["stragglers", "episodes"].into_iter().filter_map(|k| ranking[k].as_array()).flatten();
+    let jobs: std::collections::BTreeSet<&str> = rows
+        .filter(|r| r["cost"].is_object() && r["cost"]["usd"].is_null())
+        .filter_map(|r| r["job"].as_str())
+        .collect();
+    if !jobs.is_empty() {
+        let jobs: Vec<&str> = jobs.into_iter().collect();
+        eprintln!(
+            "note: the costs of job {} are in GPU-hours only: no --gpu-price rule covers every node it ran on \
+             (add node:NAME=USD, model:TEXT=USD or default=USD)",
+            jobs.join(", ")
+        );
+    }
 }
 
 /// A `--job` no node reported in the range: a usage error naming the jobs

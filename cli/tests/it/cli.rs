@@ -247,6 +247,11 @@ fn bad_arguments_exit_2_with_one_clear_line() {
         assert!(err.contains(needle), "{args:?}: `{err}` lacks `{needle}`");
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     }
+    // A read of a store that is not there leaves nothing behind.
+    let missing = dir.path().join("not-here");
+    let o = ingero(&["stragglers", &format!("--store=file://{}", missing.display())]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    assert!(!missing.exists(), "a failed read created {}", missing.display());
 }
 
 /// Ctrl-C during the demo: exit 130 with one line, and its temporary

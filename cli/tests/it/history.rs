@@ -99,6 +99,12 @@ async fn backfill_writes_tiers_and_history_flags_the_injected_node() {
     );
     assert!(t.lines().all(|l| l.chars().count() <= 80), "wider than 80 columns:\n{t}");
 
+    // A price rule that covers no node of the job says so.
+    let args: Vec<String> = ["stragglers", &store, &since, "--gpu-price=node:gke-typo-*=3"].map(String::from).to_vec();
+    let o = tokio::task::spawn_blocking(move || ingero(&args)).await.unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("costs of job llama-pretrain are in GPU-hours only"), "{err}");
+
     // The fleet page, as a person sees it.
     let page = dir.path().join("fleet.html");
     let out = format!("--out={}", page.display());

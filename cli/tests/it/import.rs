@@ -25,13 +25,14 @@ fn ingero(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-fn import(file: &Path, node: &str, job: Option<&str>, store: &Path) {
+fn import(file: &Path, node: &str, job: Option<&str>, store: &Path) -> String {
     let mut args = vec!["import", file.to_str().unwrap(), "--node", node, "--store", store.to_str().unwrap()];
     if let Some(j) = job {
         args.extend(["--job", j]);
     }
     let (rc, out) = ingero(&args);
     assert_eq!(rc, 0, "{out}");
+    out
 }
 
 /// `ingero stragglers` over the whole of the bundled trace's time, as JSON.
@@ -190,8 +191,9 @@ async fn imported_totals_match_the_trace_and_the_report_reaches_a_diagnosis() {
     assert_eq!(rc, 0, "{pid}");
     assert!(pid.contains("CUDA allocator churn"), "{pid}");
 
-    // Importing again overwrites instead of duplicating.
-    import(&trace(), "rtx4090", None, dir.path());
+    // Importing again overwrites instead of duplicating, and says so.
+    let again = import(&trace(), "rtx4090", None, dir.path());
+    assert!(again.contains("were imported before; nothing added"), "{again}");
     let e = engine(dir.path()).await;
     let n = e.sql("SELECT CAST(SUM(count) AS BIGINT) FROM call_windows WHERE op = 'cudaLaunchKernel'").await.unwrap();
     assert_eq!(n[0].column(0).as_primitive::<Int64Type>().value(0), 31_980);
