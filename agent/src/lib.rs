@@ -10,6 +10,7 @@ pub(crate) mod cost;
 pub(crate) mod detacher;
 pub mod error;
 pub(crate) mod exits;
+pub mod fd_limit;
 pub mod heap;
 pub(crate) mod host;
 pub mod loop_config;

@@ -129,7 +129,12 @@ fn rows(l: &LoopStats, s: &ShipStats) -> Vec<Row> {
         ),
         ("ingero_agent_batches_sent_total", Counter, "Batches acknowledged by the aggregator", g(&s.sent)),
         ("ingero_agent_batches_rejected_total", Counter, "Batches the aggregator refused", g(&s.rejected)),
-        ("ingero_agent_spool_dropped_total", Counter, "Batches dropped from a full spool", g(&s.dropped)),
+        (
+            "ingero_agent_spool_dropped_total",
+            Counter,
+            "Batches lost before sending: dropped from a full spool, or not written to it (a disk error)",
+            g(&s.dropped),
+        ),
         ("ingero_agent_spool_depth", Gauge, "Batches waiting in the spool", g(&s.spooled)),
     ];
     let mut rows = rows.to_vec();

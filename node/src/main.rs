@@ -355,6 +355,8 @@ fn sink(a: &RunArgs, rt: &tokio::runtime::Runtime) -> Result<(Sink, Option<Embed
 fn run(a: RunArgs) -> Result<(), error::Error> {
     validate(&a)?;
     ingero_agent::heap::one_arena();
+    // Before loading: every BPF map, program and uprobe link is a file.
+    ingero_agent::fd_limit::raise_open_file_limit();
     // Load first, while little else is allocated: parsing the kernel's BTF
     // and relocating against it is the agent's largest transient (~25 MB),
     // then give the freed heap back to the kernel.

@@ -214,6 +214,12 @@ async fn a_full_spool_drops_the_oldest_batches_and_counts_them() {
     let dropped: u64 = line.split("dropped=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
     eprintln!("spool full: {line}; {bytes} bytes on disk");
     assert!(dropped > 0, "the spool never filled: {line}");
+    assert_eq!(log.matches("spool full: dropped the oldest batch").count() as u64, dropped, "counted as logged");
+    let dead_url = format!("127.0.0.1:{dead}");
+    assert!(
+        log.lines().any(|l| l.contains("aggregator unreachable") && l.contains(&dead_url)),
+        "the outage's warning does not name {dead_url}"
+    );
     assert!(bytes <= 48 * 1024, "spool holds {bytes} bytes, over its 48 KiB cap");
     // What is left is the newest stretch, with no gaps: the oldest went first.
     let left: Vec<i64> = spooled_windows(&spool.join("batches")).into_iter().map(|(_, t)| t).collect();

@@ -41,10 +41,9 @@ pub(crate) struct AttachGuard {
 }
 
 impl AttachGuard {
-    /// Raises the agent's soft open-file limit to its hard one (a
-    /// library's probes hold fds; the headroom is judged against it).
+    /// The headroom for new files is judged against the soft open-file
+    /// limit, which the agent raises at start (`fd_limit`).
     pub(crate) fn new(max_files: usize, per_process: usize) -> AttachGuard {
-        raise_open_file_limit();
         AttachGuard { max_files, per_process, failed: HashMap::new(), over_cap: HashSet::new(), warned: HashMap::new() }
     }
 
@@ -120,27 +119,8 @@ impl AttachGuard {
 /// "N of M open files in use" once half the soft limit is in use.
 fn fds_near_limit() -> Option<String> {
     let open = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
-    let limit = open_file_limit()?.0;
+    let limit = crate::fd_limit::open_file_limit()?.0;
     (open.saturating_mul(2) >= limit).then(|| format!("{open} of {limit} open files in use"))
-}
-
-/// (soft, hard) RLIMIT_NOFILE.
-fn open_file_limit() -> Option<(u64, u64)> {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes the struct it is given.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some((r.rlim_cur, r.rlim_max))
-}
-
-fn raise_open_file_limit() {
-    let Some((soft, hard)) = open_file_limit() else { return };
-    let want = hard.min(1 << 20);
-    if want > soft {
-        let r = libc::rlimit { rlim_cur: want, rlim_max: hard };
-        // SAFETY: setrlimit reads the struct it is given.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
-            tracing::debug!(soft, hard, "cannot raise the open-file limit");
-        }
-    }
 }
 
 #[cfg(test)]
@@ -180,12 +160,5 @@ mod tests {
         let other = found(Lib::Cudart, 2);
         assert_eq!(g.admit(&other, 2), Ok(()));
         assert!(matches!(g.admit(&other, 3), Err(Refused::Limit(w)) if w.contains("--max-libraries")));
-    }
-
-    #[test]
-    fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
-        let _ = AttachGuard::new(1, 1);
-        let (soft, hard) = open_file_limit().unwrap();
-        assert_eq!(soft, hard.min(1 << 20));
     }
 }

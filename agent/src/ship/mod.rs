@@ -159,6 +159,9 @@ impl Shipper {
         while let Ok(more) = self.rx.try_recv() {
             to_spool(&mut self.client, &mut self.spool, &more);
         }
+        // At once, not at the next send: during an outage there is none,
+        // and the metrics would hide the batches lost meanwhile.
+        self.publish();
     }
 
     fn on_recv(&mut self, t: Option<Tables>) {
@@ -202,7 +205,7 @@ impl Shipper {
             // bad batch: keep it in the spool until the token is fixed.
             tracing::error!(status = %s.message(), "aggregator refused our credentials (check --token-file / TLS); keeping batches in the spool");
         } else {
-            tracing::warn!(error = %e, spooled = self.spool.files().len(), retry_in = ?wait, "aggregator unreachable; spooling");
+            tracing::warn!(to = %self.client.current(), error = %e, spooled = self.spool.files().len(), retry_in = ?wait, "aggregator unreachable; spooling");
         }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
