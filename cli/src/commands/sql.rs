@@ -25,7 +25,7 @@ pub(crate) async fn run(a: SqlArgs) -> CmdResult {
         "csv" => {
             let mut w = arrow::csv::Writer::new(std::io::stdout());
             for b in &batches {
-                w.write(b)?;
+                w.write(&flat_for_csv(b)?)?;
             }
         }
         _ if batches.iter().all(|b| b.num_rows() == 0) => {
@@ -40,6 +40,32 @@ pub(crate) async fn run(a: SqlArgs) -> CmdResult {
         _ => println!("{}", arrow::util::pretty::pretty_format_batches(&batches)?),
     }
     Ok(())
+}
+
+/// `b` with its nested columns (lists such as `hist_bucket`, structs) as
+/// text, `[1, 2, 3]` as the table shows them: CSV has no nested values,
+/// and the writer would fail after the header.
+fn flat_for_csv(b: &arrow::array::RecordBatch) -> Result<arrow::array::RecordBatch, arrow::error::ArrowError> {
+    use arrow::array::{Array, ArrayRef, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    if !b.schema().fields().iter().any(|f| f.data_type().is_nested()) {
+        return Ok(b.clone());
+    }
+    let mut fields = Vec::new();
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for (f, c) in b.schema().fields().iter().zip(b.columns()) {
+        if !f.data_type().is_nested() {
+            fields.push(f.as_ref().clone());
+            cols.push(c.clone());
+            continue;
+        }
+        let fmt = ArrayFormatter::try_new(c.as_ref(), &FormatOptions::default())?;
+        let text: StringArray = (0..c.len()).map(|i| c.is_valid(i).then(|| fmt.value(i).to_string())).collect();
+        fields.push(Field::new(f.name(), DataType::Utf8, true));
+        cols.push(std::sync::Arc::new(text));
+    }
+    arrow::array::RecordBatch::try_new(std::sync::Arc::new(Schema::new(fields)), cols)
 }
 
 /// The rows as a JSON array of objects: every column in every row (null

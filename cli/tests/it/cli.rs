@@ -78,6 +78,14 @@ fn demo_then_history_sql_and_reports_on_its_dataset() {
     assert_eq!(v, serde_json::json!([{"node": "node-0", "x": null}, {"node": "node-1", "x": 1}]));
     let o = ingero(&["sql", "SELECT node FROM call_windows WHERE node = 'nobody'", &store, "--format=json"]);
     assert_eq!((o.status.code(), text(&o).0.trim()), (Some(0), "[]"));
+    // CSV of list columns: each list one quoted cell, as the table shows it.
+    let q = "SELECT op, hist_bucket FROM call_windows WHERE cardinality(hist_bucket) > 1 LIMIT 3";
+    let o = ingero(&["sql", q, &store, "--format=csv"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let rows: Vec<&str> = out.lines().collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    assert!(rows[0] == "op,hist_bucket" && rows[1..].iter().all(|r| r.contains(",\"[") && r.ends_with("]\"")), "{out}");
     for refused in [
         "DROP TABLE call_windows",
         "INSERT INTO call_windows VALUES (1)",
