@@ -51,6 +51,9 @@ pub struct SimReport {
     pub windows: u64,
     pub batches: u64,
     pub injections: Vec<InjectionResult>,
+    /// Injected faults that make no straggler of one node (a slow link, a
+    /// whole job slowed, a one-window blip): noise not to be flagged.
+    pub noise: Vec<String>,
     /// Nodes flagged without a straggler fault of their own.
     pub false_flags: Vec<String>,
     /// Nodes that moved to another replica: seconds from their first
@@ -294,6 +297,9 @@ fn poll_flags(mut qs: Vec<QueryClient<tonic::transport::Channel>>) -> (Flags, to
 fn score(cfg: &SimConfig, flags: &HashMap<String, (Instant, Vec<String>)>, start: Instant, report: &mut SimReport) {
     let mut culprits = std::collections::HashSet::new();
     for inj in &cfg.injections {
+        if !inj.kind.is_straggler() {
+            report.noise.push(inj.label());
+        }
         if let (true, Target::Node(n)) = (inj.kind.is_straggler(), &inj.target) {
             culprits.insert(node_name(*n));
             let at = start + inj.at;

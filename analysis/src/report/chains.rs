@@ -391,7 +391,9 @@ fn host_blocked(d: &ReportData, s: &Summary, w: &Subject) -> Option<Chain> {
     Some(Chain {
         call_sites: Vec::new(),
         explains: None,
-        severity: Severity::Medium,
+        // Half the time or more: the loop is stopped, not slowed (a hang
+        // shorter than --stuck-after, a stalled input pipeline).
+        severity: if s.host_offcpu_share >= 0.5 { Severity::High } else { Severity::Medium },
         cause: "host_blocked".into(),
         title: "Host threads blocked → GPU waits for work".into(),
         root_cause: vec![format!(

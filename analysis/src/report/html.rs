@@ -66,9 +66,10 @@ fn chart(title: &str, unit: &str, lines: &[Line<'_>], marks: &Marks) -> Markup {
                         (fmt_axis(y, ymax / 4.0, unit))
                     }
                 }
-                text x=((l + w - r) / 2.0) y=(h - 8.0) class="ax" text-anchor="middle" {
-                    "seconds from start (0–" (format!("{xmax:.0}")) ")"
+                @for (x, label) in x_ticks(xmax) {
+                    text x=(format!("{:.1}", px(x))) y=(h - b + 14.0) class="ax" text-anchor="middle" { (label) }
                 }
+                text x=((l + w - r) / 2.0) y=(h - 4.0) class="ax" text-anchor="middle" { "time from the report's start" }
                 @for (a, z, label) in marks.spans.iter().filter(|m| m.0 >= 0.0 && m.0 <= xmax) {
                     @let (x0, x1) = (px(*a), px(z.min(xmax)));
                     rect x=(format!("{x0:.1}")) y=(t) width=(format!("{:.1}", (x1 - x0).max(1.0))) height=(h - t - b) class="slow" {}
@@ -88,6 +89,22 @@ fn chart(title: &str, unit: &str, lines: &[Line<'_>], marks: &Marks) -> Markup {
             }
         }
     }
+}
+
+/// Labels under the x axis: 0 and every round step up to `xmax` seconds,
+/// 6 steps at most.
+fn x_ticks(xmax: f64) -> Vec<(f64, String)> {
+    const STEPS: [u64; 16] = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21_600, 86_400];
+    let step =
+        STEPS.into_iter().find(|&s| xmax / s as f64 <= 6.0).unwrap_or(86_400 * (xmax / 86_400.0 / 6.0).ceil() as u64);
+    let label = |x: u64| match x {
+        0 => "0".to_string(),
+        x if x % 3600 == 0 => format!("{}h", x / 3600),
+        x if x % 60 == 0 => format!("{}m", x / 60),
+        x if x > 60 => format!("{}m{}s", x / 60, x % 60),
+        x => format!("{x}s"),
+    };
+    (0..).map(|k| k * step).take_while(|&x| x as f64 <= xmax).map(|x| (x as f64, label(x))).collect()
 }
 
 /// SVG path data of a line; a gap (None) lifts the pen.
@@ -376,7 +393,13 @@ fn steps(r: &Report) -> Markup {
         h2 { (title) }
         p { (s.count) " steps, median " (super::chains::fmt_ns((s.median_s * 1e9) as u64))
             @if !s.epochs.is_empty() { " · epochs " (s.epochs.join(", ")) }
-            @if s.slowest.is_empty() { " · no step took 1.5× the median or longer" } }
+            @if s.slowest.is_empty() && s.unfinished.is_none() { " · no step took 1.5× the median or longer" } }
+        @if let Some(u) = &s.unfinished {
+            p.flag { "The last step had not ended when the data ends: none ended for "
+                (super::chains::fmt_ns((u.seconds * 1e9) as u64)) " or more"
+                @if s.median_s > 0.0 { " (" (format!("{:.0}", u.seconds / s.median_s)) "× the median)" }
+                " after the window from " (u.start) " (the loop stopped, or one step still runs)." }
+        }
         @if !s.slowest.is_empty() { table {
             tr { th { "slowest step" } th { "epoch" } th { @if s.ended_by.is_some() { "ended in the window from" } @else { "from" } } th.num { "seconds" } th.num { "× median" } }
             @for t in &s.slowest {
@@ -444,6 +467,16 @@ fn neighbours(r: &Report) -> Markup {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn x_ticks_are_round_and_few() {
+        let t = |xmax: f64| super::x_ticks(xmax).into_iter().map(|(_, l)| l).collect::<Vec<_>>().join(" ");
+        assert_eq!(t(29.0), "0 5s 10s 15s 20s 25s");
+        assert_eq!(t(300.0), "0 1m 2m 3m 4m 5m");
+        assert_eq!(t(3599.0), "0 10m 20m 30m 40m 50m");
+        assert_eq!(t(7200.0), "0 30m 1h 90m 2h");
+        assert_eq!(t(180.0), "0 30s 1m 1m30s 2m 2m30s 3m");
+    }
+
     use super::*;
 
     fn ticks(max: f64, unit: &str) -> Vec<String> {

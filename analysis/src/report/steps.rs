@@ -41,6 +41,12 @@ pub struct Steps {
     /// step. Each of `slowest` is then the longest step of its window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_by: Option<String>,
+    /// Found by the agents: a step that had not ended when the data ends,
+    /// at least 1.5× the median long (a loop that stopped: a hang shorter
+    /// than --stuck-after). `start` is the window its last step ended in,
+    /// `seconds` a lower bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unfinished: Option<StepTime>,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
@@ -113,7 +119,47 @@ async fn found(engine: &QueryEngine, nodes: &str, pids: &str, start_us: i64, end
             windows.push((t.value(i), n.value(i).max(0) as u64, at(p50, i), at(max, i), op));
         }
     }
-    Ok(summarize_found(&windows))
+    let mut steps = summarize_found(&windows);
+    if let Some(s) = steps.as_mut() {
+        s.unfinished =
+            open_step(engine, nodes, pids, start_us, end_us).await?.filter(|o| o.seconds >= s.median_s * SLOW_X);
+    }
+    Ok(steps)
+}
+
+/// The longest time, of these processes, from the last window a step
+/// ended in to their last window with a cycle (steps 0: their loop still
+/// followed, no step ended): a step open when the data ends.
+async fn open_step(
+    engine: &QueryEngine,
+    nodes: &str,
+    pids: &str,
+    start_us: i64,
+    end_us: i64,
+) -> Result<Option<StepTime>> {
+    let q = format!(
+        "SELECT CAST(MAX(CASE WHEN steps > 0 THEN window_start END) AS BIGINT) AS ended, \
+         CAST(MAX(window_start) AS BIGINT) AS last FROM {PROGRESS_WINDOWS} \
+         WHERE steps IS NOT NULL AND node IN ({nodes}) AND pid IN ({pids}) AND {} GROUP BY node, pid",
+        time_predicate("window_start", start_us, end_us)
+    );
+    let mut open: Option<(i64, i64)> = None;
+    for b in engine.sql(&q).await? {
+        let (ended, last) = (b.primitives::<Int64Type>("ended")?, b.primitives::<Int64Type>("last")?);
+        for i in (0..b.num_rows()).filter(|&i| ended.is_valid(i) && last.is_valid(i)) {
+            let (from, span) = (ended.value(i), last.value(i) - ended.value(i));
+            if span > 0 && open.is_none_or(|o| span > o.1) {
+                open = Some((from, span));
+            }
+        }
+    }
+    Ok(open.map(|(t, span)| StepTime {
+        step: String::new(),
+        epoch: None,
+        start: rfc3339(t),
+        start_us: t,
+        seconds: span as f64 / 1e6,
+    }))
 }
 
 /// Steps from the windows' counts: the median is the windows' medians
@@ -145,7 +191,15 @@ pub(crate) fn summarize_found(windows: &[Found]) -> Option<Steps> {
         .collect();
     slowest.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     slowest.truncate(SLOWEST);
-    Some(Steps { count: count as usize, median_s, epochs: vec![], epoch_starts_us: vec![], slowest, ended_by })
+    Some(Steps {
+        count: count as usize,
+        median_s,
+        epochs: vec![],
+        epoch_starts_us: vec![],
+        slowest,
+        ended_by,
+        unfinished: None,
+    })
 }
 
 /// Step times from marks sorted by time.
@@ -185,7 +239,7 @@ pub(crate) fn summarize(marks: &[Mark]) -> Option<Steps> {
     times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     times.retain(|t| t.seconds >= median_s * SLOW_X);
     times.truncate(SLOWEST);
-    Some(Steps { count, median_s, epochs, epoch_starts_us, slowest: times, ended_by: None })
+    Some(Steps { count, median_s, epochs, epoch_starts_us, slowest: times, ended_by: None, unfinished: None })
 }
 
 #[cfg(test)]

@@ -286,7 +286,16 @@ fn steps(o: &mut String, r: &Report) {
     // Durations in the unit that shows them (a 3-ms step is no "0.00 s").
     let secs = |x: f64| fmt_ns((x * 1e9) as u64);
     wrap(o, "", "  ", &format!("{} steps{epochs}{ended}; median {}.", s.count, secs(s.median_s)));
-    if s.slowest.is_empty() {
+    if let Some(u) = &s.unfinished {
+        let x = if s.median_s > 0.0 { format!(" ({:.0}× the median)", u.seconds / s.median_s) } else { String::new() };
+        let line = format!(
+            "The last step had not ended when the data ends: none ended for {} or more{x} after the window from {} (the loop stopped, or one step still runs).",
+            secs(u.seconds),
+            u.start
+        );
+        wrap(o, "  ", "    ", &line);
+    }
+    if s.slowest.is_empty() && s.unfinished.is_none() {
         wrap(o, "  ", "    ", "No step took 1.5× the median or longer.");
     }
     for t in &s.slowest {

@@ -102,7 +102,10 @@ pub(crate) fn print_report(r: &SimReport) {
         println!("{:<20} {:>5.0}s {:>14}  {first}", super::columns::fit(&i.injection, 20), i.at_secs, after);
         sig.iter().skip(1).for_each(|l| println!("{:45}{l}", ""));
     }
-    if r.injections.is_empty() {
+    if !r.noise.is_empty() {
+        // Said, so a fault that is not flagged does not read as a miss.
+        println!("not stragglers (noise the detector must not flag): {}", r.noise.join(", "));
+    } else if r.injections.is_empty() {
         println!("(no straggler injected)");
     }
     if r.false_flags.is_empty() {

@@ -77,3 +77,35 @@ async fn a_stragglers_step_time_is_shown_against_its_jobs() {
         assert_eq!(p.step.as_ref().map(|x| x.ratio), Some(1.0), "{p:#?}");
     }
 }
+
+/// A waiting rank's report says its last step had not ended when the data
+/// ends, and for how long: no step ends while the job hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_ranks_report_shows_the_step_that_never_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    store(dir.path(), true).await;
+    let since = format!("--since={}", ingero_model::time::rfc3339(T0));
+    let store = format!("--store=file://{}", dir.path().display());
+    let args = ["report", "--node=node-1", store.as_str(), since.as_str(), "--format=json"].map(String::from);
+    let o = tokio::task::spawn_blocking(move || crate::fixtures::ingero(&args)).await.unwrap();
+    let (out, err) = crate::fixtures::text(&o);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let u = &v["steps"]["unfinished"];
+    // Steps end in windows 0..=19; windows 20..=59 follow the loop, none ends.
+    assert_eq!(u["start_us"].as_i64(), Some(T0 + (HANG_AT - 1) * 1_000_000), "{:#}", v["steps"]);
+    assert_eq!(u["seconds"].as_f64(), Some((SECS - HANG_AT) as f64), "{:#}", v["steps"]);
+    // The same, as a person reads it.
+    let args = ["report", "--node=node-1", store.as_str(), since.as_str()].map(String::from);
+    let o = tokio::task::spawn_blocking(move || crate::fixtures::ingero(&args)).await.unwrap();
+    let text = crate::fixtures::text(&o).0;
+    assert!(text.contains("The last step had not ended when the data ends: none ended for 40.00s"), "{text}");
+    // Without the hang, no step is open.
+    let calm = tempfile::tempdir().unwrap();
+    self::store(calm.path(), false).await;
+    let store = format!("--store=file://{}", calm.path().display());
+    let args = ["report", "--node=node-1", store.as_str(), since.as_str(), "--format=json"].map(String::from);
+    let o = tokio::task::spawn_blocking(move || crate::fixtures::ingero(&args)).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&crate::fixtures::text(&o).0).unwrap();
+    assert!(v["steps"]["count"].as_u64() > Some(0) && v["steps"].get("unfinished").is_none(), "{:#}", v["steps"]);
+}
