@@ -11,6 +11,7 @@ pub(crate) mod detacher;
 pub mod error;
 pub(crate) mod exits;
 pub mod fd_limit;
+pub(crate) mod health;
 pub mod heap;
 pub(crate) mod host;
 pub mod loop_config;

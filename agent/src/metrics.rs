@@ -267,7 +267,7 @@ fn hold_rows(l: &LoopStats) -> [Row; 3] {
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub(crate) async fn serve(addr: std::net::SocketAddr, l: Arc<LoopStats>, s: Arc<ShipStats>) -> std::io::Result<()> {
-    let health = l.clone();
+    let health = (l.clone(), s.clone());
     let reg = Arc::new(registry(l, s));
     let app = axum::Router::new()
         .route(
@@ -280,11 +280,12 @@ pub(crate) async fn serve(addr: std::net::SocketAddr, l: Arc<LoopStats>, s: Arc<
         .route(
             "/healthz",
             axum::routing::get(move || {
-                let l = health.clone();
+                let (l, s) = health.clone();
                 async move {
-                    match l.watchdog.health() {
-                        Ok(()) => (axum::http::StatusCode::OK, "ok\n".to_string()),
-                        Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {why}\n")),
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    match crate::health::report(&l, &s, now.as_millis() as u64) {
+                        (true, body) => (axum::http::StatusCode::OK, body),
+                        (false, body) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, body),
                     }
                 }
             }),

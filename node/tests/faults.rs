@@ -228,3 +228,58 @@ async fn a_full_spool_drops_the_oldest_batches_and_counts_them() {
     let newest = *left.last().unwrap();
     assert!(stopping - newest < 3_000_000, "the newest windows were dropped instead of the oldest: {left:?}");
 }
+
+/// `/healthz` tells the truth about shipping: unhealthy while windows are
+/// lost because the spool cannot be written, healthy again once it can,
+/// and healthy but saying so while the aggregator does not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_is_unhealthy_while_windows_are_lost_and_says_when_the_aggregator_is_away() {
+    if !can_trace() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cg = Cgroup::new(&format!("ingero-test-health-{}", std::process::id()));
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let spool = dir.path().join("spool");
+    let args = vec![
+        format!("--aggregator=http://127.0.0.1:{dead}"),
+        format!("--spool-dir={}", spool.display()),
+        format!("--cgroup-root={}", cg.0.display()),
+        format!("--metrics-addr={addr}"),
+        "--kubernetes=off".into(),
+        "--window=100ms".into(),
+    ];
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    let started = Instant::now();
+    let wait_for = |want: &dyn Fn(&str) -> bool, what: &str| {
+        let t = Instant::now();
+        loop {
+            let h = healthz(&addr);
+            if want(&h) {
+                return h;
+            }
+            assert!(t.elapsed() < slow(Duration::from_secs(20)), "{what}: /healthz still says\n{h}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let status = |h: &str| h.split_whitespace().nth(1).unwrap_or("").to_string();
+    let ok = |h: &str| status(h) == "200" && h.contains("\r\n\r\nok\n");
+    wait_for(&ok, "healthy at start");
+    // The spool's directory becomes a file: no window can be written.
+    let batches = spool.join("batches");
+    std::fs::rename(&batches, spool.join("away")).unwrap();
+    std::fs::write(&batches, b"").unwrap();
+    let h = wait_for(&|h: &str| status(h) == "503", "windows lost");
+    assert!(h.contains("unhealthy: the last") && h.contains("were lost, not spooled (cannot spool"), "{h}");
+    std::fs::remove_file(&batches).unwrap();
+    std::fs::rename(spool.join("away"), &batches).unwrap();
+    wait_for(&ok, "healthy once the spool can be written again");
+    // Ten seconds without an answer from the aggregator: said, still healthy.
+    let h = wait_for(&|h: &str| h.contains("degraded: aggregator"), "the outage said");
+    assert!(ok(&h) && h.contains(&format!("http://127.0.0.1:{dead} unreachable for")), "{h}");
+    assert!(started.elapsed() >= Duration::from_secs(10), "said before 10 s");
+    let log = agent.stop();
+    assert!(log.contains("cannot spool a batch; it is lost"), "{log}");
+}

@@ -38,16 +38,6 @@ fn agent_peak_rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn healthz(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("/healthz answers within 5 s");
-    body
-}
-
 /// `path` (absolute, as the host sees it) under the pod's new `root`.
 fn in_root(root: &Path, path: &Path) -> std::path::PathBuf {
     let p = root.join(path.strip_prefix("/").unwrap());

@@ -25,6 +25,36 @@ pub(crate) struct ShipStats {
     /// Shared with the probe loop, which reports it in node_windows.
     pub dropped: Arc<AtomicU64>,
     pub spooled: AtomicU64,
+    /// Windows in a row that could not be spooled (lost), and why the last
+    /// could not: `/healthz` is unhealthy while the agent is losing data.
+    pub lost_in_a_row: AtomicU64,
+    pub lost_why: std::sync::Mutex<String>,
+    /// Since when (ms since the Unix epoch) the aggregator has not taken a
+    /// batch; 0 while it does. And which one was tried last.
+    pub unreachable_since_ms: AtomicU64,
+    pub target: std::sync::Mutex<String>,
+}
+
+impl ShipStats {
+    fn lost(&self, why: String) {
+        self.lost_in_a_row.fetch_add(1, Ordering::Relaxed);
+        *self.lost_why.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    }
+
+    fn reached(&self, yes: bool, target: &str) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        if yes {
+            self.unreachable_since_ms.store(0, Ordering::Relaxed);
+        } else {
+            let _ = self.unreachable_since_ms.compare_exchange(
+                0,
+                now.as_millis() as u64,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        *self.target.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = target.to_string();
+    }
 }
 
 /// Ships every window it receives: spool first, then send the oldest
@@ -99,6 +129,7 @@ impl Shipper {
             }
             match pushed {
                 Ok(resp) => {
+                    self.stats.reached(true, self.client.current());
                     if resp.reports_commits {
                         self.spool.mark_acked(&path);
                         self.spool.forget_committed(resp.committed_sequence);
@@ -155,9 +186,9 @@ impl Shipper {
     /// Spools a window and every other one already waiting: the probe
     /// thread must never block on a full channel during an outage.
     fn accept(&mut self, tables: &Tables) {
-        to_spool(&mut self.client, &mut self.spool, tables);
+        to_spool(&mut self.client, &mut self.spool, &self.stats, tables);
         while let Ok(more) = self.rx.try_recv() {
-            to_spool(&mut self.client, &mut self.spool, &more);
+            to_spool(&mut self.client, &mut self.spool, &self.stats, &more);
         }
         // At once, not at the next send: during an outage there is none,
         // and the metrics would hide the batches lost meanwhile.
@@ -205,6 +236,7 @@ impl Shipper {
             // bad batch: keep it in the spool until the token is fixed.
             tracing::error!(status = %s.message(), "aggregator refused our credentials (check --token-file / TLS); keeping batches in the spool");
         } else {
+            self.stats.reached(false, self.client.current());
             tracing::warn!(to = %self.client.current(), error = %e, spooled = self.spool.files().len(), retry_in = ?wait, "aggregator unreachable; spooling");
         }
         tokio::select! {
@@ -219,16 +251,25 @@ fn credentials_refused(s: &tonic::Status) -> bool {
 }
 
 /// Encodes a window's tables with the next sequence and writes them to the spool.
-fn to_spool(client: &mut RoutedClient, spool: &mut Spool, tables: &Tables) {
-    match client.request(tables) {
-        Ok(req) => {
-            if let Err(e) = spool.push(req) {
+fn to_spool(client: &mut RoutedClient, spool: &mut Spool, stats: &ShipStats, tables: &Tables) {
+    let why = match client.request(tables) {
+        Ok(req) => match spool.push(req) {
+            Ok(()) => {
+                stats.lost_in_a_row.store(0, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => {
                 tracing::error!(error = %e, "cannot spool a batch; it is lost");
                 spool.dropped += 1;
+                format!("cannot spool: {e}")
             }
+        },
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode a batch");
+            format!("cannot encode: {e}")
         }
-        Err(e) => tracing::error!(error = %e, "cannot encode a batch"),
-    }
+    };
+    stats.lost(why);
 }
 
 #[cfg(test)]
