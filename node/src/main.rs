@@ -106,7 +106,8 @@ struct RunArgs {
     /// sleep, a blocking read) ships the episode with its Python and native call site, taken when
     /// the syscall it slept in returns; reports rank these sites by their share of the time. Shorter
     /// episodes are still counted in the off-CPU time, without a site. While on, every syscall on
-    /// the node passes one check (one array lookup). 0s: off.
+    /// the node takes the kernel's traced exit path and one array lookup (~30-60 ns more per
+    /// syscall, BENCHMARKS.md). 0s: off.
     #[arg(long, env = "INGERO_OFFCPU_SITE_MIN", default_value = "10ms", value_parser = humantime::parse_duration)]
     offcpu_site_min: Duration,
     /// Do not find training steps. By default each return-probed call (syncs, copies, collectives,
