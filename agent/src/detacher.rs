@@ -17,7 +17,11 @@ use crate::loop_config::LoopStats;
 pub(crate) struct Detacher {
     tx: mpsc::Sender<Vec<Closing>>,
     stats: Arc<LoopStats>,
+    paused: Arc<HoldPause>,
 }
+
+/// Threads that close the probes at a stop.
+const STOP_THREADS: usize = 16;
 
 impl std::fmt::Debug for Detacher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,11 +73,11 @@ impl HoldPause {
 impl Detacher {
     pub(crate) fn start(stats: Arc<LoopStats>, paused: Arc<HoldPause>) -> Detacher {
         let (tx, rx) = mpsc::channel::<Vec<Closing>>();
-        let counted = stats.clone();
+        let (counted, pause) = (stats.clone(), paused.clone());
         let spawned = std::thread::Builder::new().name("ingero-detach".into()).spawn(move || {
             for links in rx {
                 for link in links {
-                    paused.during(|| drop(link));
+                    pause.during(|| drop(link));
                     counted.uprobes_detaching.fetch_sub(1, Ordering::Relaxed);
                 }
                 // What those probes' bookkeeping held goes back to the kernel:
@@ -85,7 +89,29 @@ impl Detacher {
             // Sends fail from now on, and links are closed where taken.
             tracing::warn!(error = %e, "no detacher thread: unused probes are closed on the probe loop");
         }
-        Detacher { tx, stats }
+        Detacher { tx, stats, paused }
+    }
+
+    /// Closes `links` now, on threads of their own (the agent stops): each
+    /// close waits out grace periods, ~150 ms a file one after another
+    /// (256 files would outlast a pod's 30-s grace), and waits begun
+    /// together end together. A thread that cannot start closes its share
+    /// where it is.
+    pub(crate) fn close_now(&self, links: Vec<Closing>) {
+        let per = links.len().div_ceil(STOP_THREADS).max(1);
+        let mut links = links.into_iter().peekable();
+        let mut shares = Vec::new();
+        while links.peek().is_some() {
+            shares.push(links.by_ref().take(per).collect::<Vec<Closing>>());
+        }
+        self.paused.during(|| {
+            std::thread::scope(|s| {
+                for share in shares {
+                    let _ =
+                        std::thread::Builder::new().name("ingero-close".into()).spawn_scoped(s, move || drop(share));
+                }
+            })
+        });
     }
 
     /// Hands links over to be closed (closed here if the thread is gone).

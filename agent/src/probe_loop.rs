@@ -195,6 +195,7 @@ impl ProbeLoop {
             drop(busy);
             let _busy = stats.watchdog.enter(Step::SendWindow);
             if tx.blocking_send(tables).is_err() || last {
+                self.close_probes();
                 return Ok(());
             }
             window_start = window_end;
@@ -509,6 +510,15 @@ impl ProbeLoop {
             self.last_call_us.remove(&pid);
         }
         self.stats.cached_processes.store(self.attr.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Closes every library's probes at a stop, all at once (`close_now`).
+    fn close_probes(&mut self) {
+        let t = Instant::now();
+        let links = self.probes.take_all();
+        let n = links.len();
+        self.detacher.close_now(links);
+        tracing::info!(links = n, took = ?t.elapsed(), "library probes closed");
     }
 
     /// Frees the probes of library files no process maps any more: taken

@@ -118,3 +118,42 @@ async fn a_pod_mapping_library_copies_by_the_dozen_gets_its_share_and_no_more() 
     assert_eq!(log.matches("than --max-libraries-per-process").count(), 1, "{log}");
     assert_eq!(log.matches("the --max-libraries cap").count(), 1, "{log}");
 }
+
+/// An agent with a hundred library files probed stops within seconds: its
+/// probes are closed all at once (one after another, each close waits out
+/// kernel grace periods: ~150 ms a file, 15 s for these, past a pod's 30-s
+/// grace at the 256-file cap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_a_hundred_libraries_probed_stops_in_seconds() {
+    if !can_trace() {
+        return;
+    }
+    const FILES: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let cg = Cgroup::new(&format!("ingero-test-libstop-{}", std::process::id()));
+    let (lib, wl) = build(&dir.path().join("bin"));
+    let many = copies(&lib, &dir.path().join("pod"), FILES);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut args = store_args(dir.path(), &cg);
+    args.extend([format!("--metrics-addr={addr}"), format!("--max-libraries-per-process={FILES}")]);
+    let agent = Agent::start(&args, &dir.path().join("agent.log"));
+    let maps: Vec<String> = many.iter().map(|p| format!("driver:{}", p.display())).collect();
+    let mut steps: Vec<&str> = maps.iter().map(String::as_str).collect();
+    steps.push("sleep:120000");
+    let _holder = Workload::start(&wl, &lib, &steps, &cg);
+    let t = std::time::Instant::now();
+    while metric(&addr, "ingero_agent_libraries") < FILES as u64 {
+        assert!(
+            t.elapsed() < slow(Duration::from_secs(60)),
+            "{} files probed",
+            metric(&addr, "ingero_agent_libraries")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let stopping = std::time::Instant::now();
+    let log = agent.stop();
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_secs(8), "stopping with {FILES} files probed took {took:?}\n{log}");
+    assert!(log.contains("library probes closed"), "{log}");
+}

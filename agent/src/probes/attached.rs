@@ -62,6 +62,11 @@ impl Attachments {
         gone.into_iter().filter_map(|id| self.files.remove(&id).map(|a| (id, a.links))).collect()
     }
 
+    /// Every file's probes (the agent stops).
+    pub(crate) fn take_all(&mut self) -> Vec<(FileId, Links)> {
+        self.files.drain().map(|(id, a)| (id, a.links)).collect()
+    }
+
     /// The files the kernel may key by device and inode (`probed_files`).
     pub(crate) fn inodes(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.files.keys().filter_map(|id| match id {

@@ -404,6 +404,22 @@ impl Probes {
         let in_use: HashSet<&FileId> = self.resolved.values().flat_map(|m| m.values()).collect();
         let gone = self.attached.take_unused(&in_use, Instant::now(), ttl);
         let n = gone.len();
+        let taken = self.take_links(gone);
+        if n > 0 {
+            self.trim_probed_files();
+        }
+        (n, taken)
+    }
+
+    /// Takes the probes of every file, to be closed at once (the agent
+    /// stops: closed one after another they take ~150 ms a file).
+    pub(crate) fn take_all(&mut self) -> Vec<Closing> {
+        let all = self.attached.take_all();
+        self.take_links(all)
+    }
+
+    /// The links of `gone`'s files, off their programs and the duty cycle.
+    fn take_links(&mut self, gone: Vec<(FileId, Links)>) -> Vec<Closing> {
         let mut taken = Vec::new();
         for (id, _) in &gone {
             let hot = self.duty.as_ref().map(|d| d.remove(id)).unwrap_or_default();
@@ -425,10 +441,7 @@ impl Probes {
                 Err(e) => tracing::warn!(program = name, error = %e, "detaching a uprobe"),
             }
         }
-        if n > 0 {
-            self.trim_probed_files();
-        }
-        (n, taken)
+        taken
     }
 
     /// Keeps in `probed_files` only the files still probed. An overlayfs
