@@ -110,7 +110,7 @@ impl Detacher {
                     let _ =
                         std::thread::Builder::new().name("ingero-close".into()).spawn_scoped(s, move || drop(share));
                 }
-            })
+            });
         });
     }
 
