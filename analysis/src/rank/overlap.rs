@@ -50,7 +50,8 @@ impl Overlap {
         self.unordered.entry((job.to_string(), bin)).or_default().insert(node.to_string());
     }
 
-    /// Per job of several nodes: those that never shared a bin with another.
+    /// Per job: the nodes that never shared a bin with another of it (a
+    /// job of one node: that node).
     pub(crate) fn unranked(mut self) -> Vec<Unranked> {
         let mut bins: Vec<((String, i64), BTreeSet<String>)> =
             std::mem::take(&mut self.unordered).into_iter().collect();
@@ -63,11 +64,14 @@ impl Overlap {
         for (job, j) in self.jobs {
             let mut alone: Vec<String> = j.alone.iter().filter(|n| !j.met.contains(*n)).cloned().collect();
             let all_alone = j.most < 2;
-            if alone.is_empty() || (all_alone && alone.len() < 2) {
-                continue; // everyone met, or a job of one node
+            if alone.is_empty() {
+                continue; // everyone met
             }
             alone.sort_unstable();
-            let reason = if all_alone {
+            // A job of one node is compared with nothing: not "within range".
+            let reason = if all_alone && alone.len() == 1 {
+                "the job's only node: nothing to rank it against"
+            } else if all_alone {
                 "these nodes share no window: no ranking (were they recorded at the same time?)"
             } else {
                 "share no window with the job's other nodes: not ranked"
@@ -102,11 +106,13 @@ mod tests {
         }
         o.add("d", "node-3", 9);
         let u = o.unranked();
-        assert_eq!(u.len(), 2, "{u:?}");
+        assert_eq!(u.len(), 3, "{u:?}");
         assert_eq!((u[0].job.as_str(), u[0].nodes.clone()), ("a", vec!["node-1".to_string(), "node-2".to_string()]));
         assert!(u[0].reason.contains("share no window: no ranking"));
-        assert_eq!((u[1].job.as_str(), u[1].nodes.clone()), ("d", vec!["node-3".to_string()]));
-        assert!(u[1].reason.contains("with the job's other nodes"));
+        assert_eq!((u[1].job.as_str(), u[1].nodes.clone()), ("c", vec!["solo".to_string()]));
+        assert!(u[1].reason.contains("the job's only node"));
+        assert_eq!((u[2].job.as_str(), u[2].nodes.clone()), ("d", vec!["node-3".to_string()]));
+        assert!(u[2].reason.contains("with the job's other nodes"));
     }
 
     #[test]
@@ -123,6 +129,6 @@ mod tests {
         o.bin("e", &["node-1"]);
         let u = o.unranked();
         let got: Vec<(&str, usize)> = u.iter().map(|u| (u.job.as_str(), u.nodes.len())).collect();
-        assert_eq!(got, vec![("a", 2), ("d", 1)]);
+        assert_eq!(got, vec![("a", 2), ("d", 1)], "b and e met; no job of one node here");
     }
 }
