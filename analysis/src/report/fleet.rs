@@ -70,8 +70,10 @@ pub fn render(r: &Ranking, range: (&str, &str), source: &str) -> String {
             body { main {
                 h1 { "Fleet view: which nodes held their jobs back" }
                 p.meta {
-                    (range.0) " → " (range.1) " (UTC) · " (jobs.len()) " job(s) · " (tl.nodes.len()) " nodes · "
-                    (flagged) " flagged · bins of " (bin)
+                    (range.0) " → " (range.1) " (UTC) · " (jobs.len()) " job(s) · " (tl.nodes.len()) " nodes ranked · "
+                    (flagged) " flagged"
+                    @if tl.bins > 0 { " · bins of " (bin) }
+                    @if !r.unranked.is_empty() { " · " (r.unranked.iter().map(|u| u.nodes.len()).sum::<usize>()) " node(s) not ranked" }
                     @if !r.episodes.is_empty() {
                         " · lost to stragglers: " (cost_text(&r.episodes.iter().collect::<Vec<_>>()))
                     }
@@ -85,7 +87,15 @@ pub fn render(r: &Ranking, range: (&str, &str), source: &str) -> String {
                         (episodes_table(&eps))
                     }
                 }
-                @if jobs.is_empty() {
+                @if !r.unranked.is_empty() {
+                    section.unranked {
+                        h2 { "Not ranked" }
+                        ul { @for u in &r.unranked {
+                            li { "job " b { (u.job) } " (" (u.nodes.join(", ")) "): " (u.reason) }
+                        } }
+                    }
+                }
+                @if jobs.is_empty() && r.unranked.is_empty() {
                     p.ok { "No node data in this range." }
                 }
                 p.meta {

@@ -273,6 +273,14 @@ fn nodes_recorded_at_different_times_are_reported_unranked() {
     assert!(ok, "{table}");
     assert!(table.contains("job ft (node-a, node-b):") && table.contains("share no window"), "{table}");
     assert!(!table.contains("no node deviates"), "{table}");
+    // The fleet page says the same, not "no node data".
+    let page = dir.path().join("fleet.html");
+    let out = format!("--out={}", page.display());
+    let (ok, err) = ingero(&["stragglers", "--store", o, "--since", SINCE, "--format", "html", &out]);
+    assert!(ok, "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Not ranked") && html.contains("share no window"), "{html}");
+    assert!(!html.contains("No node data") && !html.contains("bins of 1us"), "{html}");
     assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
 }
 
