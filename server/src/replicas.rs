@@ -186,6 +186,7 @@ impl Replicas {
                     merged.jobs += rk.jobs;
                     merged.nodes += rk.nodes;
                     merged.stragglers.extend(rk.stragglers);
+                    merged.unranked.extend(rk.unranked);
                     answers.push(ReplicaAnswer { replica: url, answered: true, error: None });
                 }
                 Err(e) => answers.push(ReplicaAnswer { replica: url, answered: false, error: Some(e) }),
@@ -194,6 +195,7 @@ impl Replicas {
         merged
             .stragglers
             .sort_by(|a, b| b.flagged.cmp(&a.flagged).then(b.score.total_cmp(&a.score)).then(a.node.cmp(&b.node)));
+        merged.unranked.sort_by(|a, b| a.job.cmp(&b.job));
         merged.replicas = answers;
         merged
     }

@@ -13,16 +13,17 @@ use super::mark::Mark;
 /// Steps looked at to tell what a step's calls are.
 const TYPICAL_OF: usize = 8;
 
-/// The calls of `marks` that end a step of `c`, in order: each return of
-/// its op, less the odd ones (module doc). A last return whose step lacks
-/// calls may be one: it is left out until the next one tells
-/// (`pending` is then its index). Returns before call `since` are taken
-/// as they are (a window before decided them).
+/// The calls that end a step, and a last one not yet told.
 pub(crate) struct Ends {
     pub at: Vec<usize>,
     pub pending: Option<usize>,
 }
 
+/// The calls of `marks` that end a step of `c`, in order: each return of
+/// its op, less the odd ones (module doc). A last return whose step lacks
+/// calls may be one: it is left out until the next one tells
+/// (`pending` is then its index). Returns before call `since` are taken
+/// as they are (a window before decided them).
 pub(crate) fn step_ends(marks: &[Mark], c: Cycle, since: usize) -> Ends {
     let raw: Vec<usize> = (0..marks.len()).filter(|&i| c.op_of(&marks[i]) == c.op).collect();
     // The step before the first new one: a late return may have ended it.

@@ -69,9 +69,11 @@ impl Overlap {
             }
             alone.sort_unstable();
             // A job of one node is compared with nothing: not "within range".
-            let reason = if all_alone && alone.len() == 1 {
-                "the job's only node: nothing to rank it against"
-            } else if all_alone {
+            if all_alone && alone.len() == 1 {
+                out.push(Unranked::solo(job, alone.remove(0)));
+                continue;
+            }
+            let reason = if all_alone {
                 "these nodes share no window: no ranking (were they recorded at the same time?)"
             } else {
                 "share no window with the job's other nodes: not ranked"

@@ -93,7 +93,9 @@ impl SimulateArgs {
 }
 
 pub(crate) fn print_report(r: &SimReport) {
-    println!("{:<20} {:>6} {:>14}  SIGNALS", "INJECTION", "AT", "FLAGGED AFTER");
+    if !r.injections.is_empty() {
+        println!("{:<20} {:>6} {:>14}  SIGNALS", "INJECTION", "AT", "FLAGGED AFTER");
+    }
     for i in &r.injections {
         let after = i.flagged_after_secs.map_or("NOT FLAGGED".to_string(), |s| format!("{s:.1}s"));
         // The top signal in full, wrapped under its column (80 columns).

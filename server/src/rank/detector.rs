@@ -348,6 +348,18 @@ impl Detector {
         self.jobs.iter().filter(|(j, _)| job.is_none_or(|want| want == j.as_str())).map(|(_, st)| st.nodes.len()).sum()
     }
 
+    /// (job, node) of each job with one node now: nothing to rank it against.
+    pub fn solo(&self, job: Option<&str>) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .jobs
+            .iter()
+            .filter(|(j, st)| job.is_none_or(|want| want == j.as_str()) && st.nodes.len() == 1)
+            .filter_map(|(j, st)| st.nodes.keys().next().map(|n| (j.clone(), n.clone())))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Every judged window of every node (`timeline` on), sorted by job, node.
     pub fn timelines(&self, job: Option<&str>) -> Vec<(&str, &str, &[TracePoint])> {
         let mut out: Vec<_> = self

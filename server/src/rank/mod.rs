@@ -127,9 +127,17 @@ impl Ranking {
             stragglers: d.standings(job, 1.0),
             timeline: None,
             replicas: Vec::new(),
-            unranked: Vec::new(),
+            unranked: d.solo(job).into_iter().map(|(job, node)| Unranked::solo(job, node)).collect(),
             episodes: Vec::new(),
         }
+    }
+}
+
+impl Unranked {
+    /// A job of one node: compared with nothing, so neither flagged nor
+    /// "within range".
+    pub fn solo(job: String, node: String) -> Unranked {
+        Unranked { job, nodes: vec![node], reason: "the job's only node: nothing to rank it against".into() }
     }
 }
 

@@ -402,3 +402,19 @@ fn a_stragglers_standing_says_how_much_slower_its_job_steps() {
     let shift = s.and_then(|s| s.step).and_then(|t| t.job_shift).expect("a shift after 11 minutes");
     assert_eq!((shift.before_seconds, shift.since_seconds), (0.1, 0.15));
 }
+
+#[test]
+fn a_job_of_one_node_is_solo_not_calm() {
+    let mut d = Detector::new(DetectorConfig::default());
+    for w in 0..4 {
+        feed(&mut d, w, &[(0.5, 0.0)]);
+    }
+    assert_eq!(d.solo(None), vec![("j".to_string(), "node-0".to_string())]);
+    let r = crate::rank::Ranking::from_detector(&d, None, "live");
+    assert_eq!(r.unranked.len(), 1, "{r:?}");
+    assert!(r.unranked[0].reason.contains("the job's only node"), "{r:?}");
+    // A second node joins: ranked against each other.
+    feed(&mut d, 4, &[(0.5, 0.0), (0.02, 0.3)]);
+    assert!(d.solo(None).is_empty());
+    assert!(crate::rank::Ranking::from_detector(&d, None, "live").unranked.is_empty());
+}
