@@ -395,10 +395,8 @@ impl Probes {
 
     /// Takes the probes of every file that no scanned process has mapped
     /// for `ttl` (files probed ahead of use stay); returns how many files and
-    /// their links, which detach when dropped. Dropping can be slow (a
-    /// perf-event probe closes with an RCU grace period, and one that waits
-    /// for sleepable programs in flight, 10-80 ms each): the caller drops them off the
-    /// probe loop. The kernel's record of probed files is trimmed to match,
+    /// their links, which detach when dropped, slowly (grace periods,
+    /// 10-80 ms a probe): the caller drops them off the probe loop. The kernel's record of probed files is trimmed to match,
     /// so a process that maps such a file later is held at its first lookup.
     pub fn take_unused(&mut self, ttl: Duration) -> (usize, Vec<Closing>) {
         let in_use: HashSet<&FileId> = self.resolved.values().flat_map(|m| m.values()).collect();
